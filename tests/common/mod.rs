@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use amqprs::callbacks::{ChannelCallback, ConnectionCallback};
 use amqprs::channel::{
-    BasicConsumeArguments, BasicPublishArguments, Channel, ConsumerMessage,
+    BasicConsumeArguments, BasicGetArguments, BasicPublishArguments, Channel, ConsumerMessage,
     QueueDeclareArguments,
 };
 use amqprs::connection::{Connection, OpenConnectionArguments};
@@ -447,6 +447,76 @@ impl Chan {
             .basic_publish(props, body.to_vec(), BasicPublishArguments::new(exchange, routing_key))
             .await
             .expect("basic.publish");
+    }
+
+    /// Message count of `queue` from a passive declare.
+    pub async fn message_count(&self, queue: &str) -> u32 {
+        let (_, count, _) = self
+            .ch
+            .queue_declare(QueueDeclareArguments::new(queue).passive(true).finish())
+            .await
+            .expect("passive queue.declare")
+            .expect("declare-ok");
+        count
+    }
+
+    /// Polls the passive message count until it equals `n`; panics after 5 s.
+    pub async fn wait_message_count(&self, queue: &str, n: u32) {
+        let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+        loop {
+            let got = self.message_count(queue).await;
+            if got == n {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "queue {queue} has {got} messages, expected {n}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// basic.get (auto-ack as given).
+    pub async fn get(&self, queue: &str, no_ack: bool) -> Option<amqprs::channel::GetMessage> {
+        self.ch
+            .basic_get(BasicGetArguments::new(queue).no_ack(no_ack).finish())
+            .await
+            .expect("basic.get")
+    }
+
+    /// Polls basic.get until a message arrives; panics after 5 s.
+    pub async fn get_eventually(&self, queue: &str, no_ack: bool) -> amqprs::channel::GetMessage {
+        let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+        loop {
+            if let Some(m) = self.get(queue, no_ack).await {
+                return m;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no message in {queue} within {EVENT_TIMEOUT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// In confirm mode: waits until the broker has acked every tag up to `last`; panics on
+    /// a nack or an unrelated event.
+    pub async fn wait_acked(&mut self, last: u64) {
+        let mut acked = std::collections::BTreeSet::new();
+        let mut upto = 0u64;
+        while !(upto >= last || (1..=last).all(|t| t <= upto || acked.contains(&t))) {
+            match self.next_event().await {
+                Event::Ack { tag, multiple } => {
+                    assert!(tag >= 1 && tag <= last, "ack for tag {tag}, only 1..={last} published");
+                    if multiple {
+                        upto = upto.max(tag);
+                    } else {
+                        assert!(tag > upto && acked.insert(tag), "tag {tag} acked twice");
+                    }
+                }
+                other => panic!("waiting for publisher acks up to {last}, got {other:?}"),
+            }
+        }
     }
 
     /// basic.consume with auto-ack; returns the consumer tag and the delivery stream.

@@ -1,0 +1,335 @@
+//! Fan-out through amq.topic, amq.fanout and direct exchanges with many subscribers spread
+//! over many connections (and so over both shards when there are two): every subscriber
+//! gets exactly its messages, in publish order, and large bodies arrive intact.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use amqprs::channel::{ExchangeDeclareArguments, QueueBindArguments};
+use common::wire::Props;
+use common::{assert_no_delivery, next_delivery, unique, Broker, Chan, Conn};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Reference matcher for AMQP topic patterns: words split on '.', `*` is exactly one word,
+/// `#` is zero or more words.
+fn topic_matches(pattern: &str, key: &str) -> bool {
+    fn go(p: &[&str], k: &[&str]) -> bool {
+        match p.split_first() {
+            None => k.is_empty(),
+            Some((&"#", rest)) => (0..=k.len()).any(|skip| go(rest, &k[skip..])),
+            Some((&"*", rest)) => !k.is_empty() && go(rest, &k[1..]),
+            Some((word, rest)) => k.first() == Some(word) && go(rest, &k[1..]),
+        }
+    }
+    let p: Vec<&str> = pattern.split('.').collect();
+    let k: Vec<&str> = key.split('.').collect();
+    go(&p, &k)
+}
+
+#[test]
+fn reference_matcher_agrees_with_the_spec_examples() {
+    assert!(topic_matches("#", "a.b.c"));
+    assert!(topic_matches("a.#", "a"));
+    assert!(topic_matches("a.#", "a.b.c"));
+    assert!(!topic_matches("a.*", "a"));
+    assert!(topic_matches("a.*", "a.b"));
+    assert!(!topic_matches("a.*", "a.b.c"));
+    assert!(topic_matches("*.b", "x.b"));
+    assert!(!topic_matches("*.b", "b"));
+    assert!(topic_matches("#.b", "b"));
+    assert!(topic_matches("a.#.c", "a.c"));
+    assert!(topic_matches("a.#.c", "a.x.y.c"));
+    assert!(!topic_matches("a.*.c", "a.c"));
+    assert!(topic_matches("*.b.#", "a.b"));
+    assert!(!topic_matches("a.b", "a.b.c"));
+}
+
+/// One subscriber queue: its bindings and its delivery stream.
+struct Sub {
+    patterns: Vec<&'static str>,
+    queue: String,
+    rx: UnboundedReceiver<amqprs::channel::ConsumerMessage>,
+}
+
+/// Opens `n_conns` connections and spreads `pattern_sets` over them round-robin, each as a
+/// server-named exclusive queue bound to `exchange` and consumed with auto-ack.
+async fn subscribe(
+    broker: &Broker,
+    n_conns: usize,
+    exchange: &str,
+    pattern_sets: &[Vec<&'static str>],
+) -> (Vec<(Conn, Chan)>, Vec<Sub>) {
+    let mut conns = Vec::new();
+    for _ in 0..n_conns {
+        let conn = broker.connect().await;
+        let ch = conn.channel().await;
+        conns.push((conn, ch));
+    }
+    let mut subs = Vec::new();
+    for (i, patterns) in pattern_sets.iter().enumerate() {
+        let (_, ch) = &conns[i % n_conns];
+        let queue = ch.declare_server_named().await;
+        for p in patterns {
+            ch.queue_bind(QueueBindArguments::new(&queue, exchange, p))
+                .await
+                .unwrap();
+        }
+        let (_, rx) = ch.consume_auto(&queue).await;
+        subs.push(Sub {
+            patterns: patterns.clone(),
+            queue,
+            rx,
+        });
+    }
+    (conns, subs)
+}
+
+shard_tests!(
+    topic_patterns_sixteen_subscribers,
+    fanout_sixteen_subscribers,
+    direct_multicast,
+    many_publishers_one_subscriber,
+    large_body_fan_out,
+);
+
+async fn topic_patterns_sixteen_subscribers(shards: usize) {
+    let broker = Broker::start(shards);
+    let pattern_sets: Vec<Vec<&'static str>> = vec![
+        vec!["#"],
+        vec!["a.*"],
+        vec!["a.#"],
+        vec!["*.b"],
+        vec!["a.b"],
+        vec!["a"],
+        vec!["*"],
+        vec!["#.b"],
+        vec!["a.*.c"],
+        vec!["a.#.c"],
+        vec!["*.*"],
+        vec!["#.c"],
+        vec!["x.y.b"],
+        vec!["*.b.#"],
+        vec!["nomatch.ever"],
+        // Two overlapping bindings: one copy per message all the same.
+        vec!["a.#", "#.c"],
+    ];
+    let (_conns, mut subs) = subscribe(&broker, 8, "amq.topic", &pattern_sets).await;
+
+    let keys = [
+        "a", "a.b", "a.b.c", "a.c", "b", "x.b", "x.y.b", "a.b.b", "a.x.y.c", "c", "a.b.c.d",
+        "b.b",
+    ];
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    let mut published = Vec::new();
+    for round in 0..5 {
+        for key in keys {
+            let body = format!("{round}:{key}");
+            pch.publish("amq.topic", key, body.as_bytes()).await;
+            published.push((key, body));
+        }
+    }
+
+    // Sanity on the expectations themselves.
+    assert_eq!(
+        published.iter().filter(|(k, _)| topic_matches("#", k)).count(),
+        published.len()
+    );
+    for sub in &mut subs {
+        let expected: Vec<&String> = published
+            .iter()
+            .filter(|(k, _)| sub.patterns.iter().any(|p| topic_matches(p, k)))
+            .map(|(_, b)| b)
+            .collect();
+        for want in &expected {
+            let d = next_delivery(&mut sub.rx).await;
+            assert_eq!(
+                String::from_utf8_lossy(&d.body),
+                want.as_str(),
+                "subscriber {:?} ({}) got the wrong message",
+                sub.patterns,
+                sub.queue
+            );
+            assert_eq!(d.exchange, "amq.topic");
+        }
+    }
+    // Nothing extra anywhere (checked after everyone got their last expected message).
+    for sub in &mut subs {
+        assert_no_delivery(&mut sub.rx, Duration::from_millis(100)).await;
+    }
+}
+
+async fn fanout_sixteen_subscribers(shards: usize) {
+    let broker = Broker::start(shards);
+    let x = unique("x-fan");
+    {
+        let c = broker.connect().await;
+        let ch = c.channel().await;
+        ch.exchange_declare(ExchangeDeclareArguments::new(&x, "fanout"))
+            .await
+            .unwrap();
+        c.close().await;
+    }
+    let sets: Vec<Vec<&'static str>> = (0..16).map(|i| vec![["", "ignored.key"][i % 2]]).collect();
+    let (_c1, mut subs) = subscribe(&broker, 8, &x, &sets).await;
+    let (_c2, mut amq_subs) = subscribe(&broker, 8, "amq.fanout", &sets[..4]).await;
+
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    for i in 0..200 {
+        pch.publish(&x, &format!("k{i}"), format!("f{i}").as_bytes()).await;
+        pch.publish("amq.fanout", "any", format!("g{i}").as_bytes()).await;
+    }
+    for sub in &mut subs {
+        for i in 0..200 {
+            let d = next_delivery(&mut sub.rx).await;
+            assert_eq!(d.body, format!("f{i}").as_bytes(), "queue {}", sub.queue);
+            assert_eq!(d.routing_key, format!("k{i}"));
+        }
+    }
+    for sub in &mut amq_subs {
+        for i in 0..200 {
+            assert_eq!(next_delivery(&mut sub.rx).await.body, format!("g{i}").as_bytes());
+        }
+    }
+    for sub in subs.iter_mut().chain(amq_subs.iter_mut()) {
+        assert_no_delivery(&mut sub.rx, Duration::from_millis(100)).await;
+    }
+}
+
+async fn direct_multicast(shards: usize) {
+    let broker = Broker::start(shards);
+    let sets: Vec<Vec<&'static str>> = vec![
+        vec!["red"],
+        vec!["red"],
+        vec!["green"],
+        vec!["red", "green"],
+        vec!["blue"],
+        vec!["red"],
+        vec!["green"],
+        vec!["nothing"],
+    ];
+    let (_conns, mut subs) = subscribe(&broker, 8, "amq.direct", &sets).await;
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    let colours = ["red", "green", "blue", "black"];
+    for i in 0..40 {
+        let c = colours[i % 4];
+        pch.publish("amq.direct", c, format!("{i}-{c}").as_bytes()).await;
+    }
+    for sub in &mut subs {
+        for i in 0..40 {
+            let c = colours[i % 4];
+            if sub.patterns.contains(&c) {
+                let d = next_delivery(&mut sub.rx).await;
+                assert_eq!(d.body, format!("{i}-{c}").as_bytes(), "{:?}", sub.patterns);
+            }
+        }
+    }
+    for sub in &mut subs {
+        assert_no_delivery(&mut sub.rx, Duration::from_millis(100)).await;
+    }
+}
+
+async fn many_publishers_one_subscriber(shards: usize) {
+    let broker = Broker::start(shards);
+    let (_conns, mut subs) = subscribe(&broker, 1, "amq.topic", &[vec!["pub.#"]]).await;
+    const PUBLISHERS: usize = 8;
+    const EACH: usize = 250;
+    let mut tasks = Vec::new();
+    for p in 0..PUBLISHERS {
+        let conn = broker.connect().await;
+        tasks.push(tokio::spawn(async move {
+            let ch = conn.channel().await;
+            for i in 0..EACH {
+                ch.publish("amq.topic", &format!("pub.{p}"), format!("{p}:{i}").as_bytes())
+                    .await;
+            }
+            // channel.close/close-ok is a round trip behind every publish on the channel.
+            ch.ch.clone().close().await.unwrap();
+            conn.close().await;
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut next = [0usize; PUBLISHERS];
+    for _ in 0..PUBLISHERS * EACH {
+        let d = next_delivery(&mut subs[0].rx).await;
+        let s = String::from_utf8(d.body).unwrap();
+        let (p, i) = s.split_once(':').unwrap();
+        let (p, i): (usize, usize) = (p.parse().unwrap(), i.parse().unwrap());
+        assert_eq!(i, next[p], "publisher {p}'s messages out of order");
+        next[p] += 1;
+    }
+    assert_eq!(next, [EACH; PUBLISHERS]);
+    assert_no_delivery(&mut subs[0].rx, Duration::from_millis(100)).await;
+}
+
+fn big_body(len: usize) -> Vec<u8> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+async fn large_body_fan_out(shards: usize) {
+    let broker = Broker::start(shards);
+    let sets: Vec<Vec<&'static str>> = (0..6).map(|_| vec!["big.#"]).collect();
+    let (_conns, mut subs) = subscribe(&broker, 6, "amq.topic", &sets).await;
+    // A raw subscriber too, to look at the frames themselves.
+    let mut raw = broker.raw();
+    raw.channel_open(1);
+    let rq = raw.queue_declare(1, "", false, true, false);
+    raw.queue_bind(1, &rq, "amq.topic", "big.#");
+    raw.basic_consume(1, &rq, true);
+
+    let body = big_body(1 << 20);
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    pch.publish("amq.topic", "big.one", &body).await;
+    pch.publish("amq.topic", "big.two", b"small after big").await;
+    for sub in &mut subs {
+        let d = next_delivery(&mut sub.rx).await;
+        assert_eq!(d.body.len(), body.len(), "queue {}", sub.queue);
+        assert!(d.body == body, "1 MiB body corrupted for queue {}", sub.queue);
+        assert_eq!(next_delivery(&mut sub.rx).await.body, b"small after big");
+    }
+    let d = raw.read_delivery(1);
+    assert!(d.body == body, "1 MiB body corrupted for the raw subscriber");
+    let frame_max = raw.tune.unwrap().frame_max as usize;
+    assert!(
+        d.frame_sizes.iter().all(|s| *s <= frame_max),
+        "a frame exceeds frame_max {frame_max}: {:?}",
+        d.frame_sizes
+    );
+    assert!(d.frame_sizes.len() >= 1 + (1 << 20) / frame_max, "too few body frames");
+    assert_eq!(raw.read_delivery(1).body, b"small after big");
+
+    // And the same from a raw publisher splitting into small frames (frame_max 4096).
+    let mut rp = common::RawConn::connect(&broker.addr());
+    rp.send_protocol_header();
+    rp.read_start();
+    rp.send_start_ok("PLAIN", b"\0guest\0guest");
+    let offer = rp.read_tune();
+    rp.send_tune_ok(common::raw::Tune {
+        frame_max: 4096,
+        heartbeat: 0,
+        ..offer
+    });
+    rp.send_open("/");
+    rp.read_open_ok();
+    rp.channel_open(1);
+    rp.publish(1, "amq.topic", "big.raw", &Props::default(), &body).unwrap();
+    for sub in &mut subs {
+        let d = next_delivery(&mut sub.rx).await;
+        assert!(d.body == body, "1 MiB body from 4 KiB frames corrupted for {}", sub.queue);
+    }
+}
