@@ -92,6 +92,7 @@ shard_tests!(
     direct_multicast,
     many_publishers_one_subscriber,
     large_body_fan_out,
+    competing_consumers_across_connections,
 );
 
 async fn topic_patterns_sixteen_subscribers(shards: usize) {
@@ -331,5 +332,72 @@ async fn large_body_fan_out(shards: usize) {
     for sub in &mut subs {
         let d = next_delivery(&mut sub.rx).await;
         assert!(d.body == body, "1 MiB body from 4 KiB frames corrupted for {}", sub.queue);
+    }
+}
+
+/// One named queue, consumers on eight connections: every message is delivered exactly once,
+/// each consumer sees its share in queue order, and every consumer gets some.
+async fn competing_consumers_across_connections(shards: usize) {
+    let broker = Broker::start(shards);
+    let q = unique("q-shared");
+    let mut consumers = Vec::new();
+    for i in 0..8 {
+        let conn = broker.connect().await;
+        let ch = conn.channel().await;
+        if i == 0 {
+            ch.declare_queue(&q).await;
+        }
+        ch.basic_qos(amqprs::channel::BasicQosArguments::new(0, 5, false))
+            .await
+            .unwrap();
+        let (_, rx) = ch.consume_manual(&q).await;
+        consumers.push((conn, ch, rx));
+    }
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    const N: usize = 800;
+    for i in 0..N {
+        pch.publish("", &q, format!("{i}").as_bytes()).await;
+    }
+    let mut seen = vec![false; N];
+    let mut per_consumer = vec![0usize; consumers.len()];
+    let mut last = vec![None::<usize>; consumers.len()];
+    let mut total = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while total < N {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {total} of {N} messages delivered"
+        );
+        let mut progressed = false;
+        for (idx, (_, ch, rx)) in consumers.iter_mut().enumerate() {
+            while let Ok(msg) = rx.try_recv() {
+                let d = common::Delivery::from(msg);
+                let n: usize = String::from_utf8_lossy(&d.body).parse().unwrap();
+                assert!(!seen[n], "message {n} delivered twice");
+                seen[n] = true;
+                if let Some(prev) = last[idx] {
+                    assert!(n > prev, "consumer {idx} got {n} after {prev}");
+                }
+                last[idx] = Some(n);
+                per_consumer[idx] += 1;
+                total += 1;
+                progressed = true;
+                ch.basic_ack(amqprs::channel::BasicAckArguments::new(d.delivery_tag, false))
+                    .await
+                    .unwrap();
+            }
+        }
+        if !progressed {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert!(seen.iter().all(|s| *s));
+    assert!(
+        per_consumer.iter().all(|c| *c > 0),
+        "some consumer got nothing: {per_consumer:?}"
+    );
+    for (_, _, rx) in &mut consumers {
+        assert_no_delivery(rx, Duration::from_millis(100)).await;
     }
 }
