@@ -8,21 +8,31 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use amqprs::channel::{
-    ExchangeDeclareArguments, ExchangeDeleteArguments, QueueBindArguments,
-    QueueDeclareArguments, QueueDeleteArguments, QueuePurgeArguments, QueueUnbindArguments,
+    ExchangeDeclareArguments, ExchangeDeleteArguments, QueueBindArguments, QueueDeclareArguments,
+    QueueDeleteArguments, QueuePurgeArguments, QueueUnbindArguments,
 };
 use common::{unique, Broker, Chan, Conn};
 
 /// Asserts that `r` failed and that the server closed the channel; returns (code, text).
-async fn soft_error<T: Debug>(chan: &mut Chan, r: Result<T, amqprs::error::Error>) -> (u16, String) {
-    assert!(r.is_err(), "operation succeeded ({r:?}) where a channel error was expected");
+async fn soft_error<T: Debug>(
+    chan: &mut Chan,
+    r: Result<T, amqprs::error::Error>,
+) -> (u16, String) {
+    assert!(
+        r.is_err(),
+        "operation succeeded ({r:?}) where a channel error was expected"
+    );
     chan.expect_close().await
 }
 
 async fn exchange_exists(conn: &Conn, name: &str) -> bool {
     let mut ch = conn.channel().await;
     let r = ch
-        .exchange_declare(ExchangeDeclareArguments::new(name, "direct").passive(true).finish())
+        .exchange_declare(
+            ExchangeDeclareArguments::new(name, "direct")
+                .passive(true)
+                .finish(),
+        )
         .await;
     match r {
         Ok(()) => true,
@@ -91,10 +101,16 @@ async fn exchange_declare_all_types(shards: usize) {
                 .await
                 .unwrap_or_else(|e| panic!("declare {kind} {name}: {e}"));
             // Identical redeclare is a no-op; passive declare finds it.
-            ch.exchange_declare(args).await.expect("identical redeclare");
-            ch.exchange_declare(ExchangeDeclareArguments::new(&name, kind).passive(true).finish())
+            ch.exchange_declare(args)
                 .await
-                .expect("passive declare of an existing exchange");
+                .expect("identical redeclare");
+            ch.exchange_declare(
+                ExchangeDeclareArguments::new(&name, kind)
+                    .passive(true)
+                    .finish(),
+            )
+            .await
+            .expect("passive declare of an existing exchange");
             ch.exchange_delete(ExchangeDeleteArguments::new(&name))
                 .await
                 .expect("exchange.delete");
@@ -109,11 +125,18 @@ async fn exchange_passive_missing(shards: usize) {
     let mut ch = conn.channel().await;
     let name = unique("no-such-x");
     let r = ch
-        .exchange_declare(ExchangeDeclareArguments::new(&name, "direct").passive(true).finish())
+        .exchange_declare(
+            ExchangeDeclareArguments::new(&name, "direct")
+                .passive(true)
+                .finish(),
+        )
         .await;
     let (code, text) = soft_error(&mut ch, r).await;
     assert_eq!(code, 404);
-    assert_eq!(text, format!("NOT_FOUND - no exchange '{name}' in vhost '/'"));
+    assert_eq!(
+        text,
+        format!("NOT_FOUND - no exchange '{name}' in vhost '/'")
+    );
     // A soft error leaves the connection usable.
     let ch2 = conn.channel().await;
     ch2.declare_server_named().await;
@@ -154,14 +177,22 @@ async fn exchange_delete_if_unused(shards: usize) {
         .await
         .unwrap();
     ch.declare_queue(&q).await;
-    ch.queue_bind(QueueBindArguments::new(&q, &x, "k")).await.unwrap();
+    ch.queue_bind(QueueBindArguments::new(&q, &x, "k"))
+        .await
+        .unwrap();
     let r = ch
         .exchange_delete(ExchangeDeleteArguments::new(&x).if_unused(true).finish())
         .await;
     let (code, text) = soft_error(&mut ch, r).await;
     assert_eq!(code, 406);
-    assert_eq!(text, format!("PRECONDITION_FAILED - exchange '{x}' in vhost '/' in use"));
-    assert!(exchange_exists(&conn, &x).await, "failed if-unused delete removed the exchange");
+    assert_eq!(
+        text,
+        format!("PRECONDITION_FAILED - exchange '{x}' in vhost '/' in use")
+    );
+    assert!(
+        exchange_exists(&conn, &x).await,
+        "failed if-unused delete removed the exchange"
+    );
 
     let ch = conn.channel().await;
     ch.queue_unbind(QueueUnbindArguments::new(&q, &x, "k"))
@@ -170,7 +201,10 @@ async fn exchange_delete_if_unused(shards: usize) {
     ch.exchange_delete(ExchangeDeleteArguments::new(&x).if_unused(true).finish())
         .await
         .expect("if-unused delete of an unbound exchange");
-    assert!(!exchange_exists(&conn, &x).await, "exchange survived its deletion");
+    assert!(
+        !exchange_exists(&conn, &x).await,
+        "exchange survived its deletion"
+    );
 }
 
 async fn exchange_auto_delete(shards: usize) {
@@ -179,13 +213,21 @@ async fn exchange_auto_delete(shards: usize) {
     let ch = conn.channel().await;
     let x = unique("x-auto");
     let q = unique("q-auto");
-    ch.exchange_declare(ExchangeDeclareArguments::new(&x, "fanout").auto_delete(true).finish())
+    ch.exchange_declare(
+        ExchangeDeclareArguments::new(&x, "fanout")
+            .auto_delete(true)
+            .finish(),
+    )
+    .await
+    .unwrap();
+    ch.declare_queue(&q).await;
+    ch.queue_bind(QueueBindArguments::new(&q, &x, ""))
         .await
         .unwrap();
-    ch.declare_queue(&q).await;
-    ch.queue_bind(QueueBindArguments::new(&q, &x, "")).await.unwrap();
     assert!(exchange_exists(&conn, &x).await);
-    ch.queue_unbind(QueueUnbindArguments::new(&q, &x, "")).await.unwrap();
+    ch.queue_unbind(QueueUnbindArguments::new(&q, &x, ""))
+        .await
+        .unwrap();
     // Losing its last binding deletes an auto-delete exchange.
     let mut gone = false;
     for _ in 0..100 {
@@ -195,7 +237,10 @@ async fn exchange_auto_delete(shards: usize) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(gone, "auto-delete exchange {x} survived the removal of its last binding");
+    assert!(
+        gone,
+        "auto-delete exchange {x} survived the removal of its last binding"
+    );
 }
 
 async fn predeclared_exchanges(shards: usize) {
@@ -209,9 +254,13 @@ async fn predeclared_exchanges(shards: usize) {
         ("amq.headers", "headers"),
         ("amq.match", "headers"),
     ] {
-        ch.exchange_declare(ExchangeDeclareArguments::new(name, kind).passive(true).finish())
-            .await
-            .unwrap_or_else(|e| panic!("predeclared exchange {name} missing: {e}"));
+        ch.exchange_declare(
+            ExchangeDeclareArguments::new(name, kind)
+                .passive(true)
+                .finish(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("predeclared exchange {name} missing: {e}"));
     }
     // amq.direct really routes.
     let q = ch.declare_server_named().await;
@@ -256,7 +305,9 @@ async fn default_exchange_is_off_limits(shards: usize) {
 
     let mut ch = conn.channel().await;
     let q = ch.declare_server_named().await;
-    let r = ch.queue_bind(QueueBindArguments::new(&q, "", "other")).await;
+    let r = ch
+        .queue_bind(QueueBindArguments::new(&q, "", "other"))
+        .await;
     let (code, text) = soft_error(&mut ch, r).await;
     assert_eq!((code, text.as_str()), (403, text_expected));
 
@@ -279,14 +330,21 @@ async fn queue_server_named(shards: usize) {
             .await
             .unwrap()
             .unwrap();
-        assert!(name.starts_with("amq.gen-"), "server-named queue called {name:?}");
+        assert!(
+            name.starts_with("amq.gen-"),
+            "server-named queue called {name:?}"
+        );
         assert_eq!((messages, consumers), (0, 0));
         names.push(name);
     }
     let mut dedup = names.clone();
     dedup.sort();
     dedup.dedup();
-    assert_eq!(dedup.len(), names.len(), "server-generated names repeat: {names:?}");
+    assert_eq!(
+        dedup.len(),
+        names.len(),
+        "server-generated names repeat: {names:?}"
+    );
     // Every one of them is a working queue.
     for name in &names {
         ch.publish("", name, name.as_bytes()).await;
@@ -324,7 +382,9 @@ async fn queue_exclusive_locked(shards: usize) {
     );
 
     let mut ch = other.channel().await;
-    let r = ch.queue_declare(QueueDeclareArguments::new(&q).exclusive(true).finish()).await;
+    let r = ch
+        .queue_declare(QueueDeclareArguments::new(&q).exclusive(true).finish())
+        .await;
     let (code, text) = soft_error(&mut ch, r).await;
     assert_eq!((code, text.as_str()), (405, locked.as_str()));
 
@@ -398,10 +458,16 @@ async fn bind_and_unbind(shards: usize) {
         .await
         .unwrap();
     ch.declare_queue(&q).await;
-    ch.queue_bind(QueueBindArguments::new(&q, &x, "k1")).await.unwrap();
-    ch.queue_bind(QueueBindArguments::new(&q, &x, "k2")).await.unwrap();
+    ch.queue_bind(QueueBindArguments::new(&q, &x, "k1"))
+        .await
+        .unwrap();
+    ch.queue_bind(QueueBindArguments::new(&q, &x, "k2"))
+        .await
+        .unwrap();
     // Binding twice is idempotent: one copy per publish.
-    ch.queue_bind(QueueBindArguments::new(&q, &x, "k1")).await.unwrap();
+    ch.queue_bind(QueueBindArguments::new(&q, &x, "k1"))
+        .await
+        .unwrap();
 
     ch.publish(&x, "k1", b"one").await;
     ch.publish(&x, "k2", b"two").await;
@@ -416,7 +482,10 @@ async fn bind_and_unbind(shards: usize) {
     ch.publish(&x, "k1", b"after unbind").await;
     ch.publish(&x, "k2", b"still bound").await;
     let (_, _, body) = ch.get_eventually(&q, true).await;
-    assert_eq!(body, b"still bound", "a message routed through a removed binding");
+    assert_eq!(
+        body, b"still bound",
+        "a message routed through a removed binding"
+    );
     assert_eq!(ch.message_count(&q).await, 0);
 }
 
@@ -439,7 +508,10 @@ async fn bind_missing_targets(shards: usize) {
         .await;
     let (code, text) = soft_error(&mut ch, r).await;
     assert_eq!(code, 404);
-    assert_eq!(text, format!("NOT_FOUND - no queue '{missing_q}' in vhost '/'"));
+    assert_eq!(
+        text,
+        format!("NOT_FOUND - no queue '{missing_q}' in vhost '/'")
+    );
 }
 
 async fn purge_returns_count(shards: usize) {
@@ -475,7 +547,10 @@ async fn queue_delete_conditions(shards: usize) {
         .await;
     let (code, text) = soft_error(&mut ch, r).await;
     assert_eq!(code, 406);
-    assert_eq!(text, format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' in use"));
+    assert_eq!(
+        text,
+        format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' in use")
+    );
     consumer
         .basic_cancel(amqprs::channel::BasicCancelArguments::new(&tag))
         .await
@@ -492,7 +567,10 @@ async fn queue_delete_conditions(shards: usize) {
         .await;
     let (code, text) = soft_error(&mut ch, r).await;
     assert_eq!(code, 406);
-    assert_eq!(text, format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' is not empty"));
+    assert_eq!(
+        text,
+        format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' is not empty")
+    );
 
     // Both conditions now hold for if-unused; plain delete reports the message count.
     let ch = conn.channel().await;
@@ -534,7 +612,10 @@ async fn queue_auto_delete(shards: usize) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(gone, "auto-delete queue {q} survived the cancel of its last consumer");
+    assert!(
+        gone,
+        "auto-delete queue {q} survived the cancel of its last consumer"
+    );
 }
 
 async fn default_exchange_routes_by_queue_name(shards: usize) {

@@ -57,7 +57,11 @@ async fn publish_consume_order(shards: usize) {
     let mut last_tag = 0;
     for i in 0..N {
         let d = next_delivery(&mut rx).await;
-        assert_eq!(String::from_utf8_lossy(&d.body), format!("seq-{i}"), "out of order");
+        assert_eq!(
+            String::from_utf8_lossy(&d.body),
+            format!("seq-{i}"),
+            "out of order"
+        );
         assert!(d.delivery_tag > last_tag, "delivery tags not increasing");
         assert!(!d.redelivered);
         last_tag = d.delivery_tag;
@@ -78,7 +82,9 @@ async fn prefetch_count_respected(shards: usize) {
     ch.wait_message_count(&q, 30).await;
 
     let cch = conn.channel().await;
-    cch.basic_qos(BasicQosArguments::new(0, 10, false)).await.unwrap();
+    cch.basic_qos(BasicQosArguments::new(0, 10, false))
+        .await
+        .unwrap();
     let (_, mut rx) = cch.consume_manual(&q).await;
     let mut tags = Vec::new();
     for i in 0..10 {
@@ -89,7 +95,9 @@ async fn prefetch_count_respected(shards: usize) {
     assert_no_delivery(&mut rx, Duration::from_millis(500)).await;
 
     // One ack frees exactly one slot.
-    cch.basic_ack(BasicAckArguments::new(tags[0], false)).await.unwrap();
+    cch.basic_ack(BasicAckArguments::new(tags[0], false))
+        .await
+        .unwrap();
     let d = next_delivery(&mut rx).await;
     assert_eq!(d.body, b"m10");
     tags.push(d.delivery_tag);
@@ -158,9 +166,12 @@ async fn ack_nack_reject_requeue(shards: usize) {
         .await
         .unwrap();
     // ack the rest with one multiple ack.
-    cch.basic_ack(BasicAckArguments::new(*redelivered_tags.iter().max().unwrap(), true))
-        .await
-        .unwrap();
+    cch.basic_ack(BasicAckArguments::new(
+        *redelivered_tags.iter().max().unwrap(),
+        true,
+    ))
+    .await
+    .unwrap();
     assert_no_delivery(&mut rx, Duration::from_millis(300)).await;
     ch.wait_message_count(&q, 0).await;
     // Closing the consumer channel must not bring anything back.
@@ -172,7 +183,9 @@ async fn ack_unknown_tag(shards: usize) {
     let broker = Broker::start(shards);
     let conn = broker.connect().await;
     let mut ch = conn.channel().await;
-    ch.basic_ack(BasicAckArguments::new(999, false)).await.unwrap();
+    ch.basic_ack(BasicAckArguments::new(999, false))
+        .await
+        .unwrap();
     let (code, text) = ch.expect_close().await;
     assert_eq!(code, 406);
     assert_eq!(text, "PRECONDITION_FAILED - unknown delivery tag 999");
@@ -183,11 +196,18 @@ async fn ack_unknown_tag(shards: usize) {
     ch.publish("", &q, b"x").await;
     let (get_ok, _, _) = ch.get_eventually(&q, false).await;
     let tag = get_ok.delivery_tag();
-    ch.basic_ack(BasicAckArguments::new(tag, false)).await.unwrap();
-    ch.basic_ack(BasicAckArguments::new(tag, false)).await.unwrap();
+    ch.basic_ack(BasicAckArguments::new(tag, false))
+        .await
+        .unwrap();
+    ch.basic_ack(BasicAckArguments::new(tag, false))
+        .await
+        .unwrap();
     let (code, text) = ch.expect_close().await;
     assert_eq!(code, 406);
-    assert_eq!(text, format!("PRECONDITION_FAILED - unknown delivery tag {tag}"));
+    assert_eq!(
+        text,
+        format!("PRECONDITION_FAILED - unknown delivery tag {tag}")
+    );
     assert!(conn.conn.is_open());
 }
 
@@ -197,7 +217,10 @@ async fn get_and_get_empty(shards: usize) {
     let ch = conn.channel().await;
     let q = unique("q-get");
     ch.declare_queue(&q).await;
-    assert!(ch.get(&q, true).await.is_none(), "get on an empty queue returned a message");
+    assert!(
+        ch.get(&q, true).await.is_none(),
+        "get on an empty queue returned a message"
+    );
     for i in 0..3 {
         ch.publish("", &q, format!("m{i}").as_bytes()).await;
     }
@@ -229,7 +252,10 @@ async fn unacked_get_requeued_on_channel_close(shards: usize) {
     getter.ch.clone().close().await.unwrap();
     let (get_ok, _, body) = ch.get_eventually(&q, true).await;
     assert_eq!(body, b"keep me");
-    assert!(get_ok.redelivered(), "requeued-on-close message not flagged redelivered");
+    assert!(
+        get_ok.redelivered(),
+        "requeued-on-close message not flagged redelivered"
+    );
 }
 
 async fn recover_redelivers(shards: usize) {
@@ -265,24 +291,43 @@ async fn mandatory_unroutable_returned(shards: usize) {
     let conn = broker.connect().await;
     let mut ch = conn.channel().await;
     let q = ch.declare_server_named().await;
-    let mandatory = |x: &str, k: &str| {
-        BasicPublishArguments::new(x, k).mandatory(true).finish()
-    };
+    let mandatory = |x: &str, k: &str| BasicPublishArguments::new(x, k).mandatory(true).finish();
     // Routable: no return.
-    ch.basic_publish(BasicProperties::default(), b"routed".to_vec(), mandatory("", &q))
-        .await
-        .unwrap();
+    ch.basic_publish(
+        BasicProperties::default(),
+        b"routed".to_vec(),
+        mandatory("", &q),
+    )
+    .await
+    .unwrap();
     // Unroutable through amq.direct and through the default exchange.
-    ch.basic_publish(BasicProperties::default(), b"lost-1".to_vec(), mandatory("amq.direct", "nobody"))
-        .await
-        .unwrap();
+    ch.basic_publish(
+        BasicProperties::default(),
+        b"lost-1".to_vec(),
+        mandatory("amq.direct", "nobody"),
+    )
+    .await
+    .unwrap();
     let missing = unique("missing");
-    ch.basic_publish(BasicProperties::default(), b"lost-2".to_vec(), mandatory("", &missing))
-        .await
-        .unwrap();
-    for (exchange, key, body) in [("amq.direct", "nobody", "lost-1"), ("", missing.as_str(), "lost-2")] {
+    ch.basic_publish(
+        BasicProperties::default(),
+        b"lost-2".to_vec(),
+        mandatory("", &missing),
+    )
+    .await
+    .unwrap();
+    for (exchange, key, body) in [
+        ("amq.direct", "nobody", "lost-1"),
+        ("", missing.as_str(), "lost-2"),
+    ] {
         match ch.next_event().await {
-            Event::Return { code, text, exchange: x, routing_key, body: b } => {
+            Event::Return {
+                code,
+                text,
+                exchange: x,
+                routing_key,
+                body: b,
+            } => {
                 assert_eq!(code, 312);
                 assert_eq!(text, "NO_ROUTE");
                 assert_eq!(x, exchange);
@@ -294,7 +339,10 @@ async fn mandatory_unroutable_returned(shards: usize) {
     }
     let (_, _, body) = ch.get_eventually(&q, true).await;
     assert_eq!(body, b"routed");
-    assert!(ch.events.try_recv().is_err(), "a routable mandatory message was returned");
+    assert!(
+        ch.events.try_recv().is_err(),
+        "a routable mandatory message was returned"
+    );
 }
 
 async fn publisher_confirms(shards: usize) {
@@ -303,11 +351,17 @@ async fn publisher_confirms(shards: usize) {
     let mut ch = conn.channel().await;
     let q = unique("q-confirm");
     ch.declare_queue(&q).await;
-    ch.confirm_select(ConfirmSelectArguments::default()).await.unwrap();
+    ch.confirm_select(ConfirmSelectArguments::default())
+        .await
+        .unwrap();
     const N: u64 = 200;
     for i in 0..N {
         // Every tenth message is unroutable; it is confirmed all the same.
-        let key = if i % 10 == 9 { "nobody-home".to_string() } else { q.clone() };
+        let key = if i % 10 == 9 {
+            "nobody-home".to_string()
+        } else {
+            q.clone()
+        };
         ch.publish("", &key, format!("c{i}").as_bytes()).await;
     }
     ch.wait_acked(N).await;
@@ -391,7 +445,10 @@ async fn consumer_cancel(shards: usize) {
     let (tag, mut rx) = ch.consume_auto(&q).await;
     ch.publish("", &q, b"before").await;
     assert_eq!(next_delivery(&mut rx).await.body, b"before");
-    let cancelled = ch.basic_cancel(BasicCancelArguments::new(&tag)).await.unwrap();
+    let cancelled = ch
+        .basic_cancel(BasicCancelArguments::new(&tag))
+        .await
+        .unwrap();
     assert_eq!(cancelled, tag);
     ch.publish("", &q, b"after").await;
     ch.wait_message_count(&q, 1).await;
@@ -408,7 +465,9 @@ async fn queue_delete_notifies_consumer(shards: usize) {
     sch.declare_queue(&q).await;
     let (tag, _rx) = sch.consume_auto(&q).await;
     let ach = admin.channel().await;
-    ach.queue_delete(QueueDeleteArguments::new(&q)).await.unwrap();
+    ach.queue_delete(QueueDeleteArguments::new(&q))
+        .await
+        .unwrap();
     match sch.next_event().await {
         Event::Cancel { consumer_tag } => assert_eq!(consumer_tag, tag),
         other => panic!("expected basic.cancel from the broker, got {other:?}"),
@@ -433,7 +492,10 @@ async fn exclusive_consumer(shards: usize) {
         .exclusive(true)
         .finish();
     let r = b.basic_consume_rx(args).await;
-    assert!(r.is_err(), "exclusive consume next to another consumer succeeded");
+    assert!(
+        r.is_err(),
+        "exclusive consume next to another consumer succeeded"
+    );
     let (code, t) = b.expect_close().await;
     assert_eq!((code, t.as_str()), (403, text.as_str()));
 
@@ -445,12 +507,18 @@ async fn exclusive_consumer(shards: usize) {
     let args = amqprs::channel::BasicConsumeArguments::new(&q2, "")
         .exclusive(true)
         .finish();
-    let _rx2 = c.basic_consume_rx(args).await.expect("exclusive consume on an idle queue");
+    let _rx2 = c
+        .basic_consume_rx(args)
+        .await
+        .expect("exclusive consume on an idle queue");
     let mut d = conn.channel().await;
     let r = d
         .basic_consume_rx(amqprs::channel::BasicConsumeArguments::new(&q2, ""))
         .await;
-    assert!(r.is_err(), "consume next to an exclusive consumer succeeded");
+    assert!(
+        r.is_err(),
+        "consume next to an exclusive consumer succeeded"
+    );
     let (code, t) = d.expect_close().await;
     assert_eq!((code, t.as_str()), (403, text2.as_str()));
 }
@@ -459,7 +527,10 @@ fn full_headers() -> FieldTable {
     let mut inner = FieldTable::new();
     inner.insert("depth".try_into().unwrap(), FieldValue::l(2));
     let mut deeper = FieldTable::new();
-    deeper.insert("leaf".try_into().unwrap(), FieldValue::S("bottom".try_into().unwrap()));
+    deeper.insert(
+        "leaf".try_into().unwrap(),
+        FieldValue::S("bottom".try_into().unwrap()),
+    );
     inner.insert("deeper".try_into().unwrap(), FieldValue::F(deeper));
 
     let array = FieldArray::try_from(vec![
@@ -485,8 +556,14 @@ fn full_headers() -> FieldTable {
     put("f32", FieldValue::f(1.5));
     put("f64", FieldValue::d(-2.25e100));
     put("decimal", FieldValue::D(DecimalValue::new(2, 12345)));
-    put("longstr", FieldValue::S(LongStr::try_from("a long string ✓").unwrap()));
-    put("bytes", FieldValue::x(ByteArray::try_from(vec![0u8, 1, 2, 254, 255]).unwrap()));
+    put(
+        "longstr",
+        FieldValue::S(LongStr::try_from("a long string ✓").unwrap()),
+    );
+    put(
+        "bytes",
+        FieldValue::x(ByteArray::try_from(vec![0u8, 1, 2, 254, 255]).unwrap()),
+    );
     put("array", FieldValue::A(array));
     put("timestamp", FieldValue::T(1_700_000_000));
     put("table", FieldValue::F(inner));
@@ -500,7 +577,10 @@ fn canon(v: &FieldValue) -> String {
         FieldValue::F(t) => canon_table(t),
         FieldValue::A(a) => {
             let items: Vec<FieldValue> = a.clone().into();
-            format!("A[{}]", items.iter().map(canon).collect::<Vec<_>>().join(","))
+            format!(
+                "A[{}]",
+                items.iter().map(canon).collect::<Vec<_>>().join(",")
+            )
         }
         FieldValue::f(x) => format!("f{:08x}", x.to_bits()),
         FieldValue::d(x) => format!("d{:016x}", x.to_bits()),
@@ -602,9 +682,18 @@ async fn properties_bytes_unchanged(shards: usize) {
         ("d".into(), Val::F64(f64::MAX)),
         ("D".into(), Val::Decimal(5, -1)),
         ("S".into(), Val::LongStr(vec![0, 1, 2, b'z'])),
-        ("A".into(), Val::Array(vec![Val::Void, Val::Table(vec![]), Val::Array(vec![])])),
+        (
+            "A".into(),
+            Val::Array(vec![Val::Void, Val::Table(vec![]), Val::Array(vec![])]),
+        ),
         ("T".into(), Val::Timestamp(u64::MAX)),
-        ("F".into(), Val::Table(vec![("n".into(), Val::Table(vec![("m".into(), Val::U8(1))]))])),
+        (
+            "F".into(),
+            Val::Table(vec![(
+                "n".into(),
+                Val::Table(vec![("m".into(), Val::U8(1))]),
+            )]),
+        ),
         ("V".into(), Val::Void),
         ("x".into(), Val::Bytes(vec![0xCE, 0xCE, 0])),
     ];
@@ -666,7 +755,10 @@ async fn per_message_expiration(shards: usize) {
     assert_eq!(body, b"durable-ish", "expired message delivered");
     let (_, _, body) = ch.get(&q, true).await.expect("unexpired message");
     assert_eq!(body, b"long-lived");
-    assert!(ch.get(&q, true).await.is_none(), "expired message still in the queue");
+    assert!(
+        ch.get(&q, true).await.is_none(),
+        "expired message still in the queue"
+    );
 
     // An expired message is not delivered to a consumer either.
     let published = Instant::now();
@@ -680,7 +772,11 @@ async fn per_message_expiration(shards: usize) {
     tokio::time::sleep(Duration::from_millis(300).saturating_sub(published.elapsed())).await;
     let (_, mut rx) = ch.consume_auto(&q).await;
     ch.publish("", &q, b"marker").await;
-    assert_eq!(next_delivery(&mut rx).await.body, b"marker", "expired message delivered");
+    assert_eq!(
+        next_delivery(&mut rx).await.body,
+        b"marker",
+        "expired message delivered"
+    );
 }
 
 async fn queue_message_ttl(shards: usize) {
@@ -697,7 +793,10 @@ async fn queue_message_ttl(shards: usize) {
     ch.publish("", &q, b"a").await;
     ch.publish("", &q, b"b").await;
     tokio::time::sleep(Duration::from_millis(300).saturating_sub(published.elapsed())).await;
-    assert!(ch.get(&q, true).await.is_none(), "message outlived x-message-ttl 100 ms");
+    assert!(
+        ch.get(&q, true).await.is_none(),
+        "message outlived x-message-ttl 100 ms"
+    );
     assert_eq!(ch.message_count(&q).await, 0);
 }
 
@@ -726,7 +825,79 @@ async fn queue_expires(shards: usize) {
             assert_eq!(code, 404, "{text}");
             break;
         }
-        assert!(Instant::now() < deadline, "unused queue with x-expires 200 ms still there after 5 s");
+        assert!(
+            Instant::now() < deadline,
+            "unused queue with x-expires 200 ms still there after 5 s"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The hand-written property codec used above agrees with the spec's flag layout.
+#[test]
+fn raw_property_codec_flag_layout() {
+    let only = |p: Props| u16::from_be_bytes(p.encode()[..2].try_into().unwrap());
+    assert_eq!(
+        only(Props {
+            content_type: Some("x".into()),
+            ..Props::default()
+        }),
+        0x8000
+    );
+    assert_eq!(
+        only(Props {
+            headers: Some(vec![]),
+            ..Props::default()
+        }),
+        0x2000
+    );
+    assert_eq!(
+        only(Props {
+            delivery_mode: Some(2),
+            ..Props::default()
+        }),
+        0x1000
+    );
+    assert_eq!(
+        only(Props {
+            expiration: Some("1".into()),
+            ..Props::default()
+        }),
+        0x0100
+    );
+    assert_eq!(
+        only(Props {
+            timestamp: Some(1),
+            ..Props::default()
+        }),
+        0x0040
+    );
+    assert_eq!(
+        only(Props {
+            cluster_id: Some("c".into()),
+            ..Props::default()
+        }),
+        0x0004
+    );
+    let full = Props {
+        content_type: Some("a".into()),
+        content_encoding: Some("b".into()),
+        headers: Some(vec![("k".into(), Val::Array(vec![Val::U8(1), Val::Void]))]),
+        delivery_mode: Some(2),
+        priority: Some(3),
+        correlation_id: Some("c".into()),
+        reply_to: Some("d".into()),
+        expiration: Some("5".into()),
+        message_id: Some("e".into()),
+        timestamp: Some(6),
+        kind: Some("f".into()),
+        user_id: Some("g".into()),
+        app_id: Some("h".into()),
+        cluster_id: Some("i".into()),
+    };
+    let bytes = full.encode();
+    assert_eq!(&bytes[..2], &[0xFF, 0xFC]);
+    let mut d = wire::Dec::new(&bytes);
+    assert_eq!(Props::decode(&mut d), full);
+    assert_eq!(d.remaining(), 0);
 }

@@ -57,8 +57,16 @@ async fn start_and_tune_offer(shards: usize) {
     assert_eq!((start.version_major, start.version_minor), (0, 9));
     let mechs: Vec<&str> = start.mechanisms.split(' ').collect();
     assert!(mechs.contains(&"PLAIN"), "mechanisms: {}", start.mechanisms);
-    assert!(mechs.contains(&"AMQPLAIN"), "mechanisms: {}", start.mechanisms);
-    assert!(start.locales.split(' ').any(|l| l == "en_US"), "locales: {}", start.locales);
+    assert!(
+        mechs.contains(&"AMQPLAIN"),
+        "mechanisms: {}",
+        start.mechanisms
+    );
+    assert!(
+        start.locales.split(' ').any(|l| l == "en_US"),
+        "locales: {}",
+        start.locales
+    );
     c.send_start_ok("PLAIN", b"\0guest\0guest");
     let tune = c.read_tune();
     assert_eq!(
@@ -69,15 +77,26 @@ async fn start_and_tune_offer(shards: usize) {
             heartbeat: 60
         }
     );
-    c.send_tune_ok(Tune { heartbeat: 0, ..tune });
+    c.send_tune_ok(Tune {
+        heartbeat: 0,
+        ..tune
+    });
     c.send_open("/");
     c.read_open_ok();
     c.channel_open(1);
     // A clean client-initiated close.
-    let args = wire::Enc::new().short(200).shortstr("bye").short(0).short(0).done();
+    let args = wire::Enc::new()
+        .short(200)
+        .shortstr("bye")
+        .short(0)
+        .short(0)
+        .done();
     c.send_method(0, wire::m::CONNECTION_CLOSE, &args).unwrap();
     c.expect_method(0, wire::m::CONNECTION_CLOSE_OK);
-    assert!(c.wait_eof(Duration::from_secs(5)), "socket left open after close-ok");
+    assert!(
+        c.wait_eof(Duration::from_secs(5)),
+        "socket left open after close-ok"
+    );
 }
 
 async fn capabilities_advertised(shards: usize) {
@@ -121,7 +140,10 @@ async fn broker_sends_heartbeats(shards: usize) {
     // Silence on our side; the broker must still send heartbeat frames.
     loop {
         let left = Duration::from_millis(2500).saturating_sub(tuned.elapsed());
-        assert!(!left.is_zero(), "no heartbeat frame from the broker within 2.5 s");
+        assert!(
+            !left.is_zero(),
+            "no heartbeat frame from the broker within 2.5 s"
+        );
         match c.read_frame_within(left) {
             Ok((wire::FRAME_HEARTBEAT, ch, payload)) => {
                 assert_eq!(ch, 0, "heartbeat on a non-zero channel");
@@ -164,7 +186,8 @@ async fn heartbeating_client_stays_connected(shards: usize) {
     let started = Instant::now();
     let mut seen_heartbeats = 0;
     while started.elapsed() < Duration::from_secs(4) {
-        c.send_heartbeat().expect("connection dropped while heartbeating");
+        c.send_heartbeat()
+            .expect("connection dropped while heartbeating");
         match c.read_frame_within(Duration::from_millis(300)) {
             Ok((wire::FRAME_HEARTBEAT, 0, _)) => seen_heartbeats += 1,
             Ok((ty, ch, payload)) => {
@@ -174,7 +197,10 @@ async fn heartbeating_client_stays_connected(shards: usize) {
             Err(e) => panic!("connection dropped although the client heartbeats: {e}"),
         }
     }
-    assert!(seen_heartbeats >= 2, "only {seen_heartbeats} heartbeats in 4 s at 1 s interval");
+    assert!(
+        seen_heartbeats >= 2,
+        "only {seen_heartbeats} heartbeats in 4 s at 1 s interval"
+    );
     c.channel_open(1);
 }
 
@@ -194,11 +220,18 @@ async fn frame_max_below_minimum_is_refused(shards: usize) {
     let _ = c.send_method(
         0,
         wire::m::CONNECTION_OPEN,
-        &wire::Enc::new().shortstr("/").shortstr("").bits(&[false]).done(),
+        &wire::Enc::new()
+            .shortstr("/")
+            .shortstr("")
+            .bits(&[false])
+            .done(),
     );
     match c.read_until_closed(Duration::from_secs(5)) {
         Some(Ending::Close { code, text, .. }) => {
-            assert!(code >= 500, "frame_max 1000 refused with soft code {code} {text}");
+            assert!(
+                code >= 500,
+                "frame_max 1000 refused with soft code {code} {text}"
+            );
             assert!(!text.is_empty(), "empty reply text");
         }
         other => panic!("frame_max 1000 (< 4096) not refused with connection.close: {other:?}"),
@@ -227,9 +260,15 @@ async fn frame_max_negotiated_down_is_respected(shards: usize) {
     let d = c.read_delivery(1);
     assert_eq!(d.body, body, "body changed in transit");
     for size in &d.frame_sizes {
-        assert!(*size <= 4096, "broker sent a {size}-byte frame after frame_max 4096 was agreed");
+        assert!(
+            *size <= 4096,
+            "broker sent a {size}-byte frame after frame_max 4096 was agreed"
+        );
     }
-    assert!(d.frame_sizes.len() >= 6, "20000 bytes cannot fit in fewer than 5 body frames");
+    assert!(
+        d.frame_sizes.len() >= 6,
+        "20000 bytes cannot fit in fewer than 5 body frames"
+    );
 }
 
 async fn unknown_vhost_is_refused(shards: usize) {
@@ -239,7 +278,10 @@ async fn unknown_vhost_is_refused(shards: usize) {
     c.read_start();
     c.send_start_ok("PLAIN", b"\0guest\0guest");
     let offer = c.read_tune();
-    c.send_tune_ok(Tune { heartbeat: 0, ..offer });
+    c.send_tune_ok(Tune {
+        heartbeat: 0,
+        ..offer
+    });
     c.send_open("nosuch");
     let (code, text) = c.expect_connection_close();
     assert_eq!(code, 530);
@@ -247,7 +289,10 @@ async fn unknown_vhost_is_refused(shards: usize) {
 
     let mut args = broker.amqprs_args();
     args.virtual_host("nosuch");
-    assert!(Connection::open(&args).await.is_err(), "amqprs opened vhost 'nosuch'");
+    assert!(
+        Connection::open(&args).await.is_err(),
+        "amqprs opened vhost 'nosuch'"
+    );
 }
 
 async fn bad_password_is_refused(shards: usize) {
@@ -266,7 +311,10 @@ async fn bad_password_is_refused(shards: usize) {
         );
     }
     let args = OpenConnectionArguments::new("127.0.0.1", broker.port(), "guest", "nope");
-    assert!(Connection::open(&args).await.is_err(), "amqprs logged in with a bad password");
+    assert!(
+        Connection::open(&args).await.is_err(),
+        "amqprs logged in with a bad password"
+    );
     // Still serving.
     broker.connect().await.close().await;
 }
@@ -282,14 +330,19 @@ async fn amqplain_login(shards: usize) {
     ]);
     c.send_start_ok("AMQPLAIN", &response);
     let offer = c.read_tune();
-    c.send_tune_ok(Tune { heartbeat: 0, ..offer });
+    c.send_tune_ok(Tune {
+        heartbeat: 0,
+        ..offer
+    });
     c.send_open("/");
     c.read_open_ok();
     c.channel_open(1);
 
     let mut args = broker.amqprs_args();
     args.credentials(SecurityCredentials::new_amqplain("guest", "guest"));
-    let conn = Connection::open(&args).await.expect("AMQPLAIN login via amqprs");
+    let conn = Connection::open(&args)
+        .await
+        .expect("AMQPLAIN login via amqprs");
     conn.close().await.unwrap();
 }
 
@@ -323,7 +376,10 @@ async fn sigterm_forces_connections_closed(shards: usize) {
     for c in &mut raws {
         let (code, text) = c.expect_connection_close();
         assert_eq!(code, 320, "SIGTERM close: {text}");
-        assert!(text.starts_with("CONNECTION_FORCED"), "SIGTERM close text {text:?}");
+        assert!(
+            text.starts_with("CONNECTION_FORCED"),
+            "SIGTERM close text {text:?}"
+        );
     }
     match common::next_event(&mut conn.events).await {
         Event::ConnectionClose { code, .. } => assert_eq!(code, 320),
@@ -332,5 +388,9 @@ async fn sigterm_forces_connections_closed(shards: usize) {
     let status = broker
         .wait_exit(Duration::from_secs(10))
         .expect("sluice still running 10 s after SIGTERM");
-    assert_eq!(status.code(), Some(0), "exit status after SIGTERM: {status}");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after SIGTERM: {status}"
+    );
 }

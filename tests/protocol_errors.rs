@@ -29,7 +29,10 @@ fn check(code: u16, text: &str, expect: &Expect) {
         }
         Expect::Prefix(c, p) => {
             assert_eq!(code, *c, "reply code (text {text:?})");
-            assert!(text.starts_with(p), "reply text {text:?} does not start with {p:?}");
+            assert!(
+                text.starts_with(p),
+                "reply text {text:?} does not start with {p:?}"
+            );
         }
     }
 }
@@ -101,7 +104,10 @@ async fn frame_larger_than_frame_max(shards: usize) {
     let mut bytes = wire::frame(
         wire::FRAME_METHOD,
         1,
-        &wire::method_payload(m::BASIC_PUBLISH, &RawConn::publish_args("", "nowhere", false, false)),
+        &wire::method_payload(
+            m::BASIC_PUBLISH,
+            &RawConn::publish_args("", "nowhere", false, false),
+        ),
     );
     bytes.extend(wire::frame(
         wire::FRAME_HEADER,
@@ -174,7 +180,12 @@ async fn method_on_unopened_channel(shards: usize) {
 async fn method_on_closed_channel(shards: usize) {
     hard_error(shards, Expect::Prefix(503, "COMMAND_INVALID - "), |c| {
         c.channel_open(1);
-        let args = Enc::new().short(200).shortstr("done").short(0).short(0).done();
+        let args = Enc::new()
+            .short(200)
+            .shortstr("done")
+            .short(0)
+            .short(0)
+            .done();
         c.send_method(1, m::CHANNEL_CLOSE, &args).unwrap();
         c.expect_method(1, m::CHANNEL_CLOSE_OK);
         c.send_method(1, m::QUEUE_DECLARE, &queue_declare_args("after-close"))
@@ -203,21 +214,28 @@ async fn truncated_method_payload(shards: usize) {
 }
 
 async fn publish_immediate(shards: usize) {
-    hard_error(shards, Expect::Exact(540, "NOT_IMPLEMENTED - immediate=true"), |c| {
-        c.channel_open(1);
-        let mut bytes = wire::frame(
-            wire::FRAME_METHOD,
-            1,
-            &wire::method_payload(m::BASIC_PUBLISH, &RawConn::publish_args("", "q", false, true)),
-        );
-        bytes.extend(wire::frame(
-            wire::FRAME_HEADER,
-            1,
-            &wire::content_header_payload(2, &Props::default()),
-        ));
-        bytes.extend(wire::frame(wire::FRAME_BODY, 1, b"hi"));
-        c.send(&bytes).unwrap();
-    })
+    hard_error(
+        shards,
+        Expect::Exact(540, "NOT_IMPLEMENTED - immediate=true"),
+        |c| {
+            c.channel_open(1);
+            let mut bytes = wire::frame(
+                wire::FRAME_METHOD,
+                1,
+                &wire::method_payload(
+                    m::BASIC_PUBLISH,
+                    &RawConn::publish_args("", "q", false, true),
+                ),
+            );
+            bytes.extend(wire::frame(
+                wire::FRAME_HEADER,
+                1,
+                &wire::content_header_payload(2, &Props::default()),
+            ));
+            bytes.extend(wire::frame(wire::FRAME_BODY, 1, b"hi"));
+            c.send(&bytes).unwrap();
+        },
+    )
     .await
 }
 
@@ -229,10 +247,17 @@ async fn unknown_vhost(shards: usize) {
     c.read_start();
     c.send_start_ok("PLAIN", b"\0guest\0guest");
     let offer = c.read_tune();
-    c.send_tune_ok(Tune { heartbeat: 0, ..offer });
+    c.send_tune_ok(Tune {
+        heartbeat: 0,
+        ..offer
+    });
     c.send_open("nosuch");
     let (code, text) = c.expect_connection_close();
-    check(code, &text, &Expect::Exact(530, "NOT_ALLOWED - vhost 'nosuch' not found"));
+    check(
+        code,
+        &text,
+        &Expect::Exact(530, "NOT_ALLOWED - vhost 'nosuch' not found"),
+    );
     bystanders.assert_unharmed(&broker).await;
 }
 
@@ -312,7 +337,10 @@ async fn garbage_after_handshake(shards: usize) {
                     (501..=505).contains(&code),
                     "seed {seed}: garbage closed with {code} {text}"
                 );
-                assert!(c.wait_eof(Duration::from_secs(5)), "seed {seed}: socket left open");
+                assert!(
+                    c.wait_eof(Duration::from_secs(5)),
+                    "seed {seed}: socket left open"
+                );
             }
             Some(Ending::Eof) => {}
             None => panic!("seed {seed}: 8 KiB of garbage did not close the connection"),
@@ -332,7 +360,10 @@ async fn client_vanishes_mid_frame(shards: usize) {
         let mut bytes = wire::frame(
             wire::FRAME_METHOD,
             1,
-            &wire::method_payload(m::BASIC_PUBLISH, &RawConn::publish_args("", &q, false, false)),
+            &wire::method_payload(
+                m::BASIC_PUBLISH,
+                &RawConn::publish_args("", &q, false, false),
+            ),
         );
         let method_len = bytes.len();
         bytes.extend(wire::frame(
@@ -342,7 +373,11 @@ async fn client_vanishes_mid_frame(shards: usize) {
         ));
         bytes.extend(wire::frame(wire::FRAME_BODY, 1, &body));
         // Cut inside the method frame for small cuts, inside the content otherwise.
-        let end = if cut < method_len { cut } else { bytes.len() - cut };
+        let end = if cut < method_len {
+            cut
+        } else {
+            bytes.len() - cut
+        };
         c.send(&bytes[..end]).unwrap();
         drop(c);
     }
@@ -378,7 +413,11 @@ async fn client_vanishes_mid_handshake(shards: usize) {
         .longstr(b"\0guest\0guest")
         .shortstr("en_US")
         .done();
-    let f = wire::frame(wire::FRAME_METHOD, 0, &wire::method_payload(m::CONNECTION_START_OK, &args));
+    let f = wire::frame(
+        wire::FRAME_METHOD,
+        0,
+        &wire::method_payload(m::CONNECTION_START_OK, &args),
+    );
     c.send(&f[..f.len() / 2]).unwrap();
     drop(c);
     // Connected and silent, then gone.
@@ -394,7 +433,10 @@ async fn repeated_offenders(shards: usize) {
         let mut c = broker.raw();
         c.send_frame(wire::FRAME_BODY, 1, b"x").unwrap();
         let (code, _) = c.expect_connection_close();
-        assert!(code == 505 || code == 503, "round {round}: body on unopened channel gave {code}");
+        assert!(
+            code == 505 || code == 503,
+            "round {round}: body on unopened channel gave {code}"
+        );
 
         let mut c = broker.raw();
         c.channel_open(1);

@@ -119,8 +119,7 @@ async fn topic_patterns_sixteen_subscribers(shards: usize) {
     let (_conns, mut subs) = subscribe(&broker, 8, "amq.topic", &pattern_sets).await;
 
     let keys = [
-        "a", "a.b", "a.b.c", "a.c", "b", "x.b", "x.y.b", "a.b.b", "a.x.y.c", "c", "a.b.c.d",
-        "b.b",
+        "a", "a.b", "a.b.c", "a.c", "b", "x.b", "x.y.b", "a.b.b", "a.x.y.c", "c", "a.b.c.d", "b.b",
     ];
     let publisher = broker.connect().await;
     let pch = publisher.channel().await;
@@ -135,7 +134,10 @@ async fn topic_patterns_sixteen_subscribers(shards: usize) {
 
     // Sanity on the expectations themselves.
     assert_eq!(
-        published.iter().filter(|(k, _)| topic_matches("#", k)).count(),
+        published
+            .iter()
+            .filter(|(k, _)| topic_matches("#", k))
+            .count(),
         published.len()
     );
     for sub in &mut subs {
@@ -180,8 +182,10 @@ async fn fanout_sixteen_subscribers(shards: usize) {
     let publisher = broker.connect().await;
     let pch = publisher.channel().await;
     for i in 0..200 {
-        pch.publish(&x, &format!("k{i}"), format!("f{i}").as_bytes()).await;
-        pch.publish("amq.fanout", "any", format!("g{i}").as_bytes()).await;
+        pch.publish(&x, &format!("k{i}"), format!("f{i}").as_bytes())
+            .await;
+        pch.publish("amq.fanout", "any", format!("g{i}").as_bytes())
+            .await;
     }
     for sub in &mut subs {
         for i in 0..200 {
@@ -192,7 +196,10 @@ async fn fanout_sixteen_subscribers(shards: usize) {
     }
     for sub in &mut amq_subs {
         for i in 0..200 {
-            assert_eq!(next_delivery(&mut sub.rx).await.body, format!("g{i}").as_bytes());
+            assert_eq!(
+                next_delivery(&mut sub.rx).await.body,
+                format!("g{i}").as_bytes()
+            );
         }
     }
     for sub in subs.iter_mut().chain(amq_subs.iter_mut()) {
@@ -218,7 +225,8 @@ async fn direct_multicast(shards: usize) {
     let colours = ["red", "green", "blue", "black"];
     for i in 0..40 {
         let c = colours[i % 4];
-        pch.publish("amq.direct", c, format!("{i}-{c}").as_bytes()).await;
+        pch.publish("amq.direct", c, format!("{i}-{c}").as_bytes())
+            .await;
     }
     for sub in &mut subs {
         for i in 0..40 {
@@ -245,8 +253,12 @@ async fn many_publishers_one_subscriber(shards: usize) {
         tasks.push(tokio::spawn(async move {
             let ch = conn.channel().await;
             for i in 0..EACH {
-                ch.publish("amq.topic", &format!("pub.{p}"), format!("{p}:{i}").as_bytes())
-                    .await;
+                ch.publish(
+                    "amq.topic",
+                    &format!("pub.{p}"),
+                    format!("{p}:{i}").as_bytes(),
+                )
+                .await;
             }
             // channel.close/close-ok is a round trip behind every publish on the channel.
             ch.ch.clone().close().await.unwrap();
@@ -296,22 +308,33 @@ async fn large_body_fan_out(shards: usize) {
     let publisher = broker.connect().await;
     let pch = publisher.channel().await;
     pch.publish("amq.topic", "big.one", &body).await;
-    pch.publish("amq.topic", "big.two", b"small after big").await;
+    pch.publish("amq.topic", "big.two", b"small after big")
+        .await;
     for sub in &mut subs {
         let d = next_delivery(&mut sub.rx).await;
         assert_eq!(d.body.len(), body.len(), "queue {}", sub.queue);
-        assert!(d.body == body, "1 MiB body corrupted for queue {}", sub.queue);
+        assert!(
+            d.body == body,
+            "1 MiB body corrupted for queue {}",
+            sub.queue
+        );
         assert_eq!(next_delivery(&mut sub.rx).await.body, b"small after big");
     }
     let d = raw.read_delivery(1);
-    assert!(d.body == body, "1 MiB body corrupted for the raw subscriber");
+    assert!(
+        d.body == body,
+        "1 MiB body corrupted for the raw subscriber"
+    );
     let frame_max = raw.tune.unwrap().frame_max as usize;
     assert!(
         d.frame_sizes.iter().all(|s| *s <= frame_max),
         "a frame exceeds frame_max {frame_max}: {:?}",
         d.frame_sizes
     );
-    assert!(d.frame_sizes.len() >= 1 + (1 << 20) / frame_max, "too few body frames");
+    assert!(
+        d.frame_sizes.len() >= 1 + (1 << 20) / frame_max,
+        "too few body frames"
+    );
     assert_eq!(raw.read_delivery(1).body, b"small after big");
 
     // And the same from a raw publisher splitting into small frames (frame_max 4096).
@@ -328,10 +351,15 @@ async fn large_body_fan_out(shards: usize) {
     rp.send_open("/");
     rp.read_open_ok();
     rp.channel_open(1);
-    rp.publish(1, "amq.topic", "big.raw", &Props::default(), &body).unwrap();
+    rp.publish(1, "amq.topic", "big.raw", &Props::default(), &body)
+        .unwrap();
     for sub in &mut subs {
         let d = next_delivery(&mut sub.rx).await;
-        assert!(d.body == body, "1 MiB body from 4 KiB frames corrupted for {}", sub.queue);
+        assert!(
+            d.body == body,
+            "1 MiB body from 4 KiB frames corrupted for {}",
+            sub.queue
+        );
     }
 }
 
@@ -383,9 +411,12 @@ async fn competing_consumers_across_connections(shards: usize) {
                 per_consumer[idx] += 1;
                 total += 1;
                 progressed = true;
-                ch.basic_ack(amqprs::channel::BasicAckArguments::new(d.delivery_tag, false))
-                    .await
-                    .unwrap();
+                ch.basic_ack(amqprs::channel::BasicAckArguments::new(
+                    d.delivery_tag,
+                    false,
+                ))
+                .await
+                .unwrap();
             }
         }
         if !progressed {

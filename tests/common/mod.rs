@@ -163,7 +163,11 @@ impl Broker {
         let mut child = cmd.spawn().expect("spawn sluice");
         let logs = Arc::new(Mutex::new(Vec::new()));
         spawn_log_reader(child.stdout.take().expect("stdout"), logs.clone(), "");
-        spawn_log_reader(child.stderr.take().expect("stderr"), logs.clone(), "[stderr] ");
+        spawn_log_reader(
+            child.stderr.take().expect("stderr"),
+            logs.clone(),
+            "[stderr] ",
+        );
         let pid = child.id();
         let mut broker = Broker {
             child: Some(child),
@@ -188,7 +192,11 @@ impl Broker {
             if let (Some(port), Some(_)) = (port, self.find_log("BRK-1004 : Ready")) {
                 return port;
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 // Let the reader threads drain what the process printed.
                 std::thread::sleep(Duration::from_millis(50));
                 panic!(
@@ -348,14 +356,40 @@ type CbResult = Result<(), amqprs::error::Error>;
 /// Something the server sent on its own initiative.
 #[derive(Debug)]
 pub enum Event {
-    ChannelClose { code: u16, text: String, class_id: u16, method_id: u16 },
-    ConnectionClose { code: u16, text: String },
-    Cancel { consumer_tag: String },
-    Ack { tag: u64, multiple: bool },
-    Nack { tag: u64, multiple: bool },
-    Return { code: u16, text: String, exchange: String, routing_key: String, body: Vec<u8> },
-    Flow { active: bool },
-    Blocked { reason: String },
+    ChannelClose {
+        code: u16,
+        text: String,
+        class_id: u16,
+        method_id: u16,
+    },
+    ConnectionClose {
+        code: u16,
+        text: String,
+    },
+    Cancel {
+        consumer_tag: String,
+    },
+    Ack {
+        tag: u64,
+        multiple: bool,
+    },
+    Nack {
+        tag: u64,
+        multiple: bool,
+    },
+    Return {
+        code: u16,
+        text: String,
+        exchange: String,
+        routing_key: String,
+        body: Vec<u8>,
+    },
+    Flow {
+        active: bool,
+    },
+    Blocked {
+        reason: String,
+    },
     Unblocked,
 }
 
@@ -444,7 +478,11 @@ impl Chan {
         body: &[u8],
     ) {
         self.ch
-            .basic_publish(props, body.to_vec(), BasicPublishArguments::new(exchange, routing_key))
+            .basic_publish(
+                props,
+                body.to_vec(),
+                BasicPublishArguments::new(exchange, routing_key),
+            )
             .await
             .expect("basic.publish");
     }
@@ -507,7 +545,10 @@ impl Chan {
         while !(upto >= last || (1..=last).all(|t| t <= upto || acked.contains(&t))) {
             match self.next_event().await {
                 Event::Ack { tag, multiple } => {
-                    assert!(tag >= 1 && tag <= last, "ack for tag {tag}, only 1..={last} published");
+                    assert!(
+                        tag >= 1 && tag <= last,
+                        "ack for tag {tag}, only 1..={last} published"
+                    );
                     if multiple {
                         upto = upto.max(tag);
                     } else {
@@ -524,7 +565,9 @@ impl Chan {
         &self,
         queue: &str,
     ) -> (String, mpsc::UnboundedReceiver<ConsumerMessage>) {
-        let args = BasicConsumeArguments::new(queue, "").auto_ack(true).finish();
+        let args = BasicConsumeArguments::new(queue, "")
+            .auto_ack(true)
+            .finish();
         self.ch.basic_consume_rx(args).await.expect("basic.consume")
     }
 
@@ -533,7 +576,9 @@ impl Chan {
         &self,
         queue: &str,
     ) -> (String, mpsc::UnboundedReceiver<ConsumerMessage>) {
-        let args = BasicConsumeArguments::new(queue, "").manual_ack(true).finish();
+        let args = BasicConsumeArguments::new(queue, "")
+            .manual_ack(true)
+            .finish();
         self.ch.basic_consume_rx(args).await.expect("basic.consume")
     }
 }
@@ -557,7 +602,10 @@ pub async fn next_delivery(rx: &mut mpsc::UnboundedReceiver<ConsumerMessage>) ->
 }
 
 /// Asserts that no delivery arrives within `quiet`.
-pub async fn assert_no_delivery(rx: &mut mpsc::UnboundedReceiver<ConsumerMessage>, quiet: Duration) {
+pub async fn assert_no_delivery(
+    rx: &mut mpsc::UnboundedReceiver<ConsumerMessage>,
+    quiet: Duration,
+) {
     if let Ok(Some(msg)) = tokio::time::timeout(quiet, rx.recv()).await {
         let d = Delivery::from(msg);
         panic!(

@@ -46,7 +46,12 @@ impl Method {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ending {
     /// The server sent connection.close with this code and text.
-    Close { code: u16, text: String, class_id: u16, method_id: u16 },
+    Close {
+        code: u16,
+        text: String,
+        class_id: u16,
+        method_id: u16,
+    },
     /// The server closed the socket without a connection.close.
     Eof,
 }
@@ -121,7 +126,10 @@ impl RawConn {
         let ty = hdr[0];
         let channel = u16::from_be_bytes([hdr[1], hdr[2]]);
         let size = u32::from_be_bytes([hdr[3], hdr[4], hdr[5], hdr[6]]) as usize;
-        assert!(size <= 64 << 20, "server announced an absurd frame size {size}");
+        assert!(
+            size <= 64 << 20,
+            "server announced an absurd frame size {size}"
+        );
         let mut payload = vec![0u8; size + 1];
         self.stream.read_exact(&mut payload)?;
         let end = payload.pop().unwrap();
@@ -153,7 +161,9 @@ impl RawConn {
                         args: payload[4..].to_vec(),
                     });
                 }
-                other => panic!("expected a method frame, got frame type {other} on channel {channel}"),
+                other => {
+                    panic!("expected a method frame, got frame type {other} on channel {channel}")
+                }
             }
         }
     }
@@ -185,7 +195,8 @@ impl RawConn {
     // ---- handshake, step by step -------------------------------------------------------
 
     pub fn send_protocol_header(&mut self) {
-        self.send(wire::PROTOCOL_HEADER).expect("send protocol header");
+        self.send(wire::PROTOCOL_HEADER)
+            .expect("send protocol header");
     }
 
     pub fn read_start(&mut self) -> Start {
@@ -233,7 +244,11 @@ impl RawConn {
     }
 
     pub fn send_open(&mut self, vhost: &str) {
-        let args = Enc::new().shortstr(vhost).shortstr("").bits(&[false]).done();
+        let args = Enc::new()
+            .shortstr(vhost)
+            .shortstr("")
+            .bits(&[false])
+            .done();
         self.send_method(0, m::CONNECTION_OPEN, &args)
             .expect("send connection.open");
     }
@@ -254,10 +269,7 @@ impl RawConn {
         self.read_start();
         self.send_start_ok("PLAIN", b"\0guest\0guest");
         let offer = self.read_tune();
-        self.send_tune_ok(Tune {
-            heartbeat,
-            ..offer
-        });
+        self.send_tune_ok(Tune { heartbeat, ..offer });
         self.send_open("/");
         self.read_open_ok();
         offer
@@ -284,7 +296,12 @@ impl RawConn {
                         let class_id = d.short();
                         let method_id = d.short();
                         let _ = self.send_method(0, m::CONNECTION_CLOSE_OK, &[]);
-                        return Some(Ending::Close { code, text, class_id, method_id });
+                        return Some(Ending::Close {
+                            code,
+                            text,
+                            class_id,
+                            method_id,
+                        });
                     }
                 }
                 Ok(_) => {}
@@ -369,7 +386,14 @@ impl RawConn {
     }
 
     /// queue.declare with flags (durable, exclusive, auto-delete); returns the queue name.
-    pub fn queue_declare(&mut self, channel: u16, name: &str, durable: bool, exclusive: bool, auto_delete: bool) -> String {
+    pub fn queue_declare(
+        &mut self,
+        channel: u16,
+        name: &str,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+    ) -> String {
         let args = Enc::new()
             .short(0)
             .shortstr(name)
@@ -407,7 +431,9 @@ impl RawConn {
             .done();
         self.send_method(channel, m::BASIC_CONSUME, &args)
             .expect("send basic.consume");
-        self.expect_method(channel, m::BASIC_CONSUME_OK).dec().shortstr()
+        self.expect_method(channel, m::BASIC_CONSUME_OK)
+            .dec()
+            .shortstr()
     }
 
     /// The basic.publish method frame's arguments.
@@ -421,11 +447,21 @@ impl RawConn {
     }
 
     /// basic.publish + content header + body frames split at the negotiated frame-max.
-    pub fn publish(&mut self, channel: u16, exchange: &str, key: &str, props: &Props, body: &[u8]) -> io::Result<()> {
+    pub fn publish(
+        &mut self,
+        channel: u16,
+        exchange: &str,
+        key: &str,
+        props: &Props,
+        body: &[u8],
+    ) -> io::Result<()> {
         let mut bytes = wire::frame(
             wire::FRAME_METHOD,
             channel,
-            &wire::method_payload(m::BASIC_PUBLISH, &Self::publish_args(exchange, key, false, false)),
+            &wire::method_payload(
+                m::BASIC_PUBLISH,
+                &Self::publish_args(exchange, key, false, false),
+            ),
         );
         bytes.extend(wire::frame(
             wire::FRAME_HEADER,
@@ -451,7 +487,11 @@ impl RawConn {
         );
         assert_eq!(method.channel, channel);
         let (ty, ch, header_payload) = self.read_frame().expect("content header");
-        assert_eq!((ty, ch), (wire::FRAME_HEADER, channel), "expected a content header");
+        assert_eq!(
+            (ty, ch),
+            (wire::FRAME_HEADER, channel),
+            "expected a content header"
+        );
         let mut frame_sizes = vec![header_payload.len() + 8];
         let mut d = Dec::new(&header_payload);
         assert_eq!(d.short(), 60, "content header class");
@@ -461,7 +501,11 @@ impl RawConn {
         let mut body = Vec::with_capacity(size);
         while body.len() < size {
             let (ty, ch, chunk) = self.read_frame().expect("content body");
-            assert_eq!((ty, ch), (wire::FRAME_BODY, channel), "expected a body frame");
+            assert_eq!(
+                (ty, ch),
+                (wire::FRAME_BODY, channel),
+                "expected a body frame"
+            );
             frame_sizes.push(chunk.len() + 8);
             body.extend_from_slice(&chunk);
         }

@@ -126,7 +126,8 @@ impl Enc {
     }
     pub fn table(mut self, t: &Table) -> Self {
         let body = encode_table_body(t);
-        self.buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        self.buf
+            .extend_from_slice(&(body.len() as u32).to_be_bytes());
         self.buf.extend_from_slice(&body);
         self
     }
