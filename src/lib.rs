@@ -1,3 +1,4 @@
 //! sluice
 
 pub mod model;
+pub mod timer;
