@@ -1,4 +1,5 @@
 //! sluice
 
 pub mod model;
+pub mod policy;
 pub mod timer;
