@@ -1,1 +1,3 @@
 //! sluice
+
+pub mod protocol;
