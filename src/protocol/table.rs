@@ -312,8 +312,9 @@ impl FieldTable {
 
     /// Writes the table including its long length prefix.
     pub fn encode(&self, out: &mut BytesMut) {
-        out.reserve(self.encoded_len());
-        out.put_u32((self.encoded_len() - 4) as u32);
+        let len = self.encoded_len();
+        out.reserve(len);
+        out.put_u32((len - 4) as u32);
         for (k, v) in &self.0 {
             put_shortstr(out, k);
             v.encode(out);

@@ -225,3 +225,89 @@ fn exchange_declare_type_is_kind() {
     let bytes = encode(&m.clone().into());
     assert_eq!(decode(&bytes), Ok(Method::ExchangeDeclare(m)));
 }
+
+/// Counts heap allocations made by the current thread, to prove the
+/// publish/ack decode fast paths allocate nothing.
+mod alloc_count {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static ALLOCS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    struct Counting;
+
+    fn bump() {
+        // `try_with` so allocations during thread teardown do not panic.
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+    }
+
+    // SAFETY: delegates every call unchanged to the system allocator.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            bump();
+            // SAFETY: same contract as the caller's.
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: same contract as the caller's.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            bump();
+            // SAFETY: same contract as the caller's.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+
+    /// Allocations made on this thread while running `f`.
+    pub fn count<R>(f: impl FnOnce() -> R) -> (usize, R) {
+        let before = ALLOCS.with(Cell::get);
+        let r = f();
+        (ALLOCS.with(Cell::get) - before, r)
+    }
+}
+
+#[test]
+fn publish_and_ack_decode_do_not_allocate() {
+    use crate::protocol::frame::split_frame;
+
+    let mut wire = BytesMut::new();
+    let publish = Method::from(BasicPublish {
+        exchange: ShortStr::from("amq.topic"),
+        routing_key: ShortStr::from("a.b.c"),
+        mandatory: true,
+        ..Default::default()
+    });
+    let ack = Method::from(BasicAck {
+        delivery_tag: 9,
+        multiple: true,
+    });
+    crate::protocol::frame::encode_method(&mut wire, 1, &publish);
+    crate::protocol::frame::encode_method(&mut wire, 1, &ack);
+    // Split once outside the counter: the first split of a fresh buffer
+    // promotes it to a shared allocation, which is the read buffer's cost.
+    let first = split_frame(&mut wire, 0).ok().flatten().map(|f| f.payload);
+    let second = split_frame(&mut wire, 0).ok().flatten().map(|f| f.payload);
+    let (Some(first), Some(second)) = (first, second) else {
+        panic!("two frames")
+    };
+    let (n, _) = alloc_count::count(|| vec![0u8; 16]);
+    assert!(n >= 1, "the counter sees allocations");
+    let (n, decoded) = alloc_count::count(|| Method::decode(first.clone()));
+    assert_eq!(decoded, Ok(publish));
+    assert_eq!(n, 0, "basic.publish decode allocated");
+    let (n, decoded) = alloc_count::count(|| Method::decode(second.clone()));
+    assert_eq!(decoded, Ok(ack));
+    assert_eq!(n, 0, "basic.ack decode allocated");
+    let (n, _) = alloc_count::count(|| {
+        Method::decode(Bytes::from_static(b"\x00\x3c\x00\x28\x00\x00\x00\x01k\x00"))
+    });
+    assert_eq!(n, 0, "basic.publish decode from static allocated");
+}
