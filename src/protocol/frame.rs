@@ -200,8 +200,9 @@ pub fn encode_body_prefix(out: &mut BytesMut, channel: u16, len: u32) {
 
 /// Writes a content-header frame followed by body frames, each at most
 /// `frame_max` bytes in total (`0` = one body frame). An empty body writes no
-/// body frame. Copies the body; for clients and tests (the broker forwards
-/// bodies zero-copy with [`encode_body_prefix`]).
+/// body frame. A `frame_max` too small to carry any payload (1..=8) is
+/// treated as no limit. Copies the body; for clients and tests (the broker
+/// forwards bodies zero-copy with [`encode_body_prefix`]).
 pub fn encode_content(
     out: &mut BytesMut,
     channel: u16,
