@@ -5,4 +5,8 @@
 //! read clocks, take locks or atomics, or hold queue contents; every value
 //! here lives on one shard and is changed only by that shard.
 
+pub mod exchange;
+pub mod ids;
+pub mod message;
+pub mod routing;
 pub mod topic_trie;
