@@ -20,6 +20,9 @@ use crate::session::error::ConnectionError;
 use crate::shard::handler::{pending, Flow, HeaderCheck};
 use crate::shard::Shard;
 
+/// How long a closed connection's writer may take to flush its last frames.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Serves one accepted connection until it closes.
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     let stream = Rc::new(stream);
@@ -40,13 +43,22 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
             )
         })
     };
+    let writer_done = Rc::new(Signal::new());
     tokio_uring::spawn(super::writer::run(
         Rc::clone(&shard),
         Rc::clone(&stream),
         conn,
         signal,
+        Rc::clone(&writer_done),
     ));
     read_loop(&shard, &stream, conn).await;
+    if matches!(phase(&shard, conn), Some(Phase::Closed)) {
+        // Let the writer flush the last frames (close-ok, connection.close, the protocol
+        // header answer) before the connection is forgotten; a peer that does not read
+        // gets a bounded grace period.
+        shard.flush();
+        let _ = tokio::time::timeout(CLOSE_GRACE, writer_done.wait()).await;
+    }
     shard.state.borrow_mut().drop_conn(&shard, conn);
     shard.flush();
 }

@@ -18,8 +18,20 @@ use crate::shard::Shard;
 /// Most iovecs one `writev` takes (Linux `IOV_MAX`).
 const IOV_MAX: usize = 1024;
 
-/// Runs until the connection is gone or its socket fails.
-pub async fn run(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: ConnId, signal: Rc<Signal>) {
+/// Runs until the connection is gone or its socket fails, then raises `done`.
+pub async fn run(
+    shard: Rc<Shard>,
+    stream: Rc<TcpStream>,
+    conn: ConnId,
+    signal: Rc<Signal>,
+    done: Rc<Signal>,
+) {
+    write_loop(&shard, &stream, conn, &signal).await;
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    done.notify();
+}
+
+async fn write_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, signal: &Signal) {
     let low_water = shard.config.net.write_low_water;
     loop {
         signal.wait().await;
@@ -27,26 +39,21 @@ pub async fn run(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: ConnId, signal: 
             let taken = {
                 let mut st = shard.state.borrow_mut();
                 match st.conn_mut(conn) {
-                    None => {
-                        let _ = stream.shutdown(std::net::Shutdown::Both);
-                        return;
-                    }
+                    None => return,
                     Some(c) => (c.out.take(IOV_MAX), c.phase == Phase::Closed),
                 }
             };
             let (bufs, closed) = taken;
             if bufs.is_empty() {
                 if closed {
-                    let _ = stream.shutdown(std::net::Shutdown::Both);
                     return;
                 }
                 break;
             }
-            let written = match write_all(&stream, bufs).await {
+            let written = match write_all(stream, bufs).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::debug!("write failed: {e}");
-                    let _ = stream.shutdown(std::net::Shutdown::Both);
                     return;
                 }
             };
@@ -62,7 +69,7 @@ pub async fn run(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: ConnId, signal: 
                     None => false,
                 };
                 if drained {
-                    st.top_up_conn(&shard, conn);
+                    st.top_up_conn(shard, conn);
                 }
                 drained
             };
