@@ -116,6 +116,19 @@ impl ChannelError {
         }
     }
 
+    /// Whether this error must close the connection rather than the channel. The spec
+    /// classes 506 RESOURCE_ERROR as a hard error, but a slow consumer is deliberately a
+    /// channel close (the connection stays usable), so the class alone does not decide.
+    pub fn closes_connection(&self) -> bool {
+        matches!(
+            self.code(),
+            ReplyCode::CommandInvalid
+                | ReplyCode::NotAllowed
+                | ReplyCode::NotImplemented
+                | ReplyCode::InternalError
+        )
+    }
+
     /// The reply text sent on the wire.
     pub fn reply_text(&self) -> String {
         match self {
@@ -328,7 +341,6 @@ mod tests {
         let soft = [
             ChannelError::DefaultExchange,
             ChannelError::UnknownDeliveryTag(1),
-            ChannelError::ConsumingTooSlow,
             ChannelError::ExclusiveLocked {
                 queue: String::new(),
                 vhost: String::new(),
@@ -336,6 +348,10 @@ mod tests {
         ];
         for e in soft {
             assert!(!e.code().is_hard(), "{:?}", e.code());
+            assert!(!e.closes_connection());
         }
+        // 506 is a hard code in the spec, but a slow consumer only loses its channel.
+        assert!(!ChannelError::ConsumingTooSlow.closes_connection());
+        assert!(ChannelError::ConsumerTagInUse("t".into()).closes_connection());
     }
 }

@@ -428,7 +428,7 @@ impl State {
         class_id: u16,
         method_id: u16,
     ) {
-        if err.code().is_hard() {
+        if err.closes_connection() {
             let hard = ConnectionError::CommandInvalid(err.to_string());
             let hard = match err.code().code() {
                 530 => ConnectionError::NotAllowed(err.to_string()),
