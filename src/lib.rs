@@ -1,1 +1,45 @@
-//! sluice
+//! sluice — an AMQP 0-9-1 message broker for heavy topic fan-out, one io_uring event
+//! loop per core.
+//!
+//! # Layout
+//!
+//! Dependencies point one way: `protocol` ← `model`, `queue`, `policy`, `timer` ←
+//! `session` ← `shard` ← `net` ← `server`. `client` depends only on `protocol`.
+//!
+//! - [`protocol`]: the wire format — frames, methods (generated from the AMQP JSON spec
+//!   into `protocol/method/generated.rs`), content headers, field tables, reply codes.
+//! - [`model`]: messages (shared, zero-copy), exchanges and their match rules, the topic
+//!   trie, and the per-shard routing directory.
+//! - [`queue`]: a queue's entries, accounting, consumers and credit.
+//! - [`policy`]: consumption-rate estimation (and the slow-consumer and flow policies
+//!   that build on it).
+//! - [`timer`]: the per-shard coarse clock and hashed timing wheel.
+//! - [`session`]: connection and channel state, consumers, typed protocol errors.
+//! - [`shard`]: one event loop's world — connections, home queues, directory replica,
+//!   timer wheel — plus the cross-shard inbox, placement and the control plane.
+//! - [`net`]: per-connection reader and writer tasks over tokio-uring sockets.
+//! - [`server`]: starts N shards and coordinates shutdown.
+//! - [`config`]: the immutable configuration (defaults, TOML file, CLI).
+//! - [`ops`]: operational events with Qpid-style codes.
+//!
+//! # Data path
+//!
+//! socket → `net::reader` (frames split from the read buffer, zero copy) →
+//! `shard::handler` (methods, publish assembly) → `model::routing` (the local directory
+//! replica) → home queue (`shard::queues`, directly or through the destination shard's
+//! inbox) → dispatch against consumer credit → `net::outbound` (deliveries encoded, bodies
+//! shared) → `net::writer` (`writev`) → socket.
+
+#![deny(clippy::await_holding_refcell_ref)]
+
+pub mod config;
+pub mod model;
+pub mod net;
+pub mod ops;
+pub mod policy;
+pub mod protocol;
+pub mod queue;
+pub mod server;
+pub mod session;
+pub mod shard;
+pub mod timer;

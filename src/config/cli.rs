@@ -1,0 +1,68 @@
+//! Owns: the command-line interface (`sluice --help`) and how flags override the file.
+//!
+//! Does not: hold defaults (they live in `Config::default` and are shown in `--help` only
+//! where they cannot differ from it).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use super::{parse_core_list, Config, ConfigError};
+
+/// sluice — an AMQP 0-9-1 broker for heavy topic fan-out, one io_uring event loop per core.
+#[derive(Parser, Debug, Clone, Default)]
+#[command(name = "sluice", version, about, long_about = None)]
+pub struct Cli {
+    /// Address to accept AMQP connections on (repeatable) [default: 0.0.0.0:5672].
+    #[arg(long = "listen", value_name = "ADDR")]
+    pub listen: Vec<SocketAddr>,
+
+    /// Number of shards (event-loop threads) [default: number of cores].
+    #[arg(long, value_name = "N")]
+    pub shards: Option<usize>,
+
+    /// Pin shard i to the i-th listed core, e.g. `0,1` or `0-3`.
+    #[arg(long = "pin-cores", value_name = "LIST")]
+    pub pin_cores: Option<String>,
+
+    /// TOML configuration file (see config/sluice.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Directory for the message store and durable definitions [default: ./sluice-data].
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Log filter: error, warn, info, debug, trace, or a tracing directive [default: info].
+    #[arg(long = "log-level", value_name = "LEVEL")]
+    pub log_level: Option<String>,
+}
+
+impl Cli {
+    /// Applies the flags that were given onto `config`.
+    pub fn apply(&self, config: &mut Config) -> Result<(), ConfigError> {
+        if !self.listen.is_empty() {
+            config.listen = self.listen.clone();
+        }
+        if let Some(n) = self.shards {
+            config.shards = n;
+        }
+        if let Some(list) = &self.pin_cores {
+            config.pin_cores =
+                Some(
+                    parse_core_list(list).map_err(|reason| ConfigError::Invalid {
+                        key: "--pin-cores".to_owned(),
+                        reason,
+                    })?,
+                );
+        }
+        if let Some(dir) = &self.data_dir {
+            config.data_dir = dir.clone();
+        }
+        if let Some(level) = &self.log_level {
+            config.log_level = level.clone();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,269 @@
+//! Owns: the broker's immutable [`Config`] — built from embedded defaults, then the TOML
+//! file (`--config`), then command-line flags — and its validation. Every option is listed
+//! with its default and unit in `config/sluice.toml`.
+//!
+//! Does not: read globals, open sockets or start threads. The `Config` is passed down to
+//! each shard at construction; nothing reads it ambiently.
+
+pub mod cli;
+pub mod file;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use cli::Cli;
+
+/// A user allowed to log in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub password: String,
+}
+
+/// Connection-level protocol limits offered in `connection.tune`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest frame, bytes, including header and end octet (min 4096).
+    pub frame_max: u32,
+    /// Highest channel number a client may open.
+    pub channel_max: u16,
+    /// Heartbeat interval offered, seconds (0 disables).
+    pub heartbeat: u16,
+    /// Largest message body accepted, bytes.
+    pub max_message_size: u64,
+    /// Most publishes plus acks buffered in one open transaction.
+    pub max_tx_operations: usize,
+}
+
+/// Socket-level tuning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetTuning {
+    /// Bytes requested per socket read; also the reader's per-turn budget.
+    pub read_buffer: usize,
+    /// Outbound bytes queued for one connection above which deliveries stop.
+    pub write_high_water: usize,
+    /// Outbound bytes below which deliveries resume.
+    pub write_low_water: usize,
+    /// Bodies up to this many bytes are copied into the outbound buffer instead of being
+    /// written as their own iovec (cheaper than an iovec for tiny bodies).
+    pub inline_body_max: usize,
+}
+
+/// Shard event-loop tuning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardTuning {
+    /// Publish batches a shard's inbox holds before senders wait.
+    pub inbox_capacity: usize,
+    /// Messages one queue dispatches per turn before others get a go.
+    pub dispatch_budget: usize,
+    /// Messages in flight to a no-ack (or unlimited-prefetch) consumer before the queue
+    /// waits for the consumer's socket to drain.
+    pub no_ack_window: u32,
+    /// Timer wheel tick.
+    pub tick: Duration,
+}
+
+/// The whole broker configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub listen: Vec<SocketAddr>,
+    pub shards: usize,
+    pub pin_cores: Option<Vec<usize>>,
+    pub data_dir: PathBuf,
+    pub log_level: String,
+    pub vhosts: Vec<String>,
+    pub users: Vec<User>,
+    /// Users that may only connect from loopback addresses.
+    pub loopback_users: Vec<String>,
+    pub limits: Limits,
+    pub net: NetTuning,
+    pub shard: ShardTuning,
+}
+
+/// A configuration problem, naming where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The file could not be read.
+    Read { file: PathBuf, reason: String },
+    /// The file is not valid TOML or has an unknown key or a bad value.
+    Parse { file: PathBuf, reason: String },
+    /// A value is out of range.
+    Invalid { key: String, reason: String },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read { file, reason } => {
+                write!(f, "cannot read config file {}: {reason}", file.display())
+            }
+            ConfigError::Parse { file, reason } => {
+                write!(f, "config file {}: {reason}", file.display())
+            }
+            ConfigError::Invalid { key, reason } => write!(f, "option '{key}': {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Default for Config {
+    fn default() -> Config {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Config {
+            listen: vec![SocketAddr::from(([0, 0, 0, 0], 5672))],
+            shards: cores,
+            pin_cores: None,
+            data_dir: PathBuf::from("./sluice-data"),
+            log_level: "info".to_owned(),
+            vhosts: vec!["/".to_owned()],
+            users: vec![User {
+                name: "guest".to_owned(),
+                password: "guest".to_owned(),
+            }],
+            loopback_users: vec!["guest".to_owned()],
+            limits: Limits {
+                frame_max: 131_072,
+                channel_max: 2047,
+                heartbeat: 60,
+                max_message_size: 128 * 1024 * 1024,
+                max_tx_operations: 65_536,
+            },
+            net: NetTuning {
+                read_buffer: 128 * 1024,
+                write_high_water: 1024 * 1024,
+                write_low_water: 256 * 1024,
+                inline_body_max: 512,
+            },
+            shard: ShardTuning {
+                inbox_capacity: 256,
+                dispatch_budget: 256,
+                no_ack_window: 2000,
+                tick: Duration::from_millis(10),
+            },
+        }
+    }
+}
+
+impl Config {
+    /// Defaults, then the file named by `--config` (if any), then the flags.
+    pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        if let Some(path) = &cli.config {
+            file::apply_file(&mut config, path)?;
+        }
+        cli.apply(&mut config)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks ranges and cross-field rules.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: String| {
+            Err(ConfigError::Invalid {
+                key: key.to_owned(),
+                reason,
+            })
+        };
+        if self.listen.is_empty() {
+            return invalid("broker.listen", "at least one address is needed".into());
+        }
+        if self.shards == 0 || self.shards > 256 {
+            return invalid("broker.shards", format!("{} is not in 1..=256", self.shards));
+        }
+        if let Some(cores) = &self.pin_cores {
+            if cores.len() < self.shards {
+                return invalid(
+                    "broker.pin_cores",
+                    format!(
+                        "{} cores listed for {} shards; list one core per shard",
+                        cores.len(),
+                        self.shards
+                    ),
+                );
+            }
+        }
+        if self.limits.frame_max < 4096 {
+            return invalid(
+                "limits.frame_max",
+                format!("{} is below the AMQP minimum of 4096", self.limits.frame_max),
+            );
+        }
+        if self.vhosts.is_empty() {
+            return invalid("vhosts.names", "at least one virtual host is needed".into());
+        }
+        if self.net.write_low_water > self.net.write_high_water {
+            return invalid(
+                "net.write_low_water",
+                "must not exceed net.write_high_water".into(),
+            );
+        }
+        if self.net.read_buffer < 4096 {
+            return invalid("net.read_buffer", "must be at least 4096 bytes".into());
+        }
+        if self.shard.inbox_capacity == 0 || self.shard.dispatch_budget == 0 {
+            return invalid(
+                "shard.inbox_capacity",
+                "inbox_capacity and dispatch_budget must be at least 1".into(),
+            );
+        }
+        if self.shard.no_ack_window == 0 {
+            return invalid("shard.no_ack_window", "must be at least 1".into());
+        }
+        if self.shard.tick.is_zero() {
+            return invalid("shard.tick_ms", "must be at least 1 ms".into());
+        }
+        Ok(())
+    }
+}
+
+/// Parses a core list such as `0,1`, `0-3` or `0-1,4`.
+pub fn parse_core_list(text: &str) -> Result<Vec<usize>, String> {
+    let mut cores = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some((a, b)) = part.split_once('-') {
+            let a: usize = a.trim().parse().map_err(|_| format!("'{part}' is not a range"))?;
+            let b: usize = b.trim().parse().map_err(|_| format!("'{part}' is not a range"))?;
+            if a > b {
+                return Err(format!("'{part}' is an empty range"));
+            }
+            cores.extend(a..=b);
+        } else {
+            cores.push(part.parse().map_err(|_| format!("'{part}' is not a core number"))?);
+        }
+    }
+    if cores.is_empty() {
+        return Err("the core list is empty".into());
+    }
+    Ok(cores)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_lists() {
+        assert_eq!(parse_core_list("0,1"), Ok(vec![0, 1]));
+        assert_eq!(parse_core_list("0-3"), Ok(vec![0, 1, 2, 3]));
+        assert_eq!(parse_core_list("0-1, 4"), Ok(vec![0, 1, 4]));
+        assert!(parse_core_list("3-1").is_err());
+        assert!(parse_core_list("x").is_err());
+        assert!(parse_core_list("").is_err());
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(Config::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn frame_max_below_minimum_is_rejected() {
+        let mut c = Config::default();
+        c.limits.frame_max = 1000;
+        let err = c.validate().expect_err("must fail");
+        assert!(err.to_string().contains("limits.frame_max"), "{err}");
+    }
+}

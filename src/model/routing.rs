@@ -1,0 +1,345 @@
+//! Owns: one shard's replica of the broker's directory — per virtual host, the exchanges
+//! with their bindings and the queues' metadata (home shard, flags, exclusive owner) — and
+//! its generation counter. Every shard holds a full copy, so a publish is routed on the
+//! publisher's shard without a lock.
+//!
+//! Does not: change itself except through [`Directory::apply`] with a
+//! [`DirectoryChange`] produced by the control-plane coordinator (`shard::control`),
+//! which applies the same change list on every shard in the same order.
+
+use std::collections::HashMap;
+
+use crate::model::exchange::{Binding, Exchange, ExchangeDef, ExchangeKind, Targets};
+use crate::model::ids::{ConnOwner, QueueRef};
+use crate::protocol::{FieldTable, ShortStr};
+
+/// The predeclared exchanges of every virtual host.
+pub const PREDECLARED: [(&str, ExchangeKind); 6] = [
+    ("amq.direct", ExchangeKind::Direct),
+    ("amq.fanout", ExchangeKind::Fanout),
+    ("amq.topic", ExchangeKind::Topic),
+    ("amq.headers", ExchangeKind::Headers),
+    ("amq.match", ExchangeKind::Headers),
+    ("amq.rabbitmq.trace", ExchangeKind::Topic),
+];
+
+/// Index of a virtual host in the broker's configured list.
+pub type VhostIdx = usize;
+
+/// What every shard knows about a queue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueMeta {
+    pub queue: QueueRef,
+    pub name: ShortStr,
+    pub durable: bool,
+    pub exclusive_owner: Option<ConnOwner>,
+    pub auto_delete: bool,
+    pub arguments: FieldTable,
+}
+
+/// One change to the directory. The coordinator validates, then broadcasts.
+#[derive(Clone, Debug)]
+pub enum DirectoryChange {
+    DeclareExchange {
+        vhost: VhostIdx,
+        def: ExchangeDef,
+    },
+    DeleteExchange {
+        vhost: VhostIdx,
+        name: ShortStr,
+    },
+    DeclareQueue {
+        vhost: VhostIdx,
+        meta: QueueMeta,
+    },
+    /// Removes the queue and every binding to it.
+    DeleteQueue {
+        vhost: VhostIdx,
+        queue: QueueRef,
+        name: ShortStr,
+    },
+    Bind {
+        vhost: VhostIdx,
+        exchange: ShortStr,
+        binding: Binding,
+    },
+    Unbind {
+        vhost: VhostIdx,
+        exchange: ShortStr,
+        binding: Binding,
+    },
+}
+
+/// One virtual host's exchanges and queues.
+pub struct VhostDirectory {
+    pub name: String,
+    exchanges: HashMap<ShortStr, Exchange>,
+    queues: HashMap<ShortStr, QueueMeta>,
+}
+
+/// Why a publish could not be routed at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteError {
+    NoExchange,
+}
+
+impl VhostDirectory {
+    fn new(name: String) -> VhostDirectory {
+        let mut exchanges = HashMap::new();
+        for (name, kind) in PREDECLARED {
+            let def = ExchangeDef {
+                name: ShortStr::from(name),
+                kind,
+                durable: true,
+                auto_delete: false,
+                internal: false,
+                arguments: FieldTable::default(),
+            };
+            exchanges.insert(def.name.clone(), Exchange::new(def));
+        }
+        VhostDirectory {
+            name,
+            exchanges,
+            queues: HashMap::new(),
+        }
+    }
+
+    pub fn exchange(&self, name: &ShortStr) -> Option<&Exchange> {
+        self.exchanges.get(name)
+    }
+
+    pub fn queue(&self, name: &ShortStr) -> Option<&QueueMeta> {
+        self.queues.get(name)
+    }
+
+    pub fn queues(&self) -> impl Iterator<Item = &QueueMeta> {
+        self.queues.values()
+    }
+
+    pub fn exchanges(&self) -> impl Iterator<Item = &Exchange> {
+        self.exchanges.values()
+    }
+
+    /// Is this queue the destination of any binding other than the implicit default one?
+    pub fn bindings_to(&self, queue: QueueRef) -> Vec<(ShortStr, Binding)> {
+        let mut out = Vec::new();
+        for ex in self.exchanges.values() {
+            for b in ex.bindings() {
+                if b.queue == queue {
+                    out.push((ex.def.name.clone(), b.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Routes a publish. The default exchange (empty name) routes to the queue named by
+    /// the routing key.
+    pub fn route(
+        &self,
+        exchange: &ShortStr,
+        routing_key: &ShortStr,
+        headers: impl FnOnce() -> Option<FieldTable>,
+        out: &mut Targets,
+    ) -> Result<(), RouteError> {
+        if exchange.is_empty() {
+            if let Some(meta) = self.queues.get(routing_key) {
+                out.push(meta.queue);
+            }
+            return Ok(());
+        }
+        let ex = self.exchanges.get(exchange).ok_or(RouteError::NoExchange)?;
+        ex.route(routing_key.as_bytes(), headers, out);
+        Ok(())
+    }
+
+    /// Applies one change; returns exchanges that became auto-delete candidates.
+    fn apply(&mut self, change: &DirectoryChange) {
+        match change {
+            DirectoryChange::DeclareExchange { def, .. } => {
+                self.exchanges
+                    .entry(def.name.clone())
+                    .or_insert_with(|| Exchange::new(def.clone()));
+            }
+            DirectoryChange::DeleteExchange { name, .. } => {
+                self.exchanges.remove(name);
+            }
+            DirectoryChange::DeclareQueue { meta, .. } => {
+                self.queues
+                    .entry(meta.name.clone())
+                    .or_insert_with(|| meta.clone());
+            }
+            DirectoryChange::DeleteQueue { queue, name, .. } => {
+                if self.queues.get(name).is_some_and(|m| m.queue == *queue) {
+                    self.queues.remove(name);
+                }
+                for ex in self.exchanges.values_mut() {
+                    ex.unbind_queue(*queue);
+                }
+            }
+            DirectoryChange::Bind {
+                exchange, binding, ..
+            } => {
+                if let Some(ex) = self.exchanges.get_mut(exchange) {
+                    ex.bind(binding.clone());
+                }
+            }
+            DirectoryChange::Unbind {
+                exchange, binding, ..
+            } => {
+                if let Some(ex) = self.exchanges.get_mut(exchange) {
+                    ex.unbind(binding);
+                }
+            }
+        }
+    }
+}
+
+/// A shard's full replica.
+pub struct Directory {
+    vhosts: Vec<VhostDirectory>,
+    generation: u64,
+}
+
+impl Directory {
+    pub fn new(vhost_names: &[String]) -> Directory {
+        Directory {
+            vhosts: vhost_names
+                .iter()
+                .map(|n| VhostDirectory::new(n.clone()))
+                .collect(),
+            generation: 0,
+        }
+    }
+
+    pub fn vhost_index(&self, name: &str) -> Option<VhostIdx> {
+        self.vhosts.iter().position(|v| v.name == name)
+    }
+
+    pub fn vhost(&self, idx: VhostIdx) -> Option<&VhostDirectory> {
+        self.vhosts.get(idx)
+    }
+
+    pub fn vhost_count(&self) -> usize {
+        self.vhosts.len()
+    }
+
+    /// Bumped on every applied change; route caches key on it.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn apply(&mut self, change: &DirectoryChange) {
+        let vhost = match change {
+            DirectoryChange::DeclareExchange { vhost, .. }
+            | DirectoryChange::DeleteExchange { vhost, .. }
+            | DirectoryChange::DeclareQueue { vhost, .. }
+            | DirectoryChange::DeleteQueue { vhost, .. }
+            | DirectoryChange::Bind { vhost, .. }
+            | DirectoryChange::Unbind { vhost, .. } => *vhost,
+        };
+        if let Some(v) = self.vhosts.get_mut(vhost) {
+            v.apply(change);
+            self.generation += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ids::QueueId;
+
+    fn q(id: u64) -> QueueRef {
+        QueueRef {
+            id: QueueId(id),
+            home: 0,
+        }
+    }
+
+    fn meta(id: u64, name: &str) -> QueueMeta {
+        QueueMeta {
+            queue: q(id),
+            name: name.into(),
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments: FieldTable::default(),
+        }
+    }
+
+    fn bind(ex: &str, id: u64, name: &str, key: &str) -> DirectoryChange {
+        DirectoryChange::Bind {
+            vhost: 0,
+            exchange: ex.into(),
+            binding: Binding {
+                queue: q(id),
+                queue_name: name.into(),
+                routing_key: key.into(),
+                arguments: FieldTable::default(),
+            },
+        }
+    }
+
+    fn route(dir: &Directory, ex: &str, key: &str) -> Vec<u64> {
+        let mut out = Targets::new();
+        let vh = dir.vhost(0).expect("vhost");
+        vh.route(&ex.into(), &key.into(), || None, &mut out)
+            .expect("exchange exists");
+        let mut ids: Vec<u64> = out.iter().map(|r| r.id.0).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn predeclared_default_and_topic_routing() {
+        let mut dir = Directory::new(&["/".to_owned()]);
+        dir.apply(&DirectoryChange::DeclareQueue {
+            vhost: 0,
+            meta: meta(1, "q1"),
+        });
+        dir.apply(&DirectoryChange::DeclareQueue {
+            vhost: 0,
+            meta: meta(2, "q2"),
+        });
+        assert_eq!(route(&dir, "", "q1"), vec![1]);
+        assert_eq!(route(&dir, "", "nope"), Vec::<u64>::new());
+        dir.apply(&bind("amq.topic", 1, "q1", "a.*"));
+        dir.apply(&bind("amq.topic", 1, "q1", "a.#"));
+        dir.apply(&bind("amq.topic", 2, "q2", "#"));
+        assert_eq!(route(&dir, "amq.topic", "a.b"), vec![1, 2]);
+        assert_eq!(route(&dir, "amq.topic", "b"), vec![2]);
+        dir.apply(&DirectoryChange::DeleteQueue {
+            vhost: 0,
+            queue: q(2),
+            name: "q2".into(),
+        });
+        assert_eq!(route(&dir, "amq.topic", "a.b"), vec![1]);
+        assert!(dir.vhost(0).and_then(|v| v.queue(&"q2".into())).is_none());
+    }
+
+    #[test]
+    fn unbind_keeps_other_binding_with_same_pair() {
+        let mut dir = Directory::new(&["/".to_owned()]);
+        dir.apply(&bind("amq.direct", 1, "q1", "k"));
+        dir.apply(&bind("amq.fanout", 1, "q1", "x"));
+        dir.apply(&bind("amq.fanout", 1, "q1", "y"));
+        assert_eq!(route(&dir, "amq.direct", "k"), vec![1]);
+        assert_eq!(route(&dir, "amq.fanout", "zzz"), vec![1]);
+        if let DirectoryChange::Bind {
+            exchange, binding, ..
+        } = bind("amq.fanout", 1, "q1", "x")
+        {
+            dir.apply(&DirectoryChange::Unbind {
+                vhost: 0,
+                exchange,
+                binding,
+            });
+        }
+        assert_eq!(route(&dir, "amq.fanout", "zzz"), vec![1]);
+        let missing = dir
+            .vhost(0)
+            .map(|v| v.route(&"nope".into(), &"k".into(), || None, &mut Targets::new()));
+        assert_eq!(missing, Some(Err(RouteError::NoExchange)));
+    }
+}

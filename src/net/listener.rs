@@ -1,0 +1,66 @@
+//! Owns: listening sockets — bound with `SO_REUSEPORT` so every shard accepts its own
+//! connections on the same port — and each shard's accept loop.
+//!
+//! Does not: know AMQP; an accepted socket is handed to `reader::serve`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::shard::Shard;
+
+/// Binds one `SO_REUSEPORT` listener per shard on each address. A port of 0 is resolved
+/// once (by the first bind) and reused, so all shards share the same ephemeral port.
+pub fn bind_all(
+    addrs: &[SocketAddr],
+    shards: usize,
+) -> io::Result<(Vec<Vec<std::net::TcpListener>>, Vec<SocketAddr>)> {
+    let mut per_shard: Vec<Vec<std::net::TcpListener>> = (0..shards).map(|_| Vec::new()).collect();
+    let mut bound = Vec::new();
+    for addr in addrs {
+        let mut actual = *addr;
+        for listeners in per_shard.iter_mut() {
+            let listener = bind_one(actual)?;
+            actual = listener.local_addr()?;
+            listeners.push(listener);
+        }
+        bound.push(actual);
+    }
+    Ok((per_shard, bound))
+}
+
+fn bind_one(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+/// Accepts connections on one listener of one shard until the shard stops.
+pub async fn accept_loop(shard: Rc<Shard>, listener: std::net::TcpListener) {
+    let listener = tokio_uring::net::TcpListener::from_std(listener);
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                if shard.stopping.get() {
+                    continue;
+                }
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!("set_nodelay failed for {peer}: {e}");
+                }
+                tokio_uring::spawn(super::reader::serve(Rc::clone(&shard), stream, peer));
+            }
+            Err(e) => {
+                // Out of file descriptors and similar: back off instead of spinning.
+                tracing::warn!("accept failed on shard {}: {e}", shard.id);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Owns: one connection's reader task — the owned read buffer, protocol-header check,
+//! frame splitting (zero copy: frame payloads are slices of the buffer), handing frames to
+//! the shard's handler, awaiting operations that need another shard, and pausing while
+//! this connection's publishes wait for room at another shard. When the socket ends, it
+//! releases the connection.
+//!
+//! Does not: interpret methods, or read while an earlier read is in flight.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::BytesMut;
+use tokio_uring::buf::BoundedBuf;
+use tokio_uring::net::TcpStream;
+
+use crate::model::ids::ConnId;
+use crate::net::signal::Signal;
+use crate::protocol::frame::split_frame;
+use crate::session::connection::{Conn, Phase};
+use crate::session::error::ConnectionError;
+use crate::shard::handler::{pending, Flow, HeaderCheck};
+use crate::shard::Shard;
+
+/// How long a closed connection's writer may take to flush its last frames.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Serves one accepted connection until it closes.
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
+    let stream = Rc::new(stream);
+    let signal = Rc::new(Signal::new());
+    let now = shard.clock.now();
+    let conn = {
+        let config = &shard.config;
+        let writer = Rc::clone(&signal);
+        shard.state.borrow_mut().add_conn(|id, serial| {
+            Conn::new(
+                id,
+                serial,
+                peer,
+                now,
+                config.net.inline_body_max,
+                config.limits.frame_max,
+                writer,
+            )
+        })
+    };
+    let writer_done = Rc::new(Signal::new());
+    tokio_uring::spawn(super::writer::run(
+        Rc::clone(&shard),
+        Rc::clone(&stream),
+        conn,
+        signal,
+        Rc::clone(&writer_done),
+    ));
+    read_loop(&shard, &stream, conn).await;
+    if matches!(phase(&shard, conn), Some(Phase::Closed)) {
+        // Let the writer flush the last frames (close-ok, connection.close, the protocol
+        // header answer) before the connection is forgotten; a peer that does not read
+        // gets a bounded grace period.
+        shard.flush();
+        let _ = tokio::time::timeout(CLOSE_GRACE, writer_done.wait()).await;
+    }
+    shard.state.borrow_mut().drop_conn(&shard, conn);
+    shard.flush();
+}
+
+fn phase(shard: &Shard, conn: ConnId) -> Option<Phase> {
+    shard.state.borrow().conn(conn).map(|c| c.phase)
+}
+
+async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) {
+    let chunk = shard.config.net.read_buffer;
+    let mut buf = BytesMut::with_capacity(chunk);
+    loop {
+        if buf.capacity() - buf.len() < chunk / 2 {
+            buf.reserve(chunk);
+        }
+        // tokio-uring reads at the start of the buffer it is given, so hand it the spare
+        // capacity as a slice; the bytes already there (a partial frame) stay intact.
+        let (start, end) = (buf.len(), buf.capacity());
+        let (res, returned) = stream.read(buf.slice(start..end)).await;
+        buf = returned.into_inner();
+        match res {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        shard.clock.refresh();
+        match phase(shard, conn) {
+            None | Some(Phase::Closed) => return,
+            Some(Phase::AwaitHeader) => {
+                if buf.len() < 8 {
+                    continue;
+                }
+                let header = buf.split_to(8);
+                let check = shard.state.borrow_mut().on_protocol_header(conn, &header);
+                shard.flush();
+                if check == HeaderCheck::Refused {
+                    return;
+                }
+            }
+            Some(_) => {}
+        }
+        if !process_frames(shard, conn, &mut buf).await {
+            return;
+        }
+    }
+}
+
+/// Handles every complete frame in `buf`. Returns false when the connection is done.
+async fn process_frames(shard: &Rc<Shard>, conn: ConnId, buf: &mut BytesMut) -> bool {
+    loop {
+        let step = {
+            let mut st = shard.state.borrow_mut();
+            let frame_max = st.conn(conn).map_or(0, |c| c.frame_max);
+            let mut step = Step::NeedMore;
+            loop {
+                match split_frame(buf, frame_max) {
+                    Ok(Some(frame)) => match st.on_frame(shard, conn, frame) {
+                        Flow::Continue => {}
+                        Flow::Stop => {
+                            step = Step::Stop;
+                            break;
+                        }
+                        Flow::Await(p) => {
+                            step = Step::Await(p);
+                            break;
+                        }
+                    },
+                    Ok(None) => break,
+                    Err(e) => {
+                        // Framing is lost: close with 501 and read no further.
+                        let err = ConnectionError::Frame(e.to_string());
+                        st.close_connection(shard, conn, &err, 0, 0);
+                        if let Some(c) = st.conn_mut(conn) {
+                            c.phase = Phase::Closed;
+                        }
+                        step = Step::Stop;
+                        break;
+                    }
+                }
+            }
+            step
+        };
+        end_of_batch(shard, conn).await;
+        match step {
+            Step::NeedMore => return !matches!(phase(shard, conn), None | Some(Phase::Closed)),
+            Step::Stop => return false,
+            Step::Await(p) => {
+                let resolved = pending::resolve(shard, conn, p.channel, p.op).await;
+                shard.clock.refresh();
+                shard
+                    .state
+                    .borrow_mut()
+                    .complete(shard, conn, p.channel, resolved);
+                shard.flush();
+            }
+        }
+    }
+}
+
+/// Finishes a batch of frames: dispatch, hand publishes to other shards (waiting for
+/// room), then confirm them.
+async fn end_of_batch(shard: &Rc<Shard>, conn: ConnId) {
+    shard.flush();
+    let publishes = shard.take_publishes();
+    if !publishes.is_empty() {
+        shard.send_publishes(publishes).await;
+    }
+    shard.state.borrow_mut().flush_confirms(conn);
+    shard.flush();
+}
+
+enum Step {
+    NeedMore,
+    Stop,
+    Await(crate::shard::handler::Pending),
+}

@@ -1,0 +1,43 @@
+//! Owns: [`Signal`], a single-waiter wake-up flag for tasks on one shard (a connection's
+//! writer waits on it; the shard sets it when it queued bytes). It replaces a
+//! cross-thread `Notify`: everything here is `!Send` and lock-free by construction.
+//!
+//! Does not: carry data or wake more than one waiter.
+
+use std::cell::Cell;
+use std::future::poll_fn;
+use std::task::{Poll, Waker};
+
+/// A level-triggered, single-waiter wake-up flag.
+#[derive(Default)]
+pub struct Signal {
+    raised: Cell<bool>,
+    waiter: Cell<Option<Waker>>,
+}
+
+impl Signal {
+    pub fn new() -> Signal {
+        Signal::default()
+    }
+
+    /// Raises the flag and wakes the waiter, if any.
+    pub fn notify(&self) {
+        self.raised.set(true);
+        if let Some(w) = self.waiter.take() {
+            w.wake();
+        }
+    }
+
+    /// Waits until the flag is raised, then lowers it.
+    pub async fn wait(&self) {
+        poll_fn(|cx| {
+            if self.raised.replace(false) {
+                Poll::Ready(())
+            } else {
+                self.waiter.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+}

@@ -1,0 +1,111 @@
+//! Owns: one connection's writer task — it waits for its signal, takes the queued
+//! buffers (at most `IOV_MAX` per call), writes them with `writev`, accounts for what was
+//! written, and tops up consumer credit once the buffer has drained below the low-water
+//! mark. After the close handshake it flushes and shuts the socket.
+//!
+//! Does not: grow the outbound buffer (the shard fills it, bounded by credit), or read.
+
+use std::rc::Rc;
+
+use bytes::{Buf, Bytes};
+use tokio_uring::net::TcpStream;
+
+use crate::model::ids::ConnId;
+use crate::net::signal::Signal;
+use crate::session::connection::Phase;
+use crate::shard::Shard;
+
+/// Most iovecs one `writev` takes (Linux `IOV_MAX`).
+const IOV_MAX: usize = 1024;
+
+/// Runs until the connection is gone or its socket fails, then raises `done`.
+pub async fn run(
+    shard: Rc<Shard>,
+    stream: Rc<TcpStream>,
+    conn: ConnId,
+    signal: Rc<Signal>,
+    done: Rc<Signal>,
+) {
+    write_loop(&shard, &stream, conn, &signal).await;
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    done.notify();
+}
+
+async fn write_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, signal: &Signal) {
+    let low_water = shard.config.net.write_low_water;
+    loop {
+        signal.wait().await;
+        loop {
+            let taken = {
+                let mut st = shard.state.borrow_mut();
+                match st.conn_mut(conn) {
+                    None => return,
+                    Some(c) => (c.out.take(IOV_MAX), c.phase == Phase::Closed),
+                }
+            };
+            let (bufs, closed) = taken;
+            if bufs.is_empty() {
+                if closed {
+                    return;
+                }
+                break;
+            }
+            let written = match write_all(stream, bufs).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!("write failed: {e}");
+                    return;
+                }
+            };
+            let drained = {
+                let mut st = shard.state.borrow_mut();
+                let now = shard.clock.now();
+                let drained = match st.conn_mut(conn) {
+                    Some(c) => {
+                        c.out.written(written);
+                        c.last_send = now;
+                        c.out.queued_bytes() < low_water
+                    }
+                    None => false,
+                };
+                if drained {
+                    st.top_up_conn(shard, conn);
+                }
+                drained
+            };
+            if drained {
+                shard.flush();
+            }
+        }
+    }
+}
+
+/// Writes every buffer, resubmitting after partial writes. Returns the bytes written.
+async fn write_all(stream: &TcpStream, mut bufs: Vec<Bytes>) -> std::io::Result<usize> {
+    let mut total = 0;
+    while !bufs.is_empty() {
+        let (res, returned) = stream.writev(bufs).await;
+        bufs = returned;
+        let n = res?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "socket accepted no bytes",
+            ));
+        }
+        total += n;
+        let mut left = n;
+        let mut done = 0;
+        while done < bufs.len() && left >= bufs[done].len() {
+            left -= bufs[done].len();
+            done += 1;
+        }
+        bufs.drain(..done);
+        if left > 0 {
+            if let Some(first) = bufs.first_mut() {
+                first.advance(left);
+            }
+        }
+    }
+    Ok(total)
+}

@@ -1,0 +1,55 @@
+//! AMQP reply codes.
+//!
+//! Owns: [`ReplyCode`] (generated from the spec's constants, with its
+//! soft/hard class) and its `"404 NOT_FOUND"` rendering.
+//! Does not: decide *when* to close a channel or connection (that is
+//! `session`), or build reply texts for particular failures.
+
+use std::fmt;
+
+pub use super::method::ReplyCode;
+
+impl ReplyCode {
+    /// `true` for soft errors (only the channel is closed). `Success` is
+    /// neither soft nor hard.
+    pub const fn is_soft(self) -> bool {
+        !self.is_hard() && !matches!(self, ReplyCode::Success)
+    }
+}
+
+impl fmt::Display for ReplyCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.code(), self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_names_and_classes_match_the_spec() {
+        assert_eq!(ReplyCode::NotFound.code(), 404);
+        assert_eq!(ReplyCode::NotFound.to_string(), "404 NOT_FOUND");
+        assert_eq!(ReplyCode::ResourceError.name(), "RESOURCE_ERROR");
+        assert_eq!(ReplyCode::from_code(506), Some(ReplyCode::ResourceError));
+        assert_eq!(ReplyCode::from_code(999), None);
+        assert!(ReplyCode::ResourceError.is_hard());
+        assert!(ReplyCode::ConnectionForced.is_hard());
+        assert!(!ReplyCode::PreconditionFailed.is_hard());
+        assert!(ReplyCode::PreconditionFailed.is_soft());
+        assert!(!ReplyCode::Success.is_hard() && !ReplyCode::Success.is_soft());
+        for code in ReplyCode::ALL {
+            assert_eq!(ReplyCode::from_code(code.code()), Some(code));
+        }
+        let hard: Vec<u16> = ReplyCode::ALL
+            .iter()
+            .filter(|c| c.is_hard())
+            .map(|c| c.code())
+            .collect();
+        assert_eq!(
+            hard,
+            [320, 402, 501, 502, 503, 504, 505, 506, 530, 540, 541]
+        );
+    }
+}

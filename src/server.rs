@@ -1,0 +1,151 @@
+//! Owns: starting the broker — binding the listeners, creating the shard mesh, starting
+//! one thread per shard (pinned when asked), announcing readiness — and coordinating
+//! shutdown on SIGINT/SIGTERM.
+//!
+//! Does not: contain protocol, routing or policy logic.
+
+use std::sync::Arc;
+
+use crate::config::{Config, ConfigError};
+use crate::ops::event::OpsEvent;
+use crate::shard::inbox::{self, ShardMsg};
+use crate::shard::runtime::{self, ShardSeed};
+
+/// Why the broker could not start.
+#[derive(Debug)]
+pub enum StartError {
+    Config(ConfigError),
+    Bind(std::io::Error),
+    Thread(std::io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Config(e) => write!(f, "{e}"),
+            StartError::Bind(e) => write!(f, "cannot listen: {e}"),
+            StartError::Thread(e) => write!(f, "cannot start shard thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// A running broker.
+pub struct Broker {
+    threads: Vec<std::thread::JoinHandle<std::io::Result<()>>>,
+    peers: inbox::Peers,
+    /// The addresses actually bound (ephemeral ports resolved).
+    pub addresses: Vec<std::net::SocketAddr>,
+}
+
+/// Checks the core list against the cores this process may use.
+fn check_cores(config: &Config) -> Result<(), ConfigError> {
+    let Some(cores) = &config.pin_cores else {
+        return Ok(());
+    };
+    let available = runtime::available_cores();
+    for core in cores.iter().take(config.shards) {
+        if !available.contains(core) {
+            return Err(ConfigError::Invalid {
+                key: "--pin-cores".into(),
+                reason: format!(
+                    "core {core} is not available to this process (available: {available:?})"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Starts all shards and returns once every one accepts connections.
+pub fn start(config: Config) -> Result<Broker, StartError> {
+    check_cores(&config).map_err(StartError::Config)?;
+    let config = Arc::new(config);
+    OpsEvent::BrokerStartup {
+        version: env!("CARGO_PKG_VERSION"),
+        shards: config.shards,
+    }
+    .emit();
+    let (listeners, addresses) =
+        crate::net::listener::bind_all(&config.listen, config.shards).map_err(StartError::Bind)?;
+    let (peers, inboxes) = inbox::mesh(config.shards, config.shard.inbox_capacity);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let mut threads = Vec::with_capacity(config.shards);
+    for (i, (inbox, listeners)) in inboxes.into_iter().zip(listeners).enumerate() {
+        let seed = ShardSeed {
+            id: i as u16,
+            config: Arc::clone(&config),
+            peers: peers.clone(),
+            inbox,
+            listeners,
+            core: config.pin_cores.as_ref().and_then(|c| c.get(i).copied()),
+            ready: ready_tx.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("sluice-shard-{i}"))
+            .spawn(move || runtime::run(seed))
+            .map_err(StartError::Thread)?;
+        threads.push(handle);
+    }
+    drop(ready_tx);
+    for _ in 0..config.shards {
+        if ready_rx.recv().is_err() {
+            break;
+        }
+    }
+    for addr in &addresses {
+        OpsEvent::BrokerListening { addr: *addr }.emit();
+    }
+    OpsEvent::BrokerReady.emit();
+    Ok(Broker {
+        threads,
+        peers,
+        addresses,
+    })
+}
+
+impl Broker {
+    /// Asks every shard to close its connections (320) and stop, then joins them.
+    pub fn shutdown(self) {
+        OpsEvent::BrokerShuttingDown.emit();
+        for shard in 0..self.peers.len() {
+            self.peers.send(shard as u16, ShardMsg::Shutdown);
+        }
+        for t in self.threads {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!("shard failed: {e}"),
+                Err(_) => tracing::error!("shard thread panicked"),
+            }
+        }
+        OpsEvent::BrokerStopped.emit();
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in this thread (and the threads it starts afterwards), so
+/// that [`wait_for_signal`] can take them synchronously.
+pub fn block_signals() {
+    // SAFETY: plain libc signal-set manipulation on a zeroed sigset_t we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Waits for SIGINT or SIGTERM. Returns the signal number.
+pub fn wait_for_signal() -> i32 {
+    // SAFETY: as above; sigwait writes the received signal into `sig`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let mut sig: libc::c_int = 0;
+        libc::sigwait(&set, &mut sig);
+        sig
+    }
+}

@@ -1,0 +1,267 @@
+//! Owns: one channel's state — open/closing, content assembly of a publish (method, then
+//! header, then body frames), delivery tags and the unacknowledged list, consumers, qos,
+//! confirm mode and the transaction buffer.
+//!
+//! Does not: route, enqueue or touch another shard's queues. The shard's handler drives
+//! it and turns what it returns into deliveries, settlements and frames.
+//!
+//! # Invariants
+//! - `unacked` is sorted by delivery tag (tags are assigned in increasing order).
+//! - Per consumer, `unacked` counts the entries in `unacked` with that consumer.
+
+use std::collections::VecDeque;
+
+use crate::model::ids::{IdMap, QueueRef};
+use crate::model::message::{BodyChunks, Message};
+use crate::protocol::method::BasicPublish;
+use crate::protocol::{ContentHeader, ShortStr};
+use crate::session::consumer::ChannelConsumer;
+use crate::session::error::ChannelError;
+
+/// Where a channel is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelPhase {
+    Open,
+    /// The broker sent `channel.close`; everything but close/close-ok is discarded.
+    Closing,
+}
+
+/// Publish assembly.
+#[derive(Debug, Default)]
+pub enum Content {
+    #[default]
+    Idle,
+    AwaitHeader(BasicPublish),
+    AwaitBody {
+        publish: BasicPublish,
+        header: ContentHeader,
+        chunks: BodyChunks,
+        received: u64,
+    },
+}
+
+/// A delivery waiting for the client's acknowledgement.
+#[derive(Debug, Clone, Copy)]
+pub struct Unacked {
+    pub tag: u64,
+    pub queue: QueueRef,
+    pub seq: u64,
+    /// The consumer it was delivered to, or `None` for `basic.get`.
+    pub consumer: Option<u32>,
+}
+
+/// An operation held back until `tx.commit`.
+#[derive(Debug)]
+pub enum TxOp {
+    Publish {
+        publish: BasicPublish,
+        msg: Message,
+    },
+    Ack {
+        tag: u64,
+        multiple: bool,
+    },
+    Reject {
+        tag: u64,
+        multiple: bool,
+        requeue: bool,
+    },
+}
+
+/// One open channel.
+#[derive(Debug)]
+pub struct Channel {
+    pub number: u16,
+    pub phase: ChannelPhase,
+    pub content: Content,
+    next_tag: u64,
+    pub unacked: VecDeque<Unacked>,
+    pub consumers: IdMap<u32, ChannelConsumer>,
+    next_consumer: u32,
+    /// Prefetch for consumers created from now on (basic.qos global=false).
+    pub prefetch: u32,
+    /// Channel-wide prefetch (basic.qos global=true), 0 = none.
+    pub global_prefetch: u32,
+    /// Confirm mode: the sequence number of the next publish.
+    pub confirm_next: Option<u64>,
+    /// Highest publish sequence number not yet confirmed to the client.
+    pub confirm_pending: u64,
+    pub tx: Option<Vec<TxOp>>,
+    /// `channel.flow` from the client: false stops deliveries.
+    pub flow_active: bool,
+    /// The queue most recently declared on this channel; an empty queue name in later
+    /// methods means this one (AMQP 0-9-1).
+    pub last_queue: ShortStr,
+    /// Highest publish sequence number already confirmed.
+    pub confirm_acked: u64,
+    next_generated_tag: u64,
+}
+
+impl Channel {
+    pub fn new(number: u16) -> Channel {
+        Channel {
+            number,
+            phase: ChannelPhase::Open,
+            content: Content::Idle,
+            next_tag: 1,
+            unacked: VecDeque::new(),
+            consumers: IdMap::default(),
+            next_consumer: 1,
+            prefetch: 0,
+            global_prefetch: 0,
+            confirm_next: None,
+            confirm_pending: 0,
+            tx: None,
+            flow_active: true,
+            last_queue: ShortStr::default(),
+            confirm_acked: 0,
+            next_generated_tag: 1,
+        }
+    }
+
+    /// A server-generated consumer tag, unique on this channel.
+    pub fn generate_tag(&mut self, conn_serial: u64) -> ShortStr {
+        let tag = format!(
+            "amq.ctag-{conn_serial}-{}-{}",
+            self.number, self.next_generated_tag
+        );
+        self.next_generated_tag += 1;
+        ShortStr::from(tag)
+    }
+
+    pub fn consumer_by_tag(&self, tag: &ShortStr) -> Option<u32> {
+        self.consumers
+            .iter()
+            .find(|(_, c)| c.tag == *tag)
+            .map(|(id, _)| *id)
+    }
+
+    /// Registers a consumer (before the queue knows it). Returns its channel-local id.
+    pub fn add_consumer(&mut self, consumer: ChannelConsumer) -> u32 {
+        let id = self.next_consumer;
+        self.next_consumer += 1;
+        self.consumers.insert(id, consumer);
+        id
+    }
+
+    /// Assigns the next delivery tag and, unless `no_ack`, remembers the delivery.
+    pub fn record_delivery(
+        &mut self,
+        queue: QueueRef,
+        seq: u64,
+        consumer: Option<u32>,
+        no_ack: bool,
+    ) -> u64 {
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        if !no_ack {
+            self.unacked.push_back(Unacked {
+                tag,
+                queue,
+                seq,
+                consumer,
+            });
+            if let Some(c) = consumer.and_then(|id| self.consumers.get_mut(&id)) {
+                c.unacked += 1;
+            }
+        }
+        tag
+    }
+
+    /// Removes the deliveries an ack/nack/reject names: `multiple` takes every tag up to
+    /// and including `tag` (0 = all). An unknown single tag is a 406.
+    pub fn take_unacked(
+        &mut self,
+        tag: u64,
+        multiple: bool,
+    ) -> Result<Vec<Unacked>, ChannelError> {
+        let taken: Vec<Unacked> = if multiple {
+            let upto = if tag == 0 { u64::MAX } else { tag };
+            let n = self.unacked.partition_point(|u| u.tag <= upto);
+            if n == 0 && tag != 0 {
+                return Err(ChannelError::UnknownDeliveryTag(tag));
+            }
+            self.unacked.drain(..n).collect()
+        } else {
+            let pos = self
+                .unacked
+                .binary_search_by_key(&tag, |u| u.tag)
+                .map_err(|_| ChannelError::UnknownDeliveryTag(tag))?;
+            self.unacked.remove(pos).into_iter().collect()
+        };
+        for u in &taken {
+            if let Some(c) = u.consumer.and_then(|id| self.consumers.get_mut(&id)) {
+                c.unacked = c.unacked.saturating_sub(1);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Removes every unacknowledged delivery (channel close, `basic.recover`).
+    pub fn take_all_unacked(&mut self) -> Vec<Unacked> {
+        for c in self.consumers.values_mut() {
+            c.unacked = 0;
+        }
+        self.unacked.drain(..).collect()
+    }
+
+    /// Room left under the channel-wide prefetch, if one is set.
+    pub fn global_room(&self) -> Option<u32> {
+        if self.global_prefetch == 0 {
+            return None;
+        }
+        let in_flight: u32 = self
+            .consumers
+            .values()
+            .filter(|c| !c.no_ack)
+            .map(|c| c.credit.saturating_add(c.unacked))
+            .sum();
+        Some(self.global_prefetch.saturating_sub(in_flight))
+    }
+
+    /// Publish sequence number for the next message in confirm mode.
+    pub fn next_confirm_seq(&mut self) -> Option<u64> {
+        let next = self.confirm_next.as_mut()?;
+        let seq = *next;
+        *next += 1;
+        Some(seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ids::QueueId;
+
+    fn q() -> QueueRef {
+        QueueRef {
+            id: QueueId(7),
+            home: 0,
+        }
+    }
+
+    #[test]
+    fn ack_single_multiple_and_unknown() {
+        let mut ch = Channel::new(1);
+        for seq in 1..=5 {
+            ch.record_delivery(q(), seq, None, false);
+        }
+        assert_eq!(ch.take_unacked(2, false).map(|v| v.len()), Ok(1));
+        assert_eq!(
+            ch.take_unacked(2, false).map(|v| v.len()),
+            Err(ChannelError::UnknownDeliveryTag(2))
+        );
+        let taken = ch.take_unacked(4, true).expect("multiple");
+        assert_eq!(taken.iter().map(|u| u.tag).collect::<Vec<_>>(), vec![1, 3, 4]);
+        assert_eq!(ch.take_unacked(0, true).map(|v| v.len()), Ok(1));
+        assert!(ch.unacked.is_empty());
+    }
+
+    #[test]
+    fn no_ack_deliveries_are_not_tracked() {
+        let mut ch = Channel::new(1);
+        assert_eq!(ch.record_delivery(q(), 1, None, true), 1);
+        assert_eq!(ch.record_delivery(q(), 2, None, true), 2);
+        assert!(ch.unacked.is_empty());
+    }
+}

@@ -1,0 +1,238 @@
+//! Owns: one connection's state — handshake phase, negotiated limits (channel-max,
+//! frame-max, heartbeat), the client's capabilities, its channels, its outbound bytes and
+//! the signals that wake its writer and reader — plus the pure parts of the handshake:
+//! server properties and SASL (PLAIN, AMQPLAIN) parsing.
+//!
+//! Does not: write to the socket (the writer task drains `out`) or act on other shards.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::model::ids::{ConnId, IdMap};
+use crate::model::routing::VhostIdx;
+use crate::net::outbound::Outbound;
+use crate::net::signal::Signal;
+use crate::protocol::{FieldTable, FieldValue, LongStr, ShortStr};
+use crate::session::channel::Channel;
+
+/// Where the handshake is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the 8-byte protocol header.
+    AwaitHeader,
+    AwaitStartOk,
+    AwaitTuneOk,
+    AwaitOpen,
+    Open,
+    /// The broker sent `connection.close`; waiting for close-ok.
+    Closing,
+    /// Done: the writer flushes and shuts the socket.
+    Closed,
+}
+
+/// What the client told us it understands (client-properties capabilities).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientCapabilities {
+    pub connection_blocked: bool,
+    pub consumer_cancel_notify: bool,
+}
+
+/// One connection, owned by its shard's slab.
+pub struct Conn {
+    pub id: ConnId,
+    /// Broker-wide serial for logs and consumer tags.
+    pub serial: u64,
+    pub peer: SocketAddr,
+    pub phase: Phase,
+    pub user: String,
+    pub vhost: VhostIdx,
+    pub vhost_name: String,
+    pub channel_max: u16,
+    pub frame_max: u32,
+    pub heartbeat: u16,
+    pub capabilities: ClientCapabilities,
+    pub channels: IdMap<u16, Channel>,
+    pub out: Outbound,
+    pub writer: Rc<Signal>,
+    pub last_recv: Instant,
+    pub last_send: Instant,
+    pub closing_since: Option<Instant>,
+    /// Exclusive queues this connection declared (deleted when it goes).
+    pub exclusive_queues: Vec<ShortStr>,
+    /// The connection had room in its outbound buffer at the last check.
+    pub had_room: bool,
+}
+
+impl Conn {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: ConnId,
+        serial: u64,
+        peer: SocketAddr,
+        now: Instant,
+        inline_max: usize,
+        frame_max: u32,
+        writer: Rc<Signal>,
+    ) -> Conn {
+        Conn {
+            id,
+            serial,
+            peer,
+            phase: Phase::AwaitHeader,
+            user: String::new(),
+            vhost: 0,
+            vhost_name: String::new(),
+            channel_max: 0,
+            frame_max,
+            heartbeat: 0,
+            capabilities: ClientCapabilities::default(),
+            channels: IdMap::default(),
+            out: Outbound::new(inline_max, frame_max),
+            writer,
+            last_recv: now,
+            last_send: now,
+            closing_since: None,
+            exclusive_queues: Vec::new(),
+            had_room: true,
+        }
+    }
+
+    /// `con:7(guest@127.0.0.1:5000/)`, the Qpid-style subject of log lines.
+    pub fn log_subject(&self) -> String {
+        format!(
+            "con:{}({}@{}{})",
+            self.serial, self.user, self.peer, self.vhost_name
+        )
+    }
+}
+
+/// The `server-properties` table of `connection.start`, advertising exactly the RabbitMQ
+/// extensions sluice implements.
+pub fn server_properties() -> FieldTable {
+    let mut caps = FieldTable::default();
+    for cap in [
+        "publisher_confirms",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "per_consumer_qos",
+        "authentication_failure_close",
+    ] {
+        caps.insert(cap, FieldValue::Bool(true));
+    }
+    let mut props = FieldTable::default();
+    let text = |s: &str| FieldValue::LongStr(LongStr::from(s));
+    props.insert("product", text("sluice"));
+    props.insert("version", text(env!("CARGO_PKG_VERSION")));
+    props.insert("platform", text("Rust / Linux io_uring"));
+    props.insert(
+        "information",
+        text("AMQP 0-9-1 broker for heavy topic fan-out"),
+    );
+    props.insert("capabilities", FieldValue::Table(caps));
+    props
+}
+
+/// Reads the capabilities a client announced in `client-properties`.
+pub fn client_capabilities(props: &FieldTable) -> ClientCapabilities {
+    let caps = props.get("capabilities").and_then(|v| v.as_table());
+    let flag = |name: &str| {
+        caps.and_then(|t| t.get(name))
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    };
+    ClientCapabilities {
+        connection_blocked: flag("connection.blocked"),
+        consumer_cancel_notify: flag("consumer_cancel_notify"),
+    }
+}
+
+/// Credentials extracted from a SASL response.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+/// Parses the `response` of `connection.start-ok` for `mechanism`.
+pub fn parse_sasl(mechanism: &[u8], response: &Bytes) -> Option<Credentials> {
+    match mechanism {
+        b"PLAIN" => {
+            // authzid \0 authcid \0 password
+            let mut parts = response.split(|&b| b == 0);
+            let _authzid = parts.next()?;
+            let user = parts.next()?;
+            let password = parts.next()?;
+            if parts.next().is_some() {
+                return None;
+            }
+            Some(Credentials {
+                user: String::from_utf8(user.to_vec()).ok()?,
+                password: String::from_utf8(password.to_vec()).ok()?,
+            })
+        }
+        b"AMQPLAIN" => {
+            // A field table without its length prefix.
+            let mut framed = Vec::with_capacity(response.len() + 4);
+            framed.extend_from_slice(&(response.len() as u32).to_be_bytes());
+            framed.extend_from_slice(response);
+            let mut reader = crate::protocol::codec::Reader::new(Bytes::from(framed));
+            let table = reader.table("AMQPLAIN response").ok()?;
+            let text = |key: &str| match table.get(key)? {
+                FieldValue::LongStr(s) => Some(s.as_str_lossy().into_owned()),
+                _ => None,
+            };
+            Some(Credentials {
+                user: text("LOGIN")?,
+                password: text("PASSWORD")?,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Mechanisms offered in `connection.start`.
+pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
+
+/// Locales offered in `connection.start`.
+pub const LOCALES: &str = "en_US";
+
+/// The vhost name from `connection.open` (clients send "/" or "/name" or "name").
+pub fn vhost_name(path: &ShortStr) -> String {
+    path.as_str_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_amqplain() {
+        let creds = parse_sasl(b"PLAIN", &Bytes::from_static(b"\0guest\0secret"));
+        assert_eq!(
+            creds,
+            Some(Credentials {
+                user: "guest".into(),
+                password: "secret".into()
+            })
+        );
+        assert_eq!(parse_sasl(b"PLAIN", &Bytes::from_static(b"guest")), None);
+        let mut t = FieldTable::default();
+        t.insert("LOGIN", FieldValue::LongStr("u".into()));
+        t.insert("PASSWORD", FieldValue::LongStr("p".into()));
+        let mut buf = bytes::BytesMut::new();
+        t.encode(&mut buf);
+        let body = Bytes::from(buf).slice(4..);
+        assert_eq!(
+            parse_sasl(b"AMQPLAIN", &body),
+            Some(Credentials {
+                user: "u".into(),
+                password: "p".into()
+            })
+        );
+        assert_eq!(parse_sasl(b"EXTERNAL", &body), None);
+    }
+}

@@ -1,0 +1,357 @@
+//! Owns: the typed errors a session raises — [`ChannelError`] (soft: the channel is
+//! closed) and [`ConnectionError`] (hard: the connection is closed) — each variant carrying
+//! its evidence, and the single place where they become a reply code and text.
+//!
+//! Does not: decide when to close (the session does) or write frames.
+
+use std::fmt;
+
+use crate::protocol::ReplyCode;
+
+/// Which kind of object an error is about, for texts like "no queue 'x' in vhost '/'".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectKind {
+    Exchange,
+    Queue,
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ObjectKind::Exchange => "exchange",
+            ObjectKind::Queue => "queue",
+        })
+    }
+}
+
+/// A soft error: closes one channel with `channel.close`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChannelError {
+    NotFound {
+        kind: ObjectKind,
+        name: String,
+        vhost: String,
+    },
+    ExclusiveLocked {
+        queue: String,
+        vhost: String,
+    },
+    Inequivalent {
+        kind: ObjectKind,
+        name: String,
+        vhost: String,
+        field: &'static str,
+        received: String,
+        current: String,
+    },
+    InUse {
+        kind: ObjectKind,
+        name: String,
+        vhost: String,
+    },
+    NotEmpty {
+        queue: String,
+        vhost: String,
+    },
+    UnknownDeliveryTag(u64),
+    DefaultExchange,
+    ReservedPrefix {
+        kind: ObjectKind,
+        name: String,
+    },
+    ExclusiveConsumer {
+        queue: String,
+        vhost: String,
+    },
+    ConsumerTagInUse(String),
+    InternalExchange {
+        name: String,
+        vhost: String,
+    },
+    InvalidArgument {
+        argument: String,
+        reason: String,
+    },
+    UnknownExchangeType(String),
+    MessageTooLarge {
+        size: u64,
+        max: u64,
+    },
+    TxNotSelected,
+    TxTooLarge {
+        max: usize,
+    },
+    ConfirmInTx,
+    TxInConfirm,
+    /// The slow-consumer policy closed this channel.
+    ConsumingTooSlow,
+    /// Something the broker could not do for an internal reason (shutting down).
+    Internal(String),
+}
+
+impl ChannelError {
+    pub fn code(&self) -> ReplyCode {
+        match self {
+            ChannelError::NotFound { .. } => ReplyCode::NotFound,
+            ChannelError::ExclusiveLocked { .. } => ReplyCode::ResourceLocked,
+            ChannelError::Inequivalent { .. }
+            | ChannelError::InUse { .. }
+            | ChannelError::NotEmpty { .. }
+            | ChannelError::UnknownDeliveryTag(_)
+            | ChannelError::InvalidArgument { .. }
+            | ChannelError::MessageTooLarge { .. }
+            | ChannelError::TxNotSelected
+            | ChannelError::TxTooLarge { .. }
+            | ChannelError::ConfirmInTx
+            | ChannelError::TxInConfirm => ReplyCode::PreconditionFailed,
+            ChannelError::DefaultExchange
+            | ChannelError::ReservedPrefix { .. }
+            | ChannelError::ExclusiveConsumer { .. }
+            | ChannelError::InternalExchange { .. } => ReplyCode::AccessRefused,
+            ChannelError::ConsumerTagInUse(_) | ChannelError::UnknownExchangeType(_) => {
+                ReplyCode::CommandInvalid
+            }
+            ChannelError::ConsumingTooSlow => ReplyCode::ResourceError,
+            ChannelError::Internal(_) => ReplyCode::InternalError,
+        }
+    }
+
+    /// Whether this error must close the connection rather than the channel. The spec
+    /// classes 506 RESOURCE_ERROR as a hard error, but a slow consumer is deliberately a
+    /// channel close (the connection stays usable), so the class alone does not decide.
+    pub fn closes_connection(&self) -> bool {
+        matches!(
+            self.code(),
+            ReplyCode::CommandInvalid
+                | ReplyCode::NotAllowed
+                | ReplyCode::NotImplemented
+                | ReplyCode::InternalError
+        )
+    }
+
+    /// The reply text sent on the wire.
+    pub fn reply_text(&self) -> String {
+        match self {
+            ChannelError::ConsumingTooSlow => self.to_string(),
+            _ => format!("{} - {}", self.code().name(), self),
+        }
+    }
+}
+
+impl fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChannelError::NotFound { kind, name, vhost } => {
+                write!(f, "no {kind} '{name}' in vhost '{vhost}'")
+            }
+            ChannelError::ExclusiveLocked { queue, vhost } => write!(
+                f,
+                "cannot obtain exclusive access to locked queue '{queue}' in vhost '{vhost}'"
+            ),
+            ChannelError::Inequivalent {
+                kind,
+                name,
+                vhost,
+                field,
+                received,
+                current,
+            } => write!(
+                f,
+                "inequivalent arg '{field}' for {kind} '{name}' in vhost '{vhost}': received '{received}' but current is '{current}'"
+            ),
+            ChannelError::InUse { kind, name, vhost } => {
+                write!(f, "{kind} '{name}' in vhost '{vhost}' in use")
+            }
+            ChannelError::NotEmpty { queue, vhost } => {
+                write!(f, "queue '{queue}' in vhost '{vhost}' is not empty")
+            }
+            ChannelError::UnknownDeliveryTag(tag) => write!(f, "unknown delivery tag {tag}"),
+            ChannelError::DefaultExchange => {
+                f.write_str("operation not permitted on the default exchange")
+            }
+            ChannelError::ReservedPrefix { kind, name } => {
+                write!(f, "{kind} name '{name}' contains reserved prefix 'amq.*'")
+            }
+            ChannelError::ExclusiveConsumer { queue, vhost } => {
+                write!(f, "queue '{queue}' in vhost '{vhost}' in exclusive use")
+            }
+            ChannelError::ConsumerTagInUse(tag) => {
+                write!(f, "consumer tag '{tag}' already in use on this channel")
+            }
+            ChannelError::InternalExchange { name, vhost } => write!(
+                f,
+                "cannot publish to internal exchange '{name}' in vhost '{vhost}'"
+            ),
+            ChannelError::InvalidArgument { argument, reason } => {
+                write!(f, "invalid arg '{argument}': {reason}")
+            }
+            ChannelError::UnknownExchangeType(kind) => {
+                write!(f, "invalid exchange type '{kind}'")
+            }
+            ChannelError::MessageTooLarge { size, max } => write!(
+                f,
+                "message size {size} is larger than configured max size {max}"
+            ),
+            ChannelError::TxNotSelected => f.write_str("channel is not transactional"),
+            ChannelError::TxTooLarge { max } => write!(
+                f,
+                "transaction holds more than {max} operations; commit more often"
+            ),
+            ChannelError::ConfirmInTx => {
+                f.write_str("cannot switch from tx to confirm mode")
+            }
+            ChannelError::TxInConfirm => {
+                f.write_str("cannot switch from confirm to tx mode")
+            }
+            ChannelError::ConsumingTooSlow => f.write_str("Consuming too slow."),
+            ChannelError::Internal(why) => f.write_str(why),
+        }
+    }
+}
+
+/// A hard error: closes the whole connection with `connection.close`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectionError {
+    /// A frame that could not be split: bad end octet, unknown type, too large.
+    Frame(String),
+    /// A method or header whose arguments could not be decoded.
+    Syntax(String),
+    /// A method not valid in the current state (e.g. on a channel that is not open).
+    CommandInvalid(String),
+    /// channel.open on an open channel, channel number above channel-max, …
+    Channel(String),
+    /// A frame arriving out of order (content without publish, method inside content…).
+    UnexpectedFrame(String),
+    /// Authentication failed.
+    LoginRefused { mechanism: String },
+    /// The virtual host does not exist.
+    VhostNotFound(String),
+    /// The user may not connect from this address.
+    LoopbackOnly { user: String },
+    /// A negotiated value out of range.
+    NotAllowed(String),
+    NotImplemented(String),
+    /// The broker is shutting down, or an operator closed the connection.
+    Forced(String),
+    /// No heartbeat from the peer within two intervals.
+    MissedHeartbeats { seconds: u16 },
+}
+
+impl ConnectionError {
+    pub fn code(&self) -> ReplyCode {
+        match self {
+            ConnectionError::Frame(_) => ReplyCode::FrameError,
+            ConnectionError::Syntax(_) => ReplyCode::SyntaxError,
+            ConnectionError::CommandInvalid(_) => ReplyCode::CommandInvalid,
+            ConnectionError::Channel(_) => ReplyCode::ChannelError,
+            ConnectionError::UnexpectedFrame(_) => ReplyCode::UnexpectedFrame,
+            ConnectionError::LoginRefused { .. } | ConnectionError::LoopbackOnly { .. } => {
+                ReplyCode::AccessRefused
+            }
+            ConnectionError::VhostNotFound(_) | ConnectionError::NotAllowed(_) => {
+                ReplyCode::NotAllowed
+            }
+            ConnectionError::NotImplemented(_) => ReplyCode::NotImplemented,
+            ConnectionError::Forced(_) | ConnectionError::MissedHeartbeats { .. } => {
+                ReplyCode::ConnectionForced
+            }
+        }
+    }
+
+    pub fn reply_text(&self) -> String {
+        format!("{} - {}", self.code().name(), self)
+    }
+}
+
+impl fmt::Display for ConnectionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectionError::Frame(why)
+            | ConnectionError::Syntax(why)
+            | ConnectionError::CommandInvalid(why)
+            | ConnectionError::Channel(why)
+            | ConnectionError::UnexpectedFrame(why)
+            | ConnectionError::NotAllowed(why)
+            | ConnectionError::NotImplemented(why)
+            | ConnectionError::Forced(why) => f.write_str(why),
+            ConnectionError::LoginRefused { mechanism } => write!(
+                f,
+                "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
+            ),
+            ConnectionError::VhostNotFound(vhost) => write!(f, "vhost '{vhost}' not found"),
+            ConnectionError::LoopbackOnly { user } => write!(
+                f,
+                "user '{user}' can only connect via localhost"
+            ),
+            ConnectionError::MissedHeartbeats { seconds } => write!(
+                f,
+                "missed heartbeats from client, timeout: {seconds}s"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_texts() {
+        let e = ChannelError::NotFound {
+            kind: ObjectKind::Queue,
+            name: "q".into(),
+            vhost: "/".into(),
+        };
+        assert_eq!(e.code().code(), 404);
+        assert_eq!(e.reply_text(), "NOT_FOUND - no queue 'q' in vhost '/'");
+        assert_eq!(ChannelError::ConsumingTooSlow.code().code(), 506);
+        assert_eq!(ChannelError::ConsumingTooSlow.reply_text(), "Consuming too slow.");
+        let e = ConnectionError::VhostNotFound("nosuch".into());
+        assert_eq!(e.code().code(), 530);
+        assert_eq!(e.reply_text(), "NOT_ALLOWED - vhost 'nosuch' not found");
+        let e = ChannelError::Inequivalent {
+            kind: ObjectKind::Exchange,
+            name: "x".into(),
+            vhost: "/".into(),
+            field: "type",
+            received: "fanout".into(),
+            current: "direct".into(),
+        };
+        assert_eq!(
+            e.reply_text(),
+            "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '/': received 'fanout' but current is 'direct'"
+        );
+    }
+
+    #[test]
+    fn hard_and_soft_classes_match_the_spec() {
+        let hard = [
+            ConnectionError::Frame(String::new()),
+            ConnectionError::Syntax(String::new()),
+            ConnectionError::CommandInvalid(String::new()),
+            ConnectionError::Channel(String::new()),
+            ConnectionError::UnexpectedFrame(String::new()),
+            ConnectionError::NotAllowed(String::new()),
+            ConnectionError::NotImplemented(String::new()),
+            ConnectionError::Forced(String::new()),
+        ];
+        for e in hard {
+            assert!(e.code().is_hard(), "{:?}", e.code());
+        }
+        let soft = [
+            ChannelError::DefaultExchange,
+            ChannelError::UnknownDeliveryTag(1),
+            ChannelError::ExclusiveLocked {
+                queue: String::new(),
+                vhost: String::new(),
+            },
+        ];
+        for e in soft {
+            assert!(!e.code().is_hard(), "{:?}", e.code());
+            assert!(!e.closes_connection());
+        }
+        // 506 is a hard code in the spec, but a slow consumer only loses its channel.
+        assert!(!ChannelError::ConsumingTooSlow.closes_connection());
+        assert!(ChannelError::ConsumerTagInUse("t".into()).closes_connection());
+    }
+}

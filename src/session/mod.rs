@@ -1,0 +1,11 @@
+//! Owns: per-connection protocol state — the connection (handshake, limits,
+//! capabilities, outbound buffer), its channels (publish assembly, delivery tags, unacked,
+//! qos, confirms, transactions), consumers and their credit rule — and the typed errors
+//! that close a channel or a connection.
+//!
+//! Does not: do I/O or reach another shard; the shard's handler drives this state.
+
+pub mod channel;
+pub mod connection;
+pub mod consumer;
+pub mod error;

@@ -1,0 +1,521 @@
+//! Owns: the control plane. Every declare, bind, unbind and delete goes to one
+//! coordinator (shard 0), which validates it against its replica of the directory, turns
+//! it into [`DirectoryChange`]s, applies them locally and on every other shard, and
+//! answers only when all shards have applied them — so a client that got `bind-ok` can
+//! publish on any shard and be routed by the new binding.
+//!
+//! Does not: run on the hot path. Publishes, deliveries and acks never come here.
+//!
+//! # Ordering
+//! Validation and the local apply happen in one borrow on shard 0, and shard 0's inbox
+//! to each shard is FIFO, so every shard applies changes in the coordinator's order.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use crate::model::exchange::headers::HeadersRule;
+use crate::model::exchange::{Binding, ExchangeDef};
+use crate::model::ids::{ConnOwner, QueueId, QueueRef, ShardId};
+use crate::model::routing::{DirectoryChange, QueueMeta, VhostDirectory, VhostIdx};
+use crate::ops::event::OpsEvent;
+use crate::protocol::{FieldTable, FieldValue, ShortStr};
+use crate::session::error::{ChannelError, ObjectKind};
+
+use super::inbox::{
+    ControlOk, ControlReply, ControlRequest, DeleteRefused, QueueReply, QueueRequest, ShardMsg,
+};
+use super::{placement, Shard, State};
+
+/// Sends a control request to the coordinator and waits for its answer.
+pub async fn request(shard: &Rc<Shard>, req: ControlRequest) -> ControlReply {
+    if shard.id == 0 {
+        return coordinate(shard, req).await;
+    }
+    let (tx, rx) = oneshot::channel();
+    shard.peers.send(0, ShardMsg::Control(req, tx));
+    rx.await
+        .unwrap_or_else(|_| Err(ChannelError::Internal("broker is shutting down".into())))
+}
+
+/// Sends a request to a queue's home shard and waits for its answer.
+pub async fn queue_request(shard: &Rc<Shard>, home: ShardId, req: QueueRequest) -> QueueReply {
+    if home == shard.id {
+        let reply = shard.state.borrow_mut().queue_request(shard, req);
+        return reply;
+    }
+    let (tx, rx) = oneshot::channel();
+    shard.peers.send(home, ShardMsg::Queue(req, tx));
+    rx.await.unwrap_or(QueueReply::Gone)
+}
+
+/// Deletes a queue on the broker's own initiative (auto-delete, `x-expires`, exclusive
+/// owner gone), in the background.
+pub fn spawn_internal_delete(shard: &Rc<Shard>, vhost: VhostIdx, name: ShortStr) {
+    let shard = Rc::clone(shard);
+    tokio_uring::spawn(async move {
+        let req = ControlRequest::DeleteQueue {
+            vhost,
+            name,
+            if_unused: false,
+            if_empty: false,
+            requester: None,
+        };
+        if let Err(e) = request(&shard, req).await {
+            tracing::debug!("internal queue delete failed: {e}");
+        }
+    });
+}
+
+/// Serves a control request on the coordinator.
+pub async fn coordinate(shard: &Rc<Shard>, req: ControlRequest) -> ControlReply {
+    debug_assert_eq!(shard.id, 0, "the coordinator is shard 0");
+    match req {
+        ControlRequest::DeleteQueue {
+            vhost,
+            name,
+            if_unused,
+            if_empty,
+            requester,
+        } => delete_queue(shard, vhost, name, if_unused, if_empty, requester).await,
+        other => {
+            let planned = {
+                let mut st = shard.state.borrow_mut();
+                plan(&mut st, shard, other)
+            };
+            let (changes, ok) = planned?;
+            broadcast(shard, changes).await;
+            Ok(ok)
+        }
+    }
+}
+
+fn vhost_dir(st: &State, vhost: VhostIdx) -> Result<&VhostDirectory, ChannelError> {
+    st.directory
+        .vhost(vhost)
+        .ok_or_else(|| ChannelError::Internal(format!("unknown vhost index {vhost}")))
+}
+
+fn not_found(kind: ObjectKind, name: &ShortStr, vhost: &str) -> ChannelError {
+    ChannelError::NotFound {
+        kind,
+        name: name.to_string(),
+        vhost: vhost.to_owned(),
+    }
+}
+
+/// Checks that `requester` may use a queue: another connection's exclusive queue is 405.
+pub fn check_exclusive(
+    meta: &QueueMeta,
+    requester: Option<ConnOwner>,
+    vhost: &str,
+) -> Result<(), ChannelError> {
+    match (meta.exclusive_owner, requester) {
+        (Some(owner), Some(req)) if owner != req => Err(ChannelError::ExclusiveLocked {
+            queue: meta.name.to_string(),
+            vhost: vhost.to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn inequivalent(
+    kind: ObjectKind,
+    name: &ShortStr,
+    vhost: &str,
+    field: &'static str,
+    received: impl ToString,
+    current: impl ToString,
+) -> ChannelError {
+    ChannelError::Inequivalent {
+        kind,
+        name: name.to_string(),
+        vhost: vhost.to_owned(),
+        field,
+        received: received.to_string(),
+        current: current.to_string(),
+    }
+}
+
+/// Queue arguments whose value must be a non-negative integer (milliseconds or counts).
+const INTEGER_ARGS: [&str; 4] = ["x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes"];
+
+fn validate_queue_args(args: &FieldTable) -> Result<(), ChannelError> {
+    for key in INTEGER_ARGS {
+        if let Some(v) = args.get(key) {
+            match v.as_i64() {
+                Some(n) if n >= 0 && !(key == "x-expires" && n == 0) => {}
+                _ => {
+                    return Err(ChannelError::InvalidArgument {
+                        argument: key.to_owned(),
+                        reason: "expected a non-negative integer (x-expires: positive)".into(),
+                    })
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn arg_text(v: Option<&FieldValue>) -> String {
+    match v {
+        None => "none".to_owned(),
+        Some(v) => v
+            .as_i64()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| format!("{v:?}")),
+    }
+}
+
+/// Validates a request and computes the changes it makes.
+fn plan(
+    st: &mut State,
+    shard: &Shard,
+    req: ControlRequest,
+) -> Result<(Vec<DirectoryChange>, ControlOk), ChannelError> {
+    match req {
+        ControlRequest::DeclareExchange { vhost, def } => {
+            let dir = vhost_dir(st, vhost)?;
+            if def.name.is_empty() {
+                return Err(ChannelError::DefaultExchange);
+            }
+            if let Some(ex) = dir.exchange(&def.name) {
+                let cur = &ex.def;
+                let ie = |field, r: &dyn ToString, c: &dyn ToString| {
+                    Err(inequivalent(
+                        ObjectKind::Exchange,
+                        &def.name,
+                        &dir.name,
+                        field,
+                        r.to_string(),
+                        c.to_string(),
+                    ))
+                };
+                if cur.kind != def.kind {
+                    return ie("type", &def.kind.name(), &cur.kind.name());
+                }
+                if cur.durable != def.durable {
+                    return ie("durable", &def.durable, &cur.durable);
+                }
+                if cur.auto_delete != def.auto_delete {
+                    return ie("auto_delete", &def.auto_delete, &cur.auto_delete);
+                }
+                if cur.internal != def.internal {
+                    return ie("internal", &def.internal, &cur.internal);
+                }
+                return Ok((Vec::new(), ControlOk::ExchangeDeclared));
+            }
+            if def.name.as_bytes().starts_with(b"amq.") {
+                return Err(ChannelError::ReservedPrefix {
+                    kind: ObjectKind::Exchange,
+                    name: def.name.to_string(),
+                });
+            }
+            OpsEvent::ExchangeCreate {
+                vhost: dir.name.clone(),
+                exchange: def.name.to_string(),
+                kind: def.kind.name(),
+                durable: def.durable,
+            }
+            .emit();
+            Ok((
+                vec![DirectoryChange::DeclareExchange { vhost, def }],
+                ControlOk::ExchangeDeclared,
+            ))
+        }
+        ControlRequest::DeleteExchange {
+            vhost,
+            name,
+            if_unused,
+        } => {
+            let dir = vhost_dir(st, vhost)?;
+            if name.is_empty() {
+                return Err(ChannelError::DefaultExchange);
+            }
+            if name.as_bytes().starts_with(b"amq.") {
+                return Err(ChannelError::ReservedPrefix {
+                    kind: ObjectKind::Exchange,
+                    name: name.to_string(),
+                });
+            }
+            let Some(ex) = dir.exchange(&name) else {
+                return Ok((Vec::new(), ControlOk::ExchangeDeleted));
+            };
+            if if_unused && !ex.bindings().is_empty() {
+                return Err(ChannelError::InUse {
+                    kind: ObjectKind::Exchange,
+                    name: name.to_string(),
+                    vhost: dir.name.clone(),
+                });
+            }
+            OpsEvent::ExchangeDeleted {
+                vhost: dir.name.clone(),
+                exchange: name.to_string(),
+            }
+            .emit();
+            Ok((
+                vec![DirectoryChange::DeleteExchange { vhost, name }],
+                ControlOk::ExchangeDeleted,
+            ))
+        }
+        ControlRequest::DeclareQueue {
+            vhost,
+            name,
+            durable,
+            exclusive_owner,
+            auto_delete,
+            arguments,
+        } => {
+            validate_queue_args(&arguments)?;
+            let next_id = st.next_queue_id;
+            let dir = vhost_dir(st, vhost)?;
+            if let Some(meta) = dir.queue(&name) {
+                check_exclusive(meta, exclusive_owner, &dir.name)?;
+                let ie = |field, r: bool, c: bool| {
+                    Err(inequivalent(ObjectKind::Queue, &name, &dir.name, field, r, c))
+                };
+                if meta.durable != durable {
+                    return ie("durable", durable, meta.durable);
+                }
+                if meta.exclusive_owner.is_some() != exclusive_owner.is_some() {
+                    return ie(
+                        "exclusive",
+                        exclusive_owner.is_some(),
+                        meta.exclusive_owner.is_some(),
+                    );
+                }
+                if meta.auto_delete != auto_delete {
+                    return ie("auto_delete", auto_delete, meta.auto_delete);
+                }
+                for key in INTEGER_ARGS {
+                    let (r, c) = (arguments.get(key), meta.arguments.get(key));
+                    if r.and_then(FieldValue::as_i64) != c.and_then(FieldValue::as_i64) {
+                        return Err(inequivalent(
+                            ObjectKind::Queue,
+                            &name,
+                            &dir.name,
+                            key_static(key),
+                            arg_text(r),
+                            arg_text(c),
+                        ));
+                    }
+                }
+                return Ok((
+                    Vec::new(),
+                    ControlOk::QueueDeclared { queue: meta.queue },
+                ));
+            }
+            let home = placement::home_shard(&dir.name, name.as_bytes(), shard.shards);
+            let queue = QueueRef {
+                id: QueueId(next_id),
+                home,
+            };
+            st.next_queue_id += 1;
+            let meta = QueueMeta {
+                queue,
+                name,
+                durable,
+                exclusive_owner,
+                auto_delete,
+                arguments,
+            };
+            Ok((
+                vec![DirectoryChange::DeclareQueue { vhost, meta }],
+                ControlOk::QueueDeclared { queue },
+            ))
+        }
+        ControlRequest::Bind {
+            vhost,
+            exchange,
+            queue,
+            routing_key,
+            arguments,
+            requester,
+            unbind,
+        } => {
+            let dir = vhost_dir(st, vhost)?;
+            if exchange.is_empty() {
+                return Err(ChannelError::DefaultExchange);
+            }
+            let meta = dir
+                .queue(&queue)
+                .ok_or_else(|| not_found(ObjectKind::Queue, &queue, &dir.name))?;
+            let ex = dir
+                .exchange(&exchange)
+                .ok_or_else(|| not_found(ObjectKind::Exchange, &exchange, &dir.name))?;
+            check_exclusive(meta, Some(requester), &dir.name)?;
+            if ex.def.kind == crate::model::exchange::ExchangeKind::Headers
+                && !HeadersRule::valid_mode(&arguments)
+            {
+                return Err(ChannelError::InvalidArgument {
+                    argument: "x-match".into(),
+                    reason: "expected all, any, all-with-x or any-with-x".into(),
+                });
+            }
+            let binding = Binding {
+                queue: meta.queue,
+                queue_name: queue,
+                routing_key,
+                arguments,
+            };
+            if !unbind {
+                return Ok((
+                    vec![DirectoryChange::Bind {
+                        vhost,
+                        exchange,
+                        binding,
+                    }],
+                    ControlOk::Bound,
+                ));
+            }
+            if !ex.has_binding(&binding) {
+                return Ok((Vec::new(), ControlOk::Bound));
+            }
+            let mut changes = Vec::new();
+            if ex.def.auto_delete && ex.bindings().len() == 1 {
+                changes.push(DirectoryChange::Unbind {
+                    vhost,
+                    exchange: exchange.clone(),
+                    binding,
+                });
+                changes.push(DirectoryChange::DeleteExchange {
+                    vhost,
+                    name: exchange,
+                });
+            } else {
+                changes.push(DirectoryChange::Unbind {
+                    vhost,
+                    exchange,
+                    binding,
+                });
+            }
+            Ok((changes, ControlOk::Bound))
+        }
+        ControlRequest::DeleteQueue { .. } => Err(ChannelError::Internal(
+            "queue deletion is planned by delete_queue".into(),
+        )),
+    }
+}
+
+fn key_static(key: &str) -> &'static str {
+    INTEGER_ARGS
+        .iter()
+        .find(|k| **k == key)
+        .copied()
+        .unwrap_or("arguments")
+}
+
+async fn delete_queue(
+    shard: &Rc<Shard>,
+    vhost: VhostIdx,
+    name: ShortStr,
+    if_unused: bool,
+    if_empty: bool,
+    requester: Option<ConnOwner>,
+) -> ControlReply {
+    let (meta, vhost_name) = {
+        let st = shard.state.borrow();
+        let dir = vhost_dir(&st, vhost)?;
+        let Some(meta) = dir.queue(&name) else {
+            return Ok(ControlOk::QueueDeleted { messages: 0 });
+        };
+        check_exclusive(meta, requester, &dir.name)?;
+        (meta.clone(), dir.name.clone())
+    };
+    let check = QueueRequest::CheckDelete {
+        queue: meta.queue.id,
+        if_unused,
+        if_empty,
+    };
+    let messages = match queue_request(shard, meta.queue.home, check).await {
+        QueueReply::DeleteChecked(Ok(n)) => n,
+        QueueReply::DeleteChecked(Err(DeleteRefused::InUse)) => {
+            return Err(ChannelError::InUse {
+                kind: ObjectKind::Queue,
+                name: name.to_string(),
+                vhost: vhost_name,
+            })
+        }
+        QueueReply::DeleteChecked(Err(DeleteRefused::NotEmpty)) => {
+            return Err(ChannelError::NotEmpty {
+                queue: name.to_string(),
+                vhost: vhost_name,
+            })
+        }
+        _ => 0,
+    };
+    let changes = {
+        let st = shard.state.borrow();
+        let dir = vhost_dir(&st, vhost)?;
+        // The queue may have been deleted while we waited.
+        if dir.queue(&name).map(|m| m.queue) != Some(meta.queue) {
+            return Ok(ControlOk::QueueDeleted { messages: 0 });
+        }
+        let mut changes = vec![DirectoryChange::DeleteQueue {
+            vhost,
+            queue: meta.queue,
+            name: name.clone(),
+        }];
+        for ex in dir.exchanges() {
+            let bound = ex.bindings().iter().filter(|b| b.queue == meta.queue).count();
+            if ex.def.auto_delete && bound > 0 && bound == ex.bindings().len() {
+                changes.push(DirectoryChange::DeleteExchange {
+                    vhost,
+                    name: ex.def.name.clone(),
+                });
+            }
+        }
+        changes
+    };
+    broadcast(shard, changes).await;
+    Ok(ControlOk::QueueDeleted { messages })
+}
+
+/// Applies changes on this shard, then on every other, and waits for all of them.
+async fn broadcast(shard: &Rc<Shard>, changes: Vec<DirectoryChange>) {
+    if changes.is_empty() {
+        return;
+    }
+    let changes = Arc::new(changes);
+    {
+        let mut st = shard.state.borrow_mut();
+        let now = shard.clock.now();
+        for change in changes.iter() {
+            st.apply_change(shard, change, now);
+        }
+    }
+    let mut acks = Vec::with_capacity(shard.shards);
+    for other in 1..shard.shards {
+        let (tx, rx) = oneshot::channel();
+        shard
+            .peers
+            .send(other as ShardId, ShardMsg::Apply(Arc::clone(&changes), tx));
+        acks.push(rx);
+    }
+    for ack in acks {
+        let _ = ack.await;
+    }
+}
+
+impl State {
+    /// Applies one directory change to this shard's replica and to its home queues.
+    pub fn apply_change(&mut self, shard: &Shard, change: &DirectoryChange, now: Instant) {
+        self.directory.apply(change);
+        match change {
+            DirectoryChange::DeclareQueue { vhost, meta } if meta.queue.home == shard.id => {
+                self.create_home_queue(*vhost, meta, now);
+            }
+            DirectoryChange::DeleteQueue { queue, .. } if queue.home == shard.id => {
+                self.delete_home_queue(shard, queue.id);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _def_is_send(d: ExchangeDef) -> impl Send {
+    d
+}

@@ -1,0 +1,869 @@
+//! Owns: the methods of an open channel — exchange, queue, basic, tx and confirm — and
+//! publish assembly and routing (the hot path: method, header and body frames become one
+//! shared [`Message`] that is enqueued locally or batched to other shards).
+//!
+//! Does not: wait. Anything that needs another shard's answer is returned as a
+//! [`Pending`] for the reader to await.
+
+use smallvec::SmallVec;
+
+use crate::model::exchange::{ExchangeDef, ExchangeKind, Targets};
+use crate::model::ids::{ConnId, ConnOwner, QueueRef};
+use crate::model::message::{BodyChunks, Message};
+use crate::model::routing::RouteError;
+use crate::protocol::frame::{Frame, FrameKind};
+use crate::protocol::method::{
+    BasicAck, BasicPublish, BasicQosOk, BasicRecoverOk, BasicReturn, ChannelCloseOk,
+    ChannelFlowOk, ConfirmSelectOk, AccessRequestOk, TxCommitOk, TxRollbackOk, TxSelectOk,
+};
+use crate::protocol::{ContentHeader, Method, ShortStr};
+use crate::protocol::properties::raw_headers;
+use crate::session::channel::{Content, TxOp};
+use crate::session::consumer::ChannelConsumer;
+use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
+
+use super::super::control::check_exclusive;
+use super::super::inbox::{ControlRequest, Routed, SettleOp};
+use super::super::{placement, Shard, State};
+use super::pending::{Pending, PendingOp, Then};
+use super::Flow;
+
+type HardError = (ConnectionError, u16, u16);
+
+impl State {
+    /// A frame on an open channel: content frames continue a publish, methods are
+    /// dispatched.
+    pub(super) fn on_open_channel_frame(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        frame: Frame,
+    ) -> Result<Flow, HardError> {
+        let number = frame.channel;
+        let max_size = shard.config.limits.max_message_size;
+        let Some(ch) = self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        else {
+            return Ok(Flow::Stop);
+        };
+        let unexpected = |what: String| Err((ConnectionError::UnexpectedFrame(what), 0, 0));
+        match (frame.kind, std::mem::take(&mut ch.content)) {
+            (FrameKind::Method, Content::Idle) => {
+                let method = Method::decode(frame.payload)
+                    .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
+                let (class_id, method_id) = (method.class_id(), method.method_id());
+                match self.on_channel_method(shard, conn, number, method) {
+                    Ok(flow) => Ok(flow),
+                    Err(MethodError::Channel(e)) => {
+                        self.close_channel(shard, conn, number, &e, class_id, method_id);
+                        Ok(Flow::Continue)
+                    }
+                    Err(MethodError::Connection(e)) => Err((e, class_id, method_id)),
+                }
+            }
+            (FrameKind::Header, Content::AwaitHeader(publish)) => {
+                let header = ContentHeader::decode(frame.payload)
+                    .map_err(|e| (ConnectionError::Syntax(e.to_string()), 60, 40))?;
+                if header.body_size > max_size {
+                    let e = ChannelError::MessageTooLarge {
+                        size: header.body_size,
+                        max: max_size,
+                    };
+                    self.close_channel(shard, conn, number, &e, 60, 40);
+                    return Ok(Flow::Continue);
+                }
+                if header.body_size == 0 {
+                    self.publish(shard, conn, number, publish, header, BodyChunks::new());
+                } else {
+                    ch.content = Content::AwaitBody {
+                        publish,
+                        header,
+                        chunks: BodyChunks::new(),
+                        received: 0,
+                    };
+                }
+                Ok(Flow::Continue)
+            }
+            (
+                FrameKind::Body,
+                Content::AwaitBody {
+                    publish,
+                    header,
+                    mut chunks,
+                    received,
+                },
+            ) => {
+                let received = received + frame.payload.len() as u64;
+                if received > header.body_size {
+                    return unexpected(format!(
+                        "body of {received} bytes exceeds the {} announced in the content header",
+                        header.body_size
+                    ));
+                }
+                if !frame.payload.is_empty() {
+                    chunks.push(frame.payload);
+                }
+                if received == header.body_size {
+                    self.publish(shard, conn, number, publish, header, chunks);
+                } else {
+                    ch.content = Content::AwaitBody {
+                        publish,
+                        header,
+                        chunks,
+                        received,
+                    };
+                }
+                Ok(Flow::Continue)
+            }
+            (kind, Content::Idle) => unexpected(format!(
+                "{kind:?} frame on channel {number} without a preceding basic.publish"
+            )),
+            (kind, Content::AwaitHeader(_)) => unexpected(format!(
+                "expected a content header on channel {number}, got a {kind:?} frame"
+            )),
+            (kind, Content::AwaitBody { .. }) => unexpected(format!(
+                "expected a content body on channel {number}, got a {kind:?} frame"
+            )),
+        }
+    }
+
+    /// Resolves an empty queue name to the channel's last declared queue.
+    fn queue_name(&self, conn: ConnId, number: u16, name: ShortStr) -> ShortStr {
+        if !name.is_empty() {
+            return name;
+        }
+        self.conn(conn)
+            .and_then(|c| c.channels.get(&number))
+            .map(|ch| ch.last_queue.clone())
+            .unwrap_or_default()
+    }
+
+    /// Looks a queue up in the local replica and checks exclusivity.
+    fn lookup_queue(
+        &self,
+        shard: &Shard,
+        conn: ConnId,
+        name: &ShortStr,
+    ) -> Result<QueueRef, ChannelError> {
+        let c = self
+            .conn(conn)
+            .ok_or_else(|| ChannelError::Internal("connection gone".into()))?;
+        let dir = self
+            .directory
+            .vhost(c.vhost)
+            .ok_or_else(|| ChannelError::Internal("vhost gone".into()))?;
+        let meta = dir.queue(name).ok_or_else(|| ChannelError::NotFound {
+            kind: ObjectKind::Queue,
+            name: name.to_string(),
+            vhost: dir.name.clone(),
+        })?;
+        check_exclusive(meta, Some(owner(shard, conn)), &dir.name)?;
+        Ok(meta.queue)
+    }
+
+    fn reply(&mut self, conn: ConnId, number: u16, method: Method) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.out.method(number, &method);
+        }
+        self.mark_writer(conn);
+    }
+
+    #[allow(clippy::too_many_lines)]
+    fn on_channel_method(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        method: Method,
+    ) -> Result<Flow, MethodError> {
+        let vhost = self.conn(conn).map(|c| c.vhost).unwrap_or_default();
+        let pending = |op| Ok(Flow::Await(Pending { conn, channel: number, op }));
+        match method {
+            Method::BasicPublish(publish) => {
+                if publish.immediate {
+                    return Err(MethodError::Connection(ConnectionError::NotImplemented(
+                        "immediate=true".into(),
+                    )));
+                }
+                if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+                    ch.content = Content::AwaitHeader(publish);
+                }
+                Ok(Flow::Continue)
+            }
+            Method::BasicAck(ack) => {
+                self.settle_client(shard, conn, number, ack.delivery_tag, ack.multiple, Settle::Ack)?;
+                Ok(Flow::Continue)
+            }
+            Method::BasicNack(nack) => {
+                let how = if nack.requeue { Settle::Requeue } else { Settle::Discard };
+                self.settle_client(shard, conn, number, nack.delivery_tag, nack.multiple, how)?;
+                Ok(Flow::Continue)
+            }
+            Method::BasicReject(reject) => {
+                let how = if reject.requeue { Settle::Requeue } else { Settle::Discard };
+                self.settle_client(shard, conn, number, reject.delivery_tag, false, how)?;
+                Ok(Flow::Continue)
+            }
+            Method::ChannelClose(_) => {
+                self.release_channel(shard, conn, number);
+                if let Some(c) = self.conn_mut(conn) {
+                    c.channels.remove(&number);
+                    c.out.method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
+                }
+                self.mark_writer(conn);
+                Ok(Flow::Continue)
+            }
+            Method::ChannelOpen(_) => Err(MethodError::Connection(ConnectionError::Channel(
+                format!("second 'channel.open' seen on channel {number}"),
+            ))),
+            Method::ChannelFlow(flow) => {
+                if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+                    ch.flow_active = flow.active;
+                }
+                self.reply(conn, number, Method::ChannelFlowOk(ChannelFlowOk { active: flow.active }));
+                if flow.active {
+                    self.top_up(shard, conn, number, None);
+                }
+                Ok(Flow::Continue)
+            }
+            Method::AccessRequest(_) => {
+                self.reply(conn, number, Method::AccessRequestOk(AccessRequestOk { ticket: 1 }));
+                Ok(Flow::Continue)
+            }
+            Method::ExchangeDeclare(decl) => {
+                let Some(kind) = ExchangeKind::parse(decl.kind.as_bytes()) else {
+                    return Err(MethodError::Connection(ConnectionError::CommandInvalid(format!(
+                        "invalid exchange type '{}'",
+                        decl.kind
+                    ))));
+                };
+                if decl.passive {
+                    self.passive_exchange(conn, &decl.exchange)?;
+                    if !decl.nowait {
+                        self.reply(conn, number, Method::ExchangeDeclareOk(Default::default()));
+                    }
+                    return Ok(Flow::Continue);
+                }
+                let def = ExchangeDef {
+                    name: decl.exchange,
+                    kind,
+                    durable: decl.durable,
+                    auto_delete: decl.auto_delete,
+                    internal: decl.internal,
+                    arguments: decl.arguments,
+                };
+                pending(PendingOp::Control {
+                    req: ControlRequest::DeclareExchange { vhost, def },
+                    then: Then::ExchangeDeclareOk { nowait: decl.nowait },
+                })
+            }
+            Method::ExchangeDelete(del) => pending(PendingOp::Control {
+                req: ControlRequest::DeleteExchange {
+                    vhost,
+                    name: del.exchange,
+                    if_unused: del.if_unused,
+                },
+                then: Then::ExchangeDeleteOk { nowait: del.nowait },
+            }),
+            Method::QueueDeclare(decl) => {
+                let vhost_name = self.conn(conn).map(|c| c.vhost_name.clone()).unwrap_or_default();
+                if decl.passive {
+                    let name = self.queue_name(conn, number, decl.queue);
+                    let queue = self.lookup_queue(shard, conn, &name)?;
+                    return pending(PendingOp::QueueStats { name, queue, nowait: decl.nowait });
+                }
+                let name = if decl.queue.is_empty() {
+                    let seed = self.next_name_seed();
+                    ShortStr::from(placement::generated_name(&vhost_name, shard.id, shard.shards, seed))
+                } else {
+                    if decl.queue.as_bytes().starts_with(b"amq.") {
+                        return Err(MethodError::Channel(ChannelError::ReservedPrefix {
+                            kind: ObjectKind::Queue,
+                            name: decl.queue.to_string(),
+                        }));
+                    }
+                    decl.queue
+                };
+                pending(PendingOp::Control {
+                    req: ControlRequest::DeclareQueue {
+                        vhost,
+                        name: name.clone(),
+                        durable: decl.durable,
+                        exclusive_owner: decl.exclusive.then(|| owner(shard, conn)),
+                        auto_delete: decl.auto_delete,
+                        arguments: decl.arguments,
+                    },
+                    then: Then::QueueDeclareOk { name, nowait: decl.nowait, exclusive: decl.exclusive },
+                })
+            }
+            Method::QueueBind(bind) => {
+                let queue = self.queue_name(conn, number, bind.queue);
+                pending(PendingOp::Control {
+                    req: ControlRequest::Bind {
+                        vhost,
+                        exchange: bind.exchange,
+                        queue,
+                        routing_key: bind.routing_key,
+                        arguments: bind.arguments,
+                        requester: owner(shard, conn),
+                        unbind: false,
+                    },
+                    then: Then::BindOk { nowait: bind.nowait, unbind: false },
+                })
+            }
+            Method::QueueUnbind(bind) => {
+                let queue = self.queue_name(conn, number, bind.queue);
+                pending(PendingOp::Control {
+                    req: ControlRequest::Bind {
+                        vhost,
+                        exchange: bind.exchange,
+                        queue,
+                        routing_key: bind.routing_key,
+                        arguments: bind.arguments,
+                        requester: owner(shard, conn),
+                        unbind: true,
+                    },
+                    then: Then::BindOk { nowait: false, unbind: true },
+                })
+            }
+            Method::QueuePurge(purge) => {
+                let name = self.queue_name(conn, number, purge.queue);
+                let queue = self.lookup_queue(shard, conn, &name)?;
+                pending(PendingOp::Purge { queue, nowait: purge.nowait })
+            }
+            Method::QueueDelete(del) => {
+                let name = self.queue_name(conn, number, del.queue);
+                pending(PendingOp::Control {
+                    req: ControlRequest::DeleteQueue {
+                        vhost,
+                        name,
+                        if_unused: del.if_unused,
+                        if_empty: del.if_empty,
+                        requester: Some(owner(shard, conn)),
+                    },
+                    then: Then::QueueDeleteOk { nowait: del.nowait },
+                })
+            }
+            Method::BasicQos(qos) => {
+                if qos.prefetch_size != 0 {
+                    return Err(MethodError::Connection(ConnectionError::NotImplemented(format!(
+                        "prefetch_size!=0 ({})",
+                        qos.prefetch_size
+                    ))));
+                }
+                if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+                    if qos.global {
+                        ch.global_prefetch = u32::from(qos.prefetch_count);
+                    } else {
+                        ch.prefetch = u32::from(qos.prefetch_count);
+                    }
+                }
+                self.reply(conn, number, Method::BasicQosOk(BasicQosOk {}));
+                self.top_up(shard, conn, number, None);
+                Ok(Flow::Continue)
+            }
+            Method::BasicConsume(consume) => {
+                let name = self.queue_name(conn, number, consume.queue);
+                let queue = self.lookup_queue(shard, conn, &name)?;
+                let Some(c) = self.conn_mut(conn) else {
+                    return Ok(Flow::Stop);
+                };
+                let serial = c.serial;
+                let Some(ch) = c.channels.get_mut(&number) else {
+                    return Ok(Flow::Stop);
+                };
+                let tag = if consume.consumer_tag.is_empty() {
+                    ch.generate_tag(serial)
+                } else {
+                    consume.consumer_tag
+                };
+                if ch.consumer_by_tag(&tag).is_some() {
+                    return Err(MethodError::Connection(ConnectionError::NotAllowed(format!(
+                        "attempt to reuse consumer tag '{tag}'"
+                    ))));
+                }
+                let consumer = ch.add_consumer(ChannelConsumer {
+                    tag: tag.clone(),
+                    queue,
+                    queue_key: 0,
+                    no_ack: consume.no_ack,
+                    prefetch: ch.prefetch,
+                    unacked: 0,
+                    credit: 0,
+                });
+                pending(PendingOp::Consume {
+                    consumer,
+                    queue,
+                    name,
+                    tag,
+                    no_ack: consume.no_ack,
+                    exclusive: consume.exclusive,
+                    nowait: consume.nowait,
+                })
+            }
+            Method::BasicCancel(cancel) => {
+                let removed = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)).and_then(|ch| {
+                    let id = ch.consumer_by_tag(&cancel.consumer_tag)?;
+                    ch.consumers.remove(&id)
+                });
+                match removed {
+                    Some(cons) if cons.queue_key != 0 => pending(PendingOp::Cancel {
+                        queue: cons.queue,
+                        key: cons.queue_key,
+                        tag: cancel.consumer_tag,
+                        nowait: cancel.nowait,
+                    }),
+                    _ => {
+                        if !cancel.nowait {
+                            self.reply(
+                                conn,
+                                number,
+                                Method::BasicCancelOk(crate::protocol::method::BasicCancelOk {
+                                    consumer_tag: cancel.consumer_tag,
+                                }),
+                            );
+                        }
+                        Ok(Flow::Continue)
+                    }
+                }
+            }
+            Method::BasicGet(get) => {
+                let name = self.queue_name(conn, number, get.queue);
+                let queue = self.lookup_queue(shard, conn, &name)?;
+                pending(PendingOp::Get { queue, no_ack: get.no_ack })
+            }
+            Method::BasicRecover(recover) => {
+                self.recover(shard, conn, number);
+                let _ = recover.requeue;
+                self.reply(conn, number, Method::BasicRecoverOk(BasicRecoverOk {}));
+                Ok(Flow::Continue)
+            }
+            Method::BasicRecoverAsync(_) => {
+                self.recover(shard, conn, number);
+                Ok(Flow::Continue)
+            }
+            Method::TxSelect(_) => {
+                let ch = self.channel_mut(conn, number)?;
+                if ch.confirm_next.is_some() {
+                    return Err(MethodError::Channel(ChannelError::TxInConfirm));
+                }
+                if ch.tx.is_none() {
+                    ch.tx = Some(Vec::new());
+                }
+                self.reply(conn, number, Method::TxSelectOk(TxSelectOk {}));
+                Ok(Flow::Continue)
+            }
+            Method::TxCommit(_) => {
+                let ch = self.channel_mut(conn, number)?;
+                let Some(ops) = ch.tx.as_mut().map(std::mem::take) else {
+                    return Err(MethodError::Channel(ChannelError::TxNotSelected));
+                };
+                for op in ops {
+                    match op {
+                        TxOp::Publish { publish, msg } => self.route_message(shard, conn, number, &publish, msg)?,
+                        TxOp::Ack { tag, multiple } => {
+                            self.settle_now(shard, conn, number, tag, multiple, Settle::Ack)?;
+                        }
+                        TxOp::Reject { tag, multiple, requeue } => {
+                            let how = if requeue { Settle::Requeue } else { Settle::Discard };
+                            self.settle_now(shard, conn, number, tag, multiple, how)?;
+                        }
+                    }
+                }
+                self.reply(conn, number, Method::TxCommitOk(TxCommitOk {}));
+                Ok(Flow::Continue)
+            }
+            Method::TxRollback(_) => {
+                let ch = self.channel_mut(conn, number)?;
+                let Some(tx) = ch.tx.as_mut() else {
+                    return Err(MethodError::Channel(ChannelError::TxNotSelected));
+                };
+                tx.clear();
+                self.reply(conn, number, Method::TxRollbackOk(TxRollbackOk {}));
+                Ok(Flow::Continue)
+            }
+            Method::ConfirmSelect(select) => {
+                let ch = self.channel_mut(conn, number)?;
+                if ch.tx.is_some() {
+                    return Err(MethodError::Channel(ChannelError::ConfirmInTx));
+                }
+                if ch.confirm_next.is_none() {
+                    ch.confirm_next = Some(1);
+                }
+                if !select.nowait {
+                    self.reply(conn, number, Method::ConfirmSelectOk(ConfirmSelectOk {}));
+                }
+                Ok(Flow::Continue)
+            }
+            Method::ExchangeBind(_) | Method::ExchangeUnbind(_) => Err(MethodError::Connection(
+                ConnectionError::NotImplemented(
+                    "exchange-to-exchange bindings are not supported".into(),
+                ),
+            )),
+            // Methods only a server sends, and connection methods on a channel.
+            Method::ConnectionStart(_)
+            | Method::ConnectionStartOk(_)
+            | Method::ConnectionSecure(_)
+            | Method::ConnectionSecureOk(_)
+            | Method::ConnectionTune(_)
+            | Method::ConnectionTuneOk(_)
+            | Method::ConnectionOpen(_)
+            | Method::ConnectionOpenOk(_)
+            | Method::ConnectionClose(_)
+            | Method::ConnectionCloseOk(_)
+            | Method::ConnectionBlocked(_)
+            | Method::ConnectionUnblocked(_)
+            | Method::ConnectionUpdateSecret(_)
+            | Method::ConnectionUpdateSecretOk(_)
+            | Method::ChannelOpenOk(_)
+            | Method::ChannelFlowOk(_)
+            | Method::ChannelCloseOk(_)
+            | Method::AccessRequestOk(_)
+            | Method::ExchangeDeclareOk(_)
+            | Method::ExchangeDeleteOk(_)
+            | Method::ExchangeBindOk(_)
+            | Method::ExchangeUnbindOk(_)
+            | Method::QueueDeclareOk(_)
+            | Method::QueueBindOk(_)
+            | Method::QueuePurgeOk(_)
+            | Method::QueueDeleteOk(_)
+            | Method::QueueUnbindOk(_)
+            | Method::BasicQosOk(_)
+            | Method::BasicConsumeOk(_)
+            | Method::BasicCancelOk(_)
+            | Method::BasicReturn(_)
+            | Method::BasicDeliver(_)
+            | Method::BasicGetOk(_)
+            | Method::BasicGetEmpty(_)
+            | Method::BasicRecoverOk(_)
+            | Method::TxSelectOk(_)
+            | Method::TxCommitOk(_)
+            | Method::TxRollbackOk(_)
+            | Method::ConfirmSelectOk(_) => Err(MethodError::Connection(
+                ConnectionError::CommandInvalid(format!(
+                    "'{}' is not valid from a client on channel {number}",
+                    method.name()
+                )),
+            )),
+        }
+    }
+
+    fn channel_mut(
+        &mut self,
+        conn: ConnId,
+        number: u16,
+    ) -> Result<&mut crate::session::channel::Channel, MethodError> {
+        self.conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+            .ok_or_else(|| MethodError::Channel(ChannelError::Internal("channel gone".into())))
+    }
+
+    fn passive_exchange(&self, conn: ConnId, name: &ShortStr) -> Result<(), ChannelError> {
+        let vhost = self.conn(conn).map(|c| c.vhost).unwrap_or_default();
+        let dir = self
+            .directory
+            .vhost(vhost)
+            .ok_or_else(|| ChannelError::Internal("vhost gone".into()))?;
+        if name.is_empty() || dir.exchange(name).is_some() {
+            return Ok(());
+        }
+        Err(ChannelError::NotFound {
+            kind: ObjectKind::Exchange,
+            name: name.to_string(),
+            vhost: dir.name.clone(),
+        })
+    }
+
+    /// A complete publish: in a transaction it waits for commit; otherwise it is routed.
+    fn publish(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        publish: BasicPublish,
+        header: ContentHeader,
+        chunks: BodyChunks,
+    ) {
+        let msg = Message::new(
+            publish.exchange.clone(),
+            publish.routing_key.clone(),
+            header.raw_properties,
+            chunks,
+            header.body_size,
+        );
+        let max_tx = shard.config.limits.max_tx_operations;
+        let result = match self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+            Some(ch) => match ch.tx.as_mut() {
+                Some(tx) if tx.len() >= max_tx => Err(MethodError::Channel(ChannelError::TxTooLarge { max: max_tx })),
+                Some(tx) => {
+                    tx.push(TxOp::Publish { publish, msg });
+                    Ok(())
+                }
+                None => self.route_message(shard, conn, number, &publish, msg),
+            },
+            None => Ok(()),
+        };
+        match result {
+            Ok(()) => {}
+            Err(MethodError::Channel(e)) => self.close_channel(shard, conn, number, &e, 60, 40),
+            Err(MethodError::Connection(e)) => self.close_connection(shard, conn, &e, 60, 40),
+        }
+    }
+
+    /// Routes a message and enqueues it: local queues directly, other shards' queues
+    /// into this turn's publish batch for that shard.
+    fn route_message(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        publish: &BasicPublish,
+        msg: Message,
+    ) -> Result<(), MethodError> {
+        let now = shard.clock.now();
+        let vhost = self.conn(conn).map(|c| c.vhost).unwrap_or_default();
+        let mut targets = Targets::new();
+        {
+            let dir = self
+                .directory
+                .vhost(vhost)
+                .ok_or_else(|| MethodError::Channel(ChannelError::Internal("vhost gone".into())))?;
+            if let Some(ex) = dir.exchange(&publish.exchange) {
+                if ex.def.internal {
+                    return Err(MethodError::Channel(ChannelError::InternalExchange {
+                        name: publish.exchange.to_string(),
+                        vhost: dir.name.clone(),
+                    }));
+                }
+            }
+            let raw = msg.raw_properties();
+            dir.route(&publish.exchange, &publish.routing_key, || raw_headers(raw), &mut targets)
+                .map_err(|RouteError::NoExchange| {
+                    MethodError::Channel(ChannelError::NotFound {
+                        kind: ObjectKind::Exchange,
+                        name: publish.exchange.to_string(),
+                        vhost: dir.name.clone(),
+                    })
+                })?;
+        }
+        if targets.len() > 1 {
+            targets.sort_unstable();
+            targets.dedup();
+        }
+        if targets.is_empty() && publish.mandatory {
+            if let Some(c) = self.conn_mut(conn) {
+                c.out.method_with_content(
+                    number,
+                    &Method::BasicReturn(BasicReturn {
+                        reply_code: 312,
+                        reply_text: ShortStr::from_static("NO_ROUTE"),
+                        exchange: publish.exchange.clone(),
+                        routing_key: publish.routing_key.clone(),
+                    }),
+                    &msg,
+                );
+            }
+            self.mark_writer(conn);
+        }
+        for target in &targets {
+            if target.home == shard.id {
+                self.enqueue(target.id, msg.clone(), now);
+            } else if let Some(batch) = self.outbox.publish.get_mut(usize::from(target.home)) {
+                match batch.last_mut() {
+                    Some(last) if same_message(&last.msg, &msg) => last.queues.push(target.id),
+                    _ => batch.push(Routed {
+                        queues: SmallVec::from_slice(&[target.id]),
+                        msg: msg.clone(),
+                    }),
+                }
+            }
+        }
+        if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+            if let Some(seq) = ch.next_confirm_seq() {
+                ch.confirm_pending = seq;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the confirms owed to a connection's channels. Called after this turn's
+    /// publishes were handed to their queues' shards.
+    pub fn flush_confirms(&mut self, conn: ConnId) {
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let mut wrote = false;
+        for ch in c.channels.values_mut() {
+            if ch.confirm_pending > ch.confirm_acked {
+                let multiple = ch.confirm_pending - ch.confirm_acked > 1;
+                c.out.method(
+                    ch.number,
+                    &Method::BasicAck(BasicAck {
+                        delivery_tag: ch.confirm_pending,
+                        multiple,
+                    }),
+                );
+                ch.confirm_acked = ch.confirm_pending;
+                wrote = true;
+            }
+        }
+        if wrote {
+            self.mark_writer(conn);
+        }
+    }
+
+    /// ack / nack / reject from the client; buffered in a transaction.
+    fn settle_client(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        tag: u64,
+        multiple: bool,
+        how: Settle,
+    ) -> Result<(), MethodError> {
+        let max_tx = shard.config.limits.max_tx_operations;
+        let ch = self.channel_mut(conn, number)?;
+        if let Some(tx) = ch.tx.as_mut() {
+            if tx.len() >= max_tx {
+                return Err(MethodError::Channel(ChannelError::TxTooLarge { max: max_tx }));
+            }
+            tx.push(match how {
+                Settle::Ack => TxOp::Ack { tag, multiple },
+                Settle::Requeue | Settle::Discard => TxOp::Reject {
+                    tag,
+                    multiple,
+                    requeue: how == Settle::Requeue,
+                },
+            });
+            return Ok(());
+        }
+        self.settle_now(shard, conn, number, tag, multiple, how)
+    }
+
+    fn settle_now(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        tag: u64,
+        multiple: bool,
+        how: Settle,
+    ) -> Result<(), MethodError> {
+        let ch = self.channel_mut(conn, number)?;
+        let taken = ch.take_unacked(tag, multiple).map_err(MethodError::Channel)?;
+        let mut touched: SmallVec<[u32; 4]> = SmallVec::new();
+        for u in &taken {
+            if let Some(id) = u.consumer {
+                if !touched.contains(&id) {
+                    touched.push(id);
+                }
+            }
+        }
+        for u in taken {
+            let op = match how {
+                Settle::Ack => SettleOp::Ack(u.seq),
+                Settle::Requeue => SettleOp::Requeue(u.seq),
+                Settle::Discard => SettleOp::Discard(u.seq),
+            };
+            self.settle_to(shard, u.queue, op);
+        }
+        for id in touched {
+            self.top_up(shard, conn, number, Some(id));
+        }
+        Ok(())
+    }
+
+    fn recover(&mut self, shard: &Shard, conn: ConnId, number: u16) {
+        let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) else {
+            return;
+        };
+        let unacked = ch.take_all_unacked();
+        for u in unacked {
+            self.settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
+        }
+        self.top_up(shard, conn, number, None);
+    }
+
+    /// Grants credit to a channel's consumers (one, or all) as the credit rule allows.
+    pub fn top_up(&mut self, shard: &Shard, conn: ConnId, number: u16, only: Option<u32>) {
+        let window = shard.config.shard.no_ack_window;
+        let high_water = shard.config.net.write_high_water;
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let has_room = c.out.queued_bytes() < high_water;
+        let Some(ch) = c.channels.get_mut(&number) else {
+            return;
+        };
+        if !ch.flow_active {
+            return;
+        }
+        let mut grants: SmallVec<[(QueueRef, u64, u32); 4]> = SmallVec::new();
+        let ids: SmallVec<[u32; 8]> = match only {
+            Some(id) => SmallVec::from_slice(&[id]),
+            None => ch.consumers.keys().copied().collect(),
+        };
+        for id in ids {
+            let global = ch.global_room();
+            let Some(cons) = ch.consumers.get_mut(&id) else {
+                continue;
+            };
+            if cons.queue_key == 0 {
+                continue;
+            }
+            let n = cons.top_up(has_room, window, global);
+            if n > 0 {
+                cons.credit += n;
+                grants.push((cons.queue, cons.queue_key, n));
+            }
+        }
+        for (queue, key, credit) in grants {
+            self.settle_to(shard, queue, SettleOp::Grant { key, credit });
+        }
+    }
+
+    /// Tops up every consumer of a connection (its socket drained).
+    pub fn top_up_conn(&mut self, shard: &Shard, conn: ConnId) {
+        let channels: SmallVec<[u16; 8]> = match self.conn(conn) {
+            Some(c) => c.channels.keys().copied().collect(),
+            None => return,
+        };
+        for number in channels {
+            self.top_up(shard, conn, number, None);
+        }
+    }
+}
+
+/// How a client settles a delivery.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    Ack,
+    Requeue,
+    Discard,
+}
+
+/// A method failed: softly (channel) or hard (connection).
+#[derive(Debug)]
+pub(super) enum MethodError {
+    Channel(ChannelError),
+    Connection(ConnectionError),
+}
+
+impl From<ChannelError> for MethodError {
+    fn from(e: ChannelError) -> Self {
+        MethodError::Channel(e)
+    }
+}
+
+fn owner(shard: &Shard, conn: ConnId) -> ConnOwner {
+    ConnOwner {
+        shard: shard.id,
+        conn,
+    }
+}
+
+fn same_message(a: &Message, b: &Message) -> bool {
+    a.ptr_eq(b)
+}

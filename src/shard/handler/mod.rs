@@ -1,0 +1,626 @@
+//! Owns: turning a connection's frames into actions on its shard — the handshake and
+//! connection methods here, channel and basic methods in `channel`, operations that must
+//! wait for another shard in `pending` — and the one place where typed errors become
+//! `channel.close` / `connection.close`.
+//!
+//! Does not: touch sockets (it appends to the connection's outbound buffer) or another
+//! shard's state (it goes through outboxes and the control plane).
+
+pub mod channel;
+pub mod pending;
+
+use std::time::{Duration, Instant};
+
+use crate::model::ids::ConnId;
+use crate::ops::event::OpsEvent;
+use crate::protocol::frame::{Frame, FrameKind, PROTOCOL_HEADER};
+use crate::protocol::method::{
+    ChannelClose, ChannelCloseOk, ChannelOpenOk, ConnectionClose, ConnectionCloseOk,
+    ConnectionOpenOk, ConnectionStart, ConnectionTune,
+};
+use crate::protocol::{LongStr, Method, ShortStr};
+use crate::session::channel::{Channel, ChannelPhase};
+use crate::session::connection::{self, Phase};
+use crate::session::error::{ChannelError, ConnectionError};
+
+use super::inbox::SettleOp;
+use super::{Shard, State, TimerKey};
+
+pub use pending::{Pending, PendingOp};
+
+/// What the reader does after a frame.
+pub enum Flow {
+    Continue,
+    /// Wait for another shard, then call [`State::complete`].
+    Await(Pending),
+    /// The connection is finished; stop reading.
+    Stop,
+}
+
+/// What the protocol header check decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HeaderCheck {
+    /// Valid: `connection.start` was queued.
+    Accepted,
+    /// Not AMQP 0-9-1: our header was queued; close after flushing.
+    Refused,
+}
+
+impl State {
+    /// Checks the 8-byte protocol header and starts the handshake.
+    pub fn on_protocol_header(&mut self, conn: ConnId, header: &[u8]) -> HeaderCheck {
+        let Some(c) = self.conn_mut(conn) else {
+            return HeaderCheck::Refused;
+        };
+        if header != PROTOCOL_HEADER {
+            c.out.raw(&PROTOCOL_HEADER);
+            c.phase = Phase::Closed;
+            self.mark_writer(conn);
+            return HeaderCheck::Refused;
+        }
+        c.out.method(
+            0,
+            &Method::ConnectionStart(ConnectionStart {
+                version_major: 0,
+                version_minor: 9,
+                server_properties: connection::server_properties(),
+                mechanisms: LongStr::from(connection::MECHANISMS),
+                locales: LongStr::from(connection::LOCALES),
+            }),
+        );
+        c.phase = Phase::AwaitStartOk;
+        self.mark_writer(conn);
+        HeaderCheck::Accepted
+    }
+
+    /// Handles one frame. A hard error is turned into `connection.close` here.
+    pub fn on_frame(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> Flow {
+        let now = shard.clock.now();
+        let Some(c) = self.conn_mut(conn) else {
+            return Flow::Stop;
+        };
+        c.last_recv = now;
+        let result = match c.phase {
+            Phase::AwaitHeader | Phase::Closed => return Flow::Stop,
+            Phase::Closing => {
+                self.on_frame_while_closing(conn, frame);
+                Ok(Flow::Continue)
+            }
+            Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
+                self.on_handshake_frame(shard, conn, frame)
+            }
+            Phase::Open => self.on_open_frame(shard, conn, frame),
+        };
+        match result {
+            Ok(flow) => flow,
+            Err((err, class_id, method_id)) => {
+                self.close_connection(shard, conn, &err, class_id, method_id);
+                Flow::Continue
+            }
+        }
+    }
+
+    fn on_frame_while_closing(&mut self, conn: ConnId, frame: Frame) {
+        if frame.kind != FrameKind::Method || frame.channel != 0 {
+            return;
+        }
+        match Method::decode(frame.payload) {
+            Ok(Method::ConnectionCloseOk(_)) => self.finish_connection(conn),
+            Ok(Method::ConnectionClose(_)) => {
+                if let Some(c) = self.conn_mut(conn) {
+                    c.out
+                        .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+                }
+                self.finish_connection(conn);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_handshake_frame(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        frame: Frame,
+    ) -> Result<Flow, (ConnectionError, u16, u16)> {
+        let phase = self.conn(conn).map(|c| c.phase);
+        if frame.kind == FrameKind::Heartbeat {
+            return Ok(Flow::Continue);
+        }
+        if frame.kind != FrameKind::Method || frame.channel != 0 {
+            return Err((
+                ConnectionError::UnexpectedFrame(format!(
+                    "expected a connection method on channel 0 during the handshake, got a {:?} frame on channel {}",
+                    frame.kind, frame.channel
+                )),
+                0,
+                0,
+            ));
+        }
+        let method = Method::decode(frame.payload)
+            .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
+        let (class_id, method_id) = (method.class_id(), method.method_id());
+        let fail = |e| Err((e, class_id, method_id));
+        let config = &shard.config;
+        match (phase, method) {
+            (Some(Phase::AwaitStartOk), Method::ConnectionStartOk(ok)) => {
+                let mechanism = ok.mechanism.as_str_lossy().into_owned();
+                let creds = connection::parse_sasl(ok.mechanism.as_bytes(), &ok.response.clone().into_bytes());
+                let user = creds.and_then(|creds| {
+                    config
+                        .users
+                        .iter()
+                        .find(|u| u.name == creds.user && u.password == creds.password)
+                        .cloned()
+                });
+                let Some(user) = user else {
+                    tracing::warn!(
+                        "login refused for a client using mechanism {mechanism}: unknown user or wrong password"
+                    );
+                    return fail(ConnectionError::LoginRefused { mechanism });
+                };
+                let Some(c) = self.conn_mut(conn) else {
+                    return Ok(Flow::Stop);
+                };
+                if config.loopback_users.contains(&user.name) && !c.peer.ip().is_loopback() {
+                    return fail(ConnectionError::LoopbackOnly { user: user.name });
+                }
+                c.user = user.name;
+                c.capabilities = connection::client_capabilities(&ok.client_properties);
+                c.out.method(
+                    0,
+                    &Method::ConnectionTune(ConnectionTune {
+                        channel_max: config.limits.channel_max,
+                        frame_max: config.limits.frame_max,
+                        heartbeat: config.limits.heartbeat,
+                    }),
+                );
+                c.phase = Phase::AwaitTuneOk;
+                self.mark_writer(conn);
+                Ok(Flow::Continue)
+            }
+            (Some(Phase::AwaitTuneOk), Method::ConnectionTuneOk(tune)) => {
+                let server_max = config.limits.frame_max;
+                if tune.frame_max != 0 && tune.frame_max < 4096 {
+                    return fail(ConnectionError::NotAllowed(format!(
+                        "frame_max={} < 4096 min size",
+                        tune.frame_max
+                    )));
+                }
+                if tune.frame_max > server_max {
+                    return fail(ConnectionError::NotAllowed(format!(
+                        "frame_max={} > {} max size",
+                        tune.frame_max, server_max
+                    )));
+                }
+                if tune.channel_max > config.limits.channel_max {
+                    return fail(ConnectionError::NotAllowed(format!(
+                        "channel_max={} > {} max channels",
+                        tune.channel_max, config.limits.channel_max
+                    )));
+                }
+                let now = shard.clock.now();
+                let Some(c) = self.conn_mut(conn) else {
+                    return Ok(Flow::Stop);
+                };
+                c.frame_max = if tune.frame_max == 0 {
+                    server_max
+                } else {
+                    tune.frame_max
+                };
+                c.channel_max = if tune.channel_max == 0 {
+                    config.limits.channel_max
+                } else {
+                    tune.channel_max
+                };
+                c.heartbeat = tune.heartbeat;
+                c.out.set_frame_max(c.frame_max);
+                c.phase = Phase::AwaitOpen;
+                if c.heartbeat > 0 {
+                    let at = now + heartbeat_period(c.heartbeat);
+                    self.wheel.arm(at, TimerKey::Heartbeat(conn));
+                }
+                Ok(Flow::Continue)
+            }
+            (Some(Phase::AwaitOpen), Method::ConnectionOpen(open)) => {
+                let name = connection::vhost_name(&open.virtual_host);
+                let Some(vhost) = self.directory.vhost_index(&name) else {
+                    return fail(ConnectionError::VhostNotFound(name));
+                };
+                let Some(c) = self.conn_mut(conn) else {
+                    return Ok(Flow::Stop);
+                };
+                c.vhost = vhost;
+                c.vhost_name = name;
+                c.phase = Phase::Open;
+                c.out.method(
+                    0,
+                    &Method::ConnectionOpenOk(ConnectionOpenOk {
+                        known_hosts: ShortStr::default(),
+                    }),
+                );
+                OpsEvent::ConnectionOpen {
+                    subject: c.log_subject(),
+                    client: c.peer.to_string(),
+                }
+                .emit();
+                self.mark_writer(conn);
+                Ok(Flow::Continue)
+            }
+            (_, Method::ConnectionClose(_)) => {
+                if let Some(c) = self.conn_mut(conn) {
+                    c.out
+                        .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+                }
+                self.finish_connection(conn);
+                Ok(Flow::Continue)
+            }
+            (_, other) => fail(ConnectionError::CommandInvalid(format!(
+                "'{}' is not expected during the handshake",
+                other.name()
+            ))),
+        }
+    }
+
+    fn on_open_frame(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        frame: Frame,
+    ) -> Result<Flow, (ConnectionError, u16, u16)> {
+        if frame.channel == 0 {
+            return match frame.kind {
+                FrameKind::Heartbeat => Ok(Flow::Continue),
+                FrameKind::Method => self.on_connection_method(conn, frame),
+                FrameKind::Header | FrameKind::Body => Err((
+                    ConnectionError::UnexpectedFrame(format!(
+                        "content frame of type {:?} on channel 0",
+                        frame.kind
+                    )),
+                    0,
+                    0,
+                )),
+            };
+        }
+        if frame.kind == FrameKind::Heartbeat {
+            return Err((
+                ConnectionError::Frame(format!(
+                    "heartbeat frame on channel {}; heartbeats belong on channel 0",
+                    frame.channel
+                )),
+                0,
+                0,
+            ));
+        }
+        self.on_channel_frame(shard, conn, frame)
+    }
+
+    fn on_connection_method(
+        &mut self,
+        conn: ConnId,
+        frame: Frame,
+    ) -> Result<Flow, (ConnectionError, u16, u16)> {
+        let method = Method::decode(frame.payload)
+            .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
+        match method {
+            Method::ConnectionClose(_) => {
+                if let Some(c) = self.conn_mut(conn) {
+                    c.out
+                        .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+                }
+                self.finish_connection(conn);
+                Ok(Flow::Continue)
+            }
+            // A client may answer our blocked notifications or send update-secret; the
+            // former needs nothing, the latter is not supported.
+            Method::ConnectionCloseOk(_) => {
+                self.finish_connection(conn);
+                Ok(Flow::Continue)
+            }
+            other => Err((
+                ConnectionError::CommandInvalid(format!(
+                    "'{}' is not valid on channel 0 of an open connection",
+                    other.name()
+                )),
+                other.class_id(),
+                other.method_id(),
+            )),
+        }
+    }
+
+    /// Channel-level frame routing: open, close, content assembly, methods.
+    fn on_channel_frame(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        frame: Frame,
+    ) -> Result<Flow, (ConnectionError, u16, u16)> {
+        let number = frame.channel;
+        let Some(c) = self.conn_mut(conn) else {
+            return Ok(Flow::Stop);
+        };
+        if number > c.channel_max {
+            return Err((
+                ConnectionError::Channel(format!(
+                    "channel {number} is above the negotiated channel_max {}",
+                    c.channel_max
+                )),
+                0,
+                0,
+            ));
+        }
+        let phase = c.channels.get(&number).map(|ch| ch.phase);
+        match (phase, frame.kind) {
+            (None, FrameKind::Method) => {
+                let method = Method::decode(frame.payload)
+                    .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
+                match method {
+                    Method::ChannelOpen(_) => {
+                        c.channels.insert(number, Channel::new(number));
+                        c.out.method(
+                            number,
+                            &Method::ChannelOpenOk(ChannelOpenOk {
+                                channel_id: LongStr::default(),
+                            }),
+                        );
+                        OpsEvent::ChannelCreate {
+                            subject: c.log_subject(),
+                            channel: number,
+                        }
+                        .emit();
+                        self.mark_writer(conn);
+                        Ok(Flow::Continue)
+                    }
+                    // A close for a channel we already forgot: just confirm it.
+                    Method::ChannelClose(_) => {
+                        c.out
+                            .method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
+                        self.mark_writer(conn);
+                        Ok(Flow::Continue)
+                    }
+                    Method::ChannelCloseOk(_) => Ok(Flow::Continue),
+                    other => Err((
+                        ConnectionError::Channel(format!(
+                            "expected 'channel.open' on channel {number}, got '{}'",
+                            other.name()
+                        )),
+                        other.class_id(),
+                        other.method_id(),
+                    )),
+                }
+            }
+            (None, _) => Err((
+                ConnectionError::Channel(format!(
+                    "content frame on channel {number}, which is not open"
+                )),
+                0,
+                0,
+            )),
+            (Some(ChannelPhase::Closing), FrameKind::Method) => {
+                match Method::decode(frame.payload) {
+                    Ok(Method::ChannelCloseOk(_)) => {
+                        c.channels.remove(&number);
+                    }
+                    Ok(Method::ChannelClose(_)) => {
+                        c.channels.remove(&number);
+                        c.out
+                            .method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
+                        self.mark_writer(conn);
+                    }
+                    _ => {}
+                }
+                Ok(Flow::Continue)
+            }
+            (Some(ChannelPhase::Closing), _) => Ok(Flow::Continue),
+            (Some(ChannelPhase::Open), _) => self.on_open_channel_frame(shard, conn, frame),
+        }
+    }
+
+    /// Closes a channel with a soft error: releases its consumers and unacked messages,
+    /// sends `channel.close`, and discards frames until `close-ok`. An error whose code is
+    /// a hard one closes the connection instead.
+    pub fn close_channel(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        err: &ChannelError,
+        class_id: u16,
+        method_id: u16,
+    ) {
+        if err.closes_connection() {
+            let hard = ConnectionError::CommandInvalid(err.to_string());
+            let hard = match err.code().code() {
+                530 => ConnectionError::NotAllowed(err.to_string()),
+                540 => ConnectionError::NotImplemented(err.to_string()),
+                541 => ConnectionError::Forced(err.to_string()),
+                _ => hard,
+            };
+            self.close_connection(shard, conn, &hard, class_id, method_id);
+            return;
+        }
+        self.release_channel(shard, conn, number);
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let Some(ch) = c.channels.get_mut(&number) else {
+            return;
+        };
+        ch.phase = ChannelPhase::Closing;
+        let text = err.reply_text();
+        OpsEvent::ChannelClose {
+            subject: c.log_subject(),
+            channel: number,
+            reason: Some(format!("{} {}", err.code().code(), text)),
+        }
+        .emit();
+        c.out.method(
+            number,
+            &Method::ChannelClose(ChannelClose {
+                reply_code: err.code().code(),
+                reply_text: ShortStr::from(text),
+                class_id,
+                method_id,
+            }),
+        );
+        self.mark_writer(conn);
+    }
+
+    /// Gives back what a channel holds: cancels its consumers at their queues and
+    /// requeues its unacknowledged deliveries. The channel itself stays (the caller
+    /// removes it or marks it closing).
+    pub fn release_channel(&mut self, shard: &Shard, conn: ConnId, number: u16) {
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let Some(ch) = c.channels.get_mut(&number) else {
+            return;
+        };
+        let consumers: Vec<_> = ch.consumers.drain().map(|(_, cons)| cons).collect();
+        let unacked = ch.take_all_unacked();
+        ch.content = Default::default();
+        ch.tx = None;
+        for cons in consumers {
+            if cons.queue_key != 0 {
+                self.settle_to(shard, cons.queue, SettleOp::Cancel { key: cons.queue_key });
+            }
+        }
+        for u in unacked {
+            self.settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
+        }
+    }
+
+    /// Sends `connection.close` for a hard error and waits for `close-ok`.
+    pub fn close_connection(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        err: &ConnectionError,
+        class_id: u16,
+        method_id: u16,
+    ) {
+        let now = shard.clock.now();
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        if matches!(c.phase, Phase::Closing | Phase::Closed) {
+            return;
+        }
+        let handshake_done = c.phase == Phase::Open;
+        let text = err.reply_text();
+        if handshake_done {
+            OpsEvent::ConnectionClose {
+                subject: c.log_subject(),
+                reason: format!("{} {}", err.code().code(), text),
+            }
+            .emit();
+        } else {
+            tracing::info!(
+                "connection from {} closed during handshake: {} {}",
+                c.peer,
+                err.code().code(),
+                text
+            );
+        }
+        c.out.method(
+            0,
+            &Method::ConnectionClose(ConnectionClose {
+                reply_code: err.code().code(),
+                reply_text: ShortStr::from(text),
+                class_id,
+                method_id,
+            }),
+        );
+        c.phase = Phase::Closing;
+        c.closing_since = Some(now);
+        let channels: Vec<u16> = c.channels.keys().copied().collect();
+        for number in channels {
+            self.release_channel(shard, conn, number);
+        }
+        self.mark_writer(conn);
+    }
+
+    /// The close handshake is done: the writer flushes and shuts the socket.
+    fn finish_connection(&mut self, conn: ConnId) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.phase = Phase::Closed;
+        }
+        self.mark_writer(conn);
+    }
+
+    /// A heartbeat timer fired: send one if we have been quiet, close the connection if
+    /// the peer has been silent for two intervals, re-arm.
+    pub fn heartbeat_tick(&mut self, shard: &Shard, conn: ConnId, now: Instant) {
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        if c.heartbeat == 0 || matches!(c.phase, Phase::Closed) {
+            return;
+        }
+        let period = heartbeat_period(c.heartbeat);
+        let interval = Duration::from_secs(u64::from(c.heartbeat));
+        if now.saturating_duration_since(c.last_recv) > interval * 2 {
+            let seconds = c.heartbeat;
+            tracing::warn!(
+                "[{}] missed heartbeats from client, timeout: {seconds}s",
+                c.log_subject()
+            );
+            self.close_connection(shard, conn, &ConnectionError::MissedHeartbeats { seconds }, 0, 0);
+            // The peer is gone; do not wait for close-ok.
+            self.finish_connection(conn);
+            return;
+        }
+        if c.closing_since.is_some_and(|t| now.saturating_duration_since(t) > interval) {
+            self.finish_connection(conn);
+            return;
+        }
+        if now.saturating_duration_since(c.last_send) >= period && c.out.is_empty() {
+            c.out.heartbeat();
+            self.mark_writer(conn);
+        }
+        self.wheel.arm(now + period, TimerKey::Heartbeat(conn));
+    }
+
+    /// Closes a connection for shutdown (320 CONNECTION_FORCED).
+    pub fn force_close(&mut self, shard: &Shard, conn: ConnId, reason: &str) {
+        let err = ConnectionError::Forced(format!(
+            "broker forced connection closure with reason '{reason}'"
+        ));
+        let open = self.conn(conn).map(|c| c.phase);
+        match open {
+            Some(Phase::Closing | Phase::Closed) | None => {}
+            Some(_) => self.close_connection(shard, conn, &err, 0, 0),
+        }
+        self.finish_connection(conn);
+    }
+
+    /// Forgets a connection whose socket is gone: releases channels, deletes its
+    /// exclusive queues.
+    pub fn drop_conn(&mut self, shard: &Shard, conn: ConnId) {
+        let Some(c) = self.conn(conn) else {
+            return;
+        };
+        let channels: Vec<u16> = c.channels.keys().copied().collect();
+        for number in channels {
+            self.release_channel(shard, conn, number);
+        }
+        let slot = conn.slot as usize;
+        let removed = self.conns.remove(slot);
+        if removed.phase != Phase::AwaitHeader && !removed.vhost_name.is_empty() {
+            OpsEvent::ConnectionClose {
+                subject: removed.log_subject(),
+                reason: "closed".into(),
+            }
+            .emit();
+        }
+        for name in removed.exclusive_queues {
+            self.internal_deletes.push((removed.vhost, name));
+        }
+        removed.writer.notify();
+    }
+}
+
+/// Heartbeats are sent at half the negotiated interval.
+fn heartbeat_period(heartbeat: u16) -> Duration {
+    Duration::from_millis(u64::from(heartbeat) * 500).max(Duration::from_millis(100))
+}

@@ -1,0 +1,395 @@
+//! Owns: channel operations that need another shard's answer — control-plane requests
+//! (declare, bind, delete), and queue requests to a remote home (consume, cancel, get,
+//! purge, passive declare) — as data ([`PendingOp`]) that the reader awaits with
+//! [`resolve`] and then completes with [`State::complete`].
+//!
+//! Does not: hold a borrow of the shard across the wait: `resolve` only awaits, and
+//! `complete` runs synchronously afterwards.
+
+use std::rc::Rc;
+
+use crate::model::ids::{ConnId, QueueRef};
+use crate::protocol::method::{
+    BasicCancelOk, BasicConsumeOk, BasicGetEmpty, BasicGetOk, ExchangeDeclareOk,
+    ExchangeDeleteOk, QueueBindOk, QueueDeclareOk, QueueDeleteOk, QueuePurgeOk, QueueUnbindOk,
+};
+use crate::protocol::{Method, ShortStr};
+use crate::queue::{ConsumeRefused, QueueStats};
+use crate::session::error::{ChannelError, ObjectKind};
+
+use super::super::control;
+use super::super::inbox::{ControlOk, ControlRequest, GotMessage, QueueReply, QueueRequest, SettleOp};
+use super::super::{Shard, State};
+
+/// An operation a channel waits for.
+pub struct Pending {
+    pub conn: ConnId,
+    pub channel: u16,
+    pub op: PendingOp,
+}
+
+/// What to send once a control request succeeded.
+#[derive(Debug)]
+pub enum Then {
+    ExchangeDeclareOk { nowait: bool },
+    ExchangeDeleteOk { nowait: bool },
+    QueueDeclareOk { name: ShortStr, nowait: bool, exclusive: bool },
+    QueueDeleteOk { nowait: bool },
+    BindOk { nowait: bool, unbind: bool },
+}
+
+#[derive(Debug)]
+pub enum PendingOp {
+    Control {
+        req: ControlRequest,
+        then: Then,
+    },
+    QueueStats {
+        name: ShortStr,
+        queue: QueueRef,
+        nowait: bool,
+    },
+    Consume {
+        consumer: u32,
+        queue: QueueRef,
+        name: ShortStr,
+        tag: ShortStr,
+        no_ack: bool,
+        exclusive: bool,
+        nowait: bool,
+    },
+    Cancel {
+        queue: QueueRef,
+        key: u64,
+        tag: ShortStr,
+        nowait: bool,
+    },
+    Get {
+        queue: QueueRef,
+        no_ack: bool,
+    },
+    Purge {
+        queue: QueueRef,
+        nowait: bool,
+    },
+}
+
+/// The answer to a [`PendingOp`].
+pub enum Resolved {
+    Control(Result<ControlOk, ChannelError>, Then, Option<QueueStats>),
+    Stats(ShortStr, QueueReply, bool),
+    Consumed {
+        consumer: u32,
+        name: ShortStr,
+        tag: ShortStr,
+        nowait: bool,
+        reply: QueueReply,
+    },
+    Cancelled { tag: ShortStr, nowait: bool },
+    Got { queue: QueueRef, no_ack: bool, reply: QueueReply },
+    Purged { reply: QueueReply, nowait: bool },
+}
+
+/// Performs the waiting part of an operation.
+pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingOp) -> Resolved {
+    match op {
+        PendingOp::Control { req, then } => {
+            let reply = control::request(shard, req).await;
+            // A declared queue's counts come from its home shard.
+            let stats = match (&reply, &then) {
+                (Ok(ControlOk::QueueDeclared { queue }), Then::QueueDeclareOk { .. }) => {
+                    let req = QueueRequest::Stats { queue: queue.id, touch: true };
+                    match control::queue_request(shard, queue.home, req).await {
+                        QueueReply::Stats(stats) => Some(stats),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            Resolved::Control(reply, then, stats)
+        }
+        PendingOp::QueueStats { name, queue, nowait } => {
+            let req = QueueRequest::Stats { queue: queue.id, touch: true };
+            Resolved::Stats(name, control::queue_request(shard, queue.home, req).await, nowait)
+        }
+        PendingOp::Consume {
+            consumer,
+            queue,
+            name,
+            tag,
+            no_ack,
+            exclusive,
+            nowait,
+        } => {
+            let target = crate::model::ids::ConsumerTarget {
+                shard: shard.id,
+                conn,
+                channel,
+                consumer,
+            };
+            let req = QueueRequest::Consume {
+                queue: queue.id,
+                target,
+                no_ack,
+                exclusive,
+            };
+            let reply = control::queue_request(shard, queue.home, req).await;
+            Resolved::Consumed {
+                consumer,
+                name,
+                tag,
+                nowait,
+                reply,
+            }
+        }
+        PendingOp::Cancel {
+            queue,
+            key,
+            tag,
+            nowait,
+        } => {
+            let req = QueueRequest::Cancel { queue: queue.id, key };
+            let _ = control::queue_request(shard, queue.home, req).await;
+            Resolved::Cancelled { tag, nowait }
+        }
+        PendingOp::Get { queue, no_ack } => {
+            let req = QueueRequest::Get { queue: queue.id, no_ack };
+            let reply = control::queue_request(shard, queue.home, req).await;
+            Resolved::Got { queue, no_ack, reply }
+        }
+        PendingOp::Purge { queue, nowait } => {
+            let req = QueueRequest::Purge { queue: queue.id };
+            Resolved::Purged {
+                reply: control::queue_request(shard, queue.home, req).await,
+                nowait,
+            }
+        }
+    }
+}
+
+impl State {
+    /// Finishes a waited-for operation: sends its `-ok` or closes the channel.
+    pub fn complete(&mut self, shard: &Shard, conn: ConnId, number: u16, resolved: Resolved) {
+        let open = self
+            .conn(conn)
+            .and_then(|c| c.channels.get(&number))
+            .is_some_and(|ch| ch.phase == crate::session::channel::ChannelPhase::Open);
+        let vhost_name = self.conn(conn).map(|c| c.vhost_name.clone()).unwrap_or_default();
+        let gone = |name: &ShortStr| ChannelError::NotFound {
+            kind: ObjectKind::Queue,
+            name: name.to_string(),
+            vhost: vhost_name.clone(),
+        };
+        let result: Result<Option<Method>, (ChannelError, u16, u16)> = match resolved {
+            Resolved::Control(reply, then, stats) => {
+                let ids = then_ids(&then);
+                match reply {
+                    Err(e) => Err((e, ids.0, ids.1)),
+                    Ok(ok) => Ok(self.control_ok(conn, number, ok, then, stats)),
+                }
+            }
+            Resolved::Stats(name, reply, nowait) => match reply {
+                QueueReply::Stats(stats) => Ok((!nowait).then(|| {
+                    Method::QueueDeclareOk(QueueDeclareOk {
+                        queue: name.clone(),
+                        message_count: stats.messages,
+                        consumer_count: stats.consumers,
+                    })
+                })),
+                _ => Err((gone(&name), 50, 10)),
+            }
+            .inspect(|_| self.set_last_queue(conn, number, &name)),
+            Resolved::Consumed {
+                consumer,
+                name,
+                tag,
+                nowait,
+                reply,
+            } => match reply {
+                QueueReply::Consumed(Ok(key)) => {
+                    if open {
+                        if let Some(cons) = self
+                            .conn_mut(conn)
+                            .and_then(|c| c.channels.get_mut(&number))
+                            .and_then(|ch| ch.consumers.get_mut(&consumer))
+                        {
+                            cons.queue_key = key;
+                        }
+                        if !nowait {
+                            self.reply_now(conn, number, Method::BasicConsumeOk(BasicConsumeOk { consumer_tag: tag }));
+                        }
+                        self.top_up(shard, conn, number, Some(consumer));
+                    } else if let Some(queue) = self.consumer_queue(conn, number, consumer) {
+                        self.settle_to(shard, queue, SettleOp::Cancel { key });
+                    }
+                    Ok(None)
+                }
+                QueueReply::Consumed(Err(ConsumeRefused::ExclusiveInUse)) => {
+                    self.forget_consumer(conn, number, consumer);
+                    Err((
+                        ChannelError::ExclusiveConsumer {
+                            queue: name.to_string(),
+                            vhost: vhost_name.clone(),
+                        },
+                        60,
+                        20,
+                    ))
+                }
+                _ => {
+                    self.forget_consumer(conn, number, consumer);
+                    Err((gone(&name), 60, 20))
+                }
+            },
+            Resolved::Cancelled { tag, nowait } => {
+                Ok((!nowait).then(|| Method::BasicCancelOk(BasicCancelOk { consumer_tag: tag })))
+            }
+            Resolved::Got { queue, no_ack, reply } => match reply {
+                QueueReply::Got(Some(GotMessage {
+                    seq,
+                    msg,
+                    redelivered,
+                    remaining,
+                })) => {
+                    if !open {
+                        if !no_ack {
+                            self.settle_to(shard, queue, SettleOp::Requeue(seq));
+                        }
+                        return;
+                    }
+                    if let Some(c) = self.conn_mut(conn) {
+                        if let Some(ch) = c.channels.get_mut(&number) {
+                            let tag = ch.record_delivery(queue, seq, None, no_ack);
+                            c.out.method_with_content(
+                                number,
+                                &Method::BasicGetOk(BasicGetOk {
+                                    delivery_tag: tag,
+                                    redelivered,
+                                    exchange: msg.exchange().clone(),
+                                    routing_key: msg.routing_key().clone(),
+                                    message_count: remaining,
+                                }),
+                                &msg,
+                            );
+                        }
+                    }
+                    self.mark_writer(conn);
+                    Ok(None)
+                }
+                QueueReply::Got(None) => Ok(Some(Method::BasicGetEmpty(BasicGetEmpty {
+                    cluster_id: ShortStr::default(),
+                }))),
+                _ => Err((
+                    ChannelError::NotFound {
+                        kind: ObjectKind::Queue,
+                        name: String::new(),
+                        vhost: vhost_name.clone(),
+                    },
+                    60,
+                    70,
+                )),
+            },
+            Resolved::Purged { reply, nowait } => match reply {
+                QueueReply::Purged(n) => {
+                    Ok((!nowait).then(|| Method::QueuePurgeOk(QueuePurgeOk { message_count: n })))
+                }
+                _ => Ok((!nowait).then(|| Method::QueuePurgeOk(QueuePurgeOk { message_count: 0 }))),
+            },
+        };
+        if !open {
+            return;
+        }
+        match result {
+            Ok(Some(method)) => self.reply_now(conn, number, method),
+            Ok(None) => {}
+            Err((e, class_id, method_id)) => {
+                self.close_channel(shard, conn, number, &e, class_id, method_id)
+            }
+        }
+    }
+
+    fn control_ok(
+        &mut self,
+        conn: ConnId,
+        number: u16,
+        ok: ControlOk,
+        then: Then,
+        stats: Option<QueueStats>,
+    ) -> Option<Method> {
+        match (ok, then) {
+            (_, Then::ExchangeDeclareOk { nowait }) => {
+                (!nowait).then_some(Method::ExchangeDeclareOk(ExchangeDeclareOk {}))
+            }
+            (_, Then::ExchangeDeleteOk { nowait }) => {
+                (!nowait).then_some(Method::ExchangeDeleteOk(ExchangeDeleteOk {}))
+            }
+            (_, Then::QueueDeclareOk { name, nowait, exclusive }) => {
+                if exclusive {
+                    if let Some(c) = self.conn_mut(conn) {
+                        if !c.exclusive_queues.contains(&name) {
+                            c.exclusive_queues.push(name.clone());
+                        }
+                    }
+                }
+                self.set_last_queue(conn, number, &name);
+                let stats = stats.unwrap_or_default();
+                (!nowait).then(|| {
+                    Method::QueueDeclareOk(QueueDeclareOk {
+                        queue: name,
+                        message_count: stats.messages,
+                        consumer_count: stats.consumers,
+                    })
+                })
+            }
+            (ControlOk::QueueDeleted { messages }, Then::QueueDeleteOk { nowait }) => {
+                (!nowait).then_some(Method::QueueDeleteOk(QueueDeleteOk { message_count: messages }))
+            }
+            (_, Then::QueueDeleteOk { nowait }) => {
+                (!nowait).then_some(Method::QueueDeleteOk(QueueDeleteOk { message_count: 0 }))
+            }
+            (_, Then::BindOk { nowait, unbind }) => {
+                if unbind {
+                    Some(Method::QueueUnbindOk(QueueUnbindOk {}))
+                } else {
+                    (!nowait).then_some(Method::QueueBindOk(QueueBindOk {}))
+                }
+            }
+        }
+    }
+
+    fn set_last_queue(&mut self, conn: ConnId, number: u16, name: &ShortStr) {
+        if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+            ch.last_queue = name.clone();
+        }
+    }
+
+    fn reply_now(&mut self, conn: ConnId, number: u16, method: Method) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.out.method(number, &method);
+        }
+        self.mark_writer(conn);
+    }
+
+    fn forget_consumer(&mut self, conn: ConnId, number: u16, consumer: u32) {
+        if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+            ch.consumers.remove(&consumer);
+        }
+    }
+
+    fn consumer_queue(&self, conn: ConnId, number: u16, consumer: u32) -> Option<QueueRef> {
+        self.conn(conn)
+            .and_then(|c| c.channels.get(&number))
+            .and_then(|ch| ch.consumers.get(&consumer))
+            .map(|c| c.queue)
+    }
+}
+
+fn then_ids(then: &Then) -> (u16, u16) {
+    match then {
+        Then::ExchangeDeclareOk { .. } => (40, 10),
+        Then::ExchangeDeleteOk { .. } => (40, 20),
+        Then::QueueDeclareOk { .. } => (50, 10),
+        Then::QueueDeleteOk { .. } => (50, 40),
+        Then::BindOk { unbind: false, .. } => (50, 20),
+        Then::BindOk { unbind: true, .. } => (50, 50),
+    }
+}

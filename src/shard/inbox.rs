@@ -1,0 +1,234 @@
+//! Owns: [`ShardMsg`], everything one shard can say to another, and the two inboxes each
+//! shard reads: a bounded one for publishes (the only traffic whose volume a client
+//! controls) and an unbounded one for traffic that is already bounded elsewhere —
+//! deliveries (bounded by consumer credit), settlements (bounded by deliveries) and the
+//! rare control plane.
+//!
+//! Does not: block. Only connection reader tasks ever await inbox capacity (a publisher is
+//! paused, its socket unread); a shard's own inbox loop only uses the unbounded inbox, so
+//! waits between shards cannot form a cycle.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::model::ids::{ConnOwner, ConsumerTarget, QueueId, QueueRef, ShardId};
+use crate::model::message::Message;
+use crate::model::routing::{DirectoryChange, VhostIdx};
+use crate::model::exchange::ExchangeDef;
+use crate::protocol::{FieldTable, ShortStr};
+use crate::queue::{ConsumeRefused, QueueStats};
+use crate::session::error::ChannelError;
+
+/// One published message for the queues of one shard.
+#[derive(Debug)]
+pub struct Routed {
+    pub queues: SmallVec<[QueueId; 8]>,
+    pub msg: Message,
+}
+
+/// A message a queue hands to a consumer on another shard.
+#[derive(Debug)]
+pub struct RemoteDelivery {
+    pub target: ConsumerTarget,
+    pub queue: QueueRef,
+    pub seq: u64,
+    pub msg: Message,
+    pub redelivered: bool,
+    pub no_ack: bool,
+}
+
+/// What a consumer's channel tells a queue.
+#[derive(Debug, Clone, Copy)]
+pub enum SettleOp {
+    Ack(u64),
+    Requeue(u64),
+    Discard(u64),
+    /// More credit for the queue-side consumer `key`.
+    Grant { key: u64, credit: u32 },
+    /// The consumer is gone (channel or connection closed).
+    Cancel { key: u64 },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Settlement {
+    pub queue: QueueId,
+    pub op: SettleOp,
+}
+
+/// Requests to a queue's home shard that need an answer.
+#[derive(Debug)]
+pub enum QueueRequest {
+    Consume {
+        queue: QueueId,
+        target: ConsumerTarget,
+        no_ack: bool,
+        exclusive: bool,
+    },
+    Cancel {
+        queue: QueueId,
+        key: u64,
+    },
+    Get {
+        queue: QueueId,
+        no_ack: bool,
+    },
+    Stats {
+        queue: QueueId,
+        touch: bool,
+    },
+    Purge {
+        queue: QueueId,
+    },
+    CheckDelete {
+        queue: QueueId,
+        if_unused: bool,
+        if_empty: bool,
+    },
+}
+
+/// A message taken by `basic.get`.
+#[derive(Debug)]
+pub struct GotMessage {
+    pub seq: u64,
+    pub msg: Message,
+    pub redelivered: bool,
+    pub remaining: u32,
+}
+
+/// Why a queue refused a delete with `if-unused`/`if-empty`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteRefused {
+    InUse,
+    NotEmpty,
+}
+
+#[derive(Debug)]
+pub enum QueueReply {
+    Consumed(Result<u64, ConsumeRefused>),
+    Cancelled,
+    Got(Option<GotMessage>),
+    Stats(QueueStats),
+    Purged(u32),
+    DeleteChecked(Result<u32, DeleteRefused>),
+    /// The queue no longer exists on its home shard.
+    Gone,
+}
+
+/// Control-plane requests, all served by the coordinator (shard 0).
+#[derive(Debug, Clone)]
+pub enum ControlRequest {
+    DeclareExchange {
+        vhost: VhostIdx,
+        def: ExchangeDef,
+    },
+    DeleteExchange {
+        vhost: VhostIdx,
+        name: ShortStr,
+        if_unused: bool,
+    },
+    DeclareQueue {
+        vhost: VhostIdx,
+        name: ShortStr,
+        durable: bool,
+        exclusive_owner: Option<ConnOwner>,
+        auto_delete: bool,
+        arguments: FieldTable,
+    },
+    DeleteQueue {
+        vhost: VhostIdx,
+        name: ShortStr,
+        if_unused: bool,
+        if_empty: bool,
+        /// The connection asking, for the exclusivity check; `None` for the broker's own
+        /// deletions (auto-delete, x-expires, exclusive owner gone).
+        requester: Option<ConnOwner>,
+    },
+    Bind {
+        vhost: VhostIdx,
+        exchange: ShortStr,
+        queue: ShortStr,
+        routing_key: ShortStr,
+        arguments: FieldTable,
+        requester: ConnOwner,
+        unbind: bool,
+    },
+}
+
+#[derive(Debug)]
+pub enum ControlOk {
+    ExchangeDeclared,
+    ExchangeDeleted,
+    QueueDeclared { queue: QueueRef },
+    QueueDeleted { messages: u32 },
+    Bound,
+}
+
+pub type ControlReply = Result<ControlOk, ChannelError>;
+
+/// Everything that crosses between shards.
+#[derive(Debug)]
+pub enum ShardMsg {
+    Publish(Vec<Routed>),
+    Deliver(Vec<RemoteDelivery>),
+    Settle(Vec<Settlement>),
+    /// Apply these directory changes, then acknowledge.
+    Apply(Arc<Vec<DirectoryChange>>, oneshot::Sender<()>),
+    Control(ControlRequest, oneshot::Sender<ControlReply>),
+    Queue(QueueRequest, oneshot::Sender<QueueReply>),
+    /// A queue dropped this consumer (queue deleted): tell the client if it wants to know.
+    ConsumerGone(ConsumerTarget),
+    /// Close every connection with 320 and stop.
+    Shutdown,
+}
+
+/// The sending halves of every shard's two inboxes, indexed by shard.
+#[derive(Clone)]
+pub struct Peers {
+    pub publish: Vec<mpsc::Sender<ShardMsg>>,
+    pub control: Vec<mpsc::UnboundedSender<ShardMsg>>,
+}
+
+impl Peers {
+    pub fn len(&self) -> usize {
+        self.control.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.control.is_empty()
+    }
+
+    /// Sends on the unbounded inbox. A closed inbox means that shard has stopped.
+    pub fn send(&self, shard: ShardId, msg: ShardMsg) {
+        if let Some(tx) = self.control.get(usize::from(shard)) {
+            let _ = tx.send(msg);
+        }
+    }
+}
+
+/// The receiving halves of one shard's inboxes.
+pub struct Inbox {
+    pub publish: mpsc::Receiver<ShardMsg>,
+    pub control: mpsc::UnboundedReceiver<ShardMsg>,
+}
+
+/// Creates the inboxes of `shards` shards.
+pub fn mesh(shards: usize, publish_capacity: usize) -> (Peers, Vec<Inbox>) {
+    let mut peers = Peers {
+        publish: Vec::with_capacity(shards),
+        control: Vec::with_capacity(shards),
+    };
+    let mut inboxes = Vec::with_capacity(shards);
+    for _ in 0..shards {
+        let (ptx, prx) = mpsc::channel(publish_capacity);
+        let (ctx, crx) = mpsc::unbounded_channel();
+        peers.publish.push(ptx);
+        peers.control.push(ctx);
+        inboxes.push(Inbox {
+            publish: prx,
+            control: crx,
+        });
+    }
+    (peers, inboxes)
+}

@@ -1,0 +1,251 @@
+//! Owns: [`Shard`] — one event loop's entire world: its connections (a slab), the queues
+//! whose home it is, its replica of the routing directory, its timer wheel and its
+//! outboxes to the other shards. Nothing here is shared with another thread; shards meet
+//! only through [`inbox::ShardMsg`].
+//!
+//! Does not: touch any state of another shard, or hold a `RefCell` borrow across an
+//! `.await` (clippy's `await_holding_refcell_ref` is denied crate-wide).
+//!
+//! The per-connection protocol handling lives in `handler`, the queue side in `queues`, the
+//! control-plane coordinator in `control`, the thread and listener in `runtime`.
+
+pub mod control;
+pub mod handler;
+pub mod inbox;
+pub mod placement;
+pub mod queues;
+pub mod runtime;
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::time::Instant;
+
+use slab::Slab;
+
+use crate::config::Config;
+use crate::model::ids::{ConnId, IdMap, QueueId, ShardId};
+use crate::model::routing::Directory;
+use crate::net::signal::Signal;
+use crate::queue::{Dispatch, Queue};
+use crate::session::connection::Conn;
+use crate::timer::clock::Clock;
+use crate::timer::wheel::{TimerId, TimerWheel};
+use crate::model::routing::VhostIdx;
+use crate::protocol::ShortStr;
+
+use inbox::{Peers, RemoteDelivery, Routed, Settlement, ShardMsg};
+
+/// What a timer on the shard's wheel is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerKey {
+    /// Heartbeat send/check for a connection.
+    Heartbeat(ConnId),
+    /// TTL and `x-expires` housekeeping of a home queue.
+    QueueHousekeeping(QueueId),
+}
+
+/// Messages to other shards, collected during a turn and sent once at its end.
+pub struct Outbox {
+    pub publish: Vec<Vec<Routed>>,
+    pub deliver: Vec<Vec<RemoteDelivery>>,
+    pub settle: Vec<Vec<Settlement>>,
+}
+
+impl Outbox {
+    fn new(shards: usize) -> Outbox {
+        Outbox {
+            publish: (0..shards).map(|_| Vec::new()).collect(),
+            deliver: (0..shards).map(|_| Vec::new()).collect(),
+            settle: (0..shards).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    pub fn settle(&mut self, shard: ShardId, s: Settlement) {
+        if let Some(v) = self.settle.get_mut(usize::from(shard)) {
+            v.push(s);
+        }
+    }
+}
+
+/// Everything mutable on a shard, behind one `RefCell`.
+pub struct State {
+    pub directory: Directory,
+    pub queues: IdMap<QueueId, Queue>,
+    pub conns: Slab<Conn>,
+    next_generation: u32,
+    next_serial: u64,
+    pub wheel: TimerWheel<TimerKey>,
+    dirty_queues: Vec<QueueId>,
+    dirty_conns: Vec<usize>,
+    pub outbox: Outbox,
+    scratch: Vec<Dispatch>,
+    /// Housekeeping timer armed per queue, with its deadline.
+    pub queue_timers: IdMap<QueueId, (TimerId, Instant)>,
+    /// Queues the broker itself wants deleted (auto-delete, x-expires); the turn's end
+    /// hands them to the coordinator.
+    pub internal_deletes: Vec<(VhostIdx, ShortStr)>,
+    /// Next queue id; only the coordinator (shard 0) allocates.
+    pub next_queue_id: u64,
+    name_seed: u64,
+}
+
+/// One shard. Lives in an `Rc` on its own thread.
+pub struct Shard {
+    pub id: ShardId,
+    pub shards: usize,
+    pub config: Arc<Config>,
+    pub clock: Clock,
+    pub peers: Peers,
+    pub state: RefCell<State>,
+    /// Raised once shutdown has begun.
+    pub stopping: Cell<bool>,
+    /// Woken when the shard should leave its event loop.
+    pub stopped: Signal,
+}
+
+impl Shard {
+    pub fn new(id: ShardId, config: Arc<Config>, peers: Peers) -> Shard {
+        let now = Instant::now();
+        let shards = config.shards;
+        let state = State {
+            directory: Directory::new(&config.vhosts),
+            queues: IdMap::default(),
+            conns: Slab::new(),
+            next_generation: 1,
+            next_serial: 1,
+            wheel: TimerWheel::new(now, config.shard.tick, 512),
+            dirty_queues: Vec::new(),
+            dirty_conns: Vec::new(),
+            outbox: Outbox::new(shards),
+            scratch: Vec::new(),
+            queue_timers: IdMap::default(),
+            internal_deletes: Vec::new(),
+            next_queue_id: 1,
+            name_seed: wall_nanos() ^ (u64::from(id) << 32),
+        };
+        Shard {
+            id,
+            shards,
+            config,
+            clock: Clock::starting_at(now),
+            peers,
+            state: RefCell::new(state),
+            stopping: Cell::new(false),
+            stopped: Signal::new(),
+        }
+    }
+
+    /// Ends a turn: dispatches dirty queues, hands the broker's own queue deletions to
+    /// the coordinator, sends deliveries and settlements to other shards, wakes writers.
+    pub fn flush(self: &std::rc::Rc<Self>) {
+        let now = self.clock.now();
+        let mut st = self.state.borrow_mut();
+        st.run_dispatch(self, now);
+        for (vhost, name) in st.internal_deletes.drain(..) {
+            control::spawn_internal_delete(self, vhost, name);
+        }
+        for shard in 0..self.shards {
+            let sid = shard as ShardId;
+            let deliver = std::mem::take(&mut st.outbox.deliver[shard]);
+            if !deliver.is_empty() {
+                self.peers.send(sid, ShardMsg::Deliver(deliver));
+            }
+            let settle = std::mem::take(&mut st.outbox.settle[shard]);
+            if !settle.is_empty() {
+                self.peers.send(sid, ShardMsg::Settle(settle));
+            }
+        }
+        st.wake_writers();
+    }
+
+    /// Takes this turn's publish batches for other shards. Only connection readers
+    /// produce them, and only they await the bounded publish inboxes.
+    pub fn take_publishes(&self) -> Vec<(ShardId, Vec<Routed>)> {
+        let mut st = self.state.borrow_mut();
+        let mut out = Vec::new();
+        for (shard, batch) in st.outbox.publish.iter_mut().enumerate() {
+            if !batch.is_empty() {
+                out.push((shard as ShardId, std::mem::take(batch)));
+            }
+        }
+        out
+    }
+
+    /// Sends publish batches, waiting for room in each destination's bounded inbox. While
+    /// this waits, the publisher's socket is not read: that is the backpressure.
+    pub async fn send_publishes(&self, batches: Vec<(ShardId, Vec<Routed>)>) {
+        for (shard, batch) in batches {
+            if let Some(tx) = self.peers.publish.get(usize::from(shard)) {
+                let _ = tx.send(ShardMsg::Publish(batch)).await;
+            }
+        }
+    }
+}
+
+impl State {
+    /// Registers a new connection and returns its id.
+    pub fn add_conn(&mut self, make: impl FnOnce(ConnId, u64) -> Conn) -> ConnId {
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let entry = self.conns.vacant_entry();
+        let id = ConnId {
+            slot: entry.key() as u32,
+            generation,
+        };
+        entry.insert(make(id, serial));
+        id
+    }
+
+    /// The connection with this id, if it is still the same connection.
+    pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+        self.conns
+            .get_mut(id.slot as usize)
+            .filter(|c| c.id.generation == id.generation)
+    }
+
+    pub fn conn(&self, id: ConnId) -> Option<&Conn> {
+        self.conns
+            .get(id.slot as usize)
+            .filter(|c| c.id.generation == id.generation)
+    }
+
+    /// Marks a queue as having something to dispatch this turn.
+    pub fn mark_dirty(&mut self, queue: QueueId) {
+        if !self.dirty_queues.contains(&queue) {
+            self.dirty_queues.push(queue);
+        }
+    }
+
+    /// Marks a connection's writer to be woken at the end of the turn.
+    pub fn mark_writer(&mut self, id: ConnId) {
+        let slot = id.slot as usize;
+        if !self.dirty_conns.contains(&slot) {
+            self.dirty_conns.push(slot);
+        }
+    }
+
+    fn wake_writers(&mut self) {
+        for slot in self.dirty_conns.drain(..) {
+            if let Some(conn) = self.conns.get(slot) {
+                conn.writer.notify();
+            }
+        }
+    }
+
+    /// A seed for server-generated names, different on every call.
+    pub fn next_name_seed(&mut self) -> u64 {
+        self.name_seed = self
+            .name_seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.name_seed ^ wall_nanos()
+    }
+}
+
+fn wall_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}

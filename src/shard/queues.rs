@@ -1,0 +1,393 @@
+//! Owns: the queue side of a shard — enqueueing routed messages into home queues, the
+//! dispatch pass that turns queue credit into deliveries, delivering to local consumers,
+//! settlements (ack, requeue, discard, credit, cancel), requests that need an answer
+//! (consume, get, stats, purge, delete checks), and queue housekeeping timers (TTL,
+//! `x-expires`).
+//!
+//! Does not: parse frames or decide protocol replies beyond encoding deliveries into a
+//! connection's outbound buffer.
+
+use std::time::Instant;
+
+use crate::model::ids::{ConsumerTarget, QueueId, QueueRef};
+use crate::model::message::Message;
+use crate::model::routing::{QueueMeta, VhostIdx};
+use crate::ops::event::OpsEvent;
+use crate::protocol::method::BasicCancel;
+use crate::protocol::Method;
+use crate::queue::{Queue, QueueSettings};
+use crate::session::channel::ChannelPhase;
+
+use super::inbox::{
+    DeleteRefused, GotMessage, QueueReply, QueueRequest, RemoteDelivery, SettleOp, Settlement,
+};
+use super::{Shard, State, TimerKey};
+
+impl State {
+    /// Appends a routed message to a home queue.
+    pub fn enqueue(&mut self, queue: QueueId, msg: Message, now: Instant) {
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        let was_empty = q.ready_count() == 0;
+        let has_ttl = q.settings.message_ttl.is_some() || msg.ttl_ms().is_some();
+        q.enqueue(msg, now);
+        if q.has_consumers() {
+            self.mark_dirty(queue);
+        }
+        if has_ttl && was_empty {
+            self.ensure_queue_timer(queue);
+        }
+    }
+
+    /// Dispatches every dirty queue as far as consumer credit allows.
+    pub fn run_dispatch(&mut self, shard: &Shard, now: Instant) {
+        let budget = shard.config.shard.dispatch_budget;
+        while !self.dirty_queues.is_empty() {
+            let round = std::mem::take(&mut self.dirty_queues);
+            for qid in round {
+                let mut out = std::mem::take(&mut self.scratch);
+                let home = shard.id;
+                let more = match self.queues.get_mut(&qid) {
+                    Some(q) => {
+                        q.dispatch(now, budget, &mut out);
+                        q.can_dispatch()
+                    }
+                    None => false,
+                };
+                let queue = QueueRef { id: qid, home };
+                for d in out.drain(..) {
+                    let delivery = RemoteDelivery {
+                        target: d.target,
+                        queue,
+                        seq: d.seq,
+                        msg: d.msg,
+                        redelivered: d.redelivered,
+                        no_ack: d.no_ack,
+                    };
+                    if d.target.shard == shard.id {
+                        self.deliver_local(shard, delivery);
+                    } else if let Some(v) = self.outbox.deliver.get_mut(usize::from(d.target.shard))
+                    {
+                        v.push(delivery);
+                    }
+                }
+                self.scratch = out;
+                if more {
+                    self.mark_dirty(qid);
+                }
+            }
+        }
+    }
+
+    /// Writes a delivery to a consumer on this shard. A delivery for a consumer that is
+    /// gone goes back to its queue.
+    pub fn deliver_local(&mut self, shard: &Shard, d: RemoteDelivery) {
+        let target = d.target;
+        let window = shard.config.shard.no_ack_window;
+        let high_water = shard.config.net.write_high_water;
+        let mut grant = None;
+        let delivered = match self.conn_mut(target.conn) {
+            Some(conn) => {
+                let has_room = conn.out.queued_bytes() < high_water;
+                match conn.channels.get_mut(&target.channel) {
+                    Some(ch) if ch.phase == ChannelPhase::Open => {
+                        match ch.consumers.get_mut(&target.consumer) {
+                            Some(c) => {
+                                c.credit = c.credit.saturating_sub(1);
+                                let tag = c.tag.clone();
+                                let unlimited = c.no_ack || c.prefetch == 0;
+                                let dtag = ch.record_delivery(
+                                    d.queue,
+                                    d.seq,
+                                    Some(target.consumer),
+                                    d.no_ack,
+                                );
+                                conn.out.deliver(
+                                    target.channel,
+                                    &tag,
+                                    dtag,
+                                    d.redelivered,
+                                    &d.msg,
+                                );
+                                if unlimited && ch.flow_active {
+                                    let global = ch.global_room();
+                                    if let Some(c) = ch.consumers.get_mut(&target.consumer) {
+                                        let n = c.top_up(has_room, window, global);
+                                        if n > 0 {
+                                            c.credit += n;
+                                            grant = Some((c.queue, c.queue_key, n));
+                                        }
+                                    }
+                                }
+                                true
+                            }
+                            None => false,
+                        }
+                    }
+                    _ => false,
+                }
+            }
+            None => false,
+        };
+        if delivered {
+            self.mark_writer(target.conn);
+            if let Some((queue, key, credit)) = grant {
+                self.settle_to(shard, queue, SettleOp::Grant { key, credit });
+            }
+        } else if !d.no_ack {
+            self.settle_to(shard, d.queue, SettleOp::Requeue(d.seq));
+        }
+    }
+
+    /// Sends a settlement to a queue, locally or through the outbox.
+    pub fn settle_to(&mut self, shard: &Shard, queue: QueueRef, op: SettleOp) {
+        if queue.home == shard.id {
+            self.settle(
+                shard,
+                Settlement {
+                    queue: queue.id,
+                    op,
+                },
+            );
+        } else {
+            self.outbox.settle(
+                queue.home,
+                Settlement {
+                    queue: queue.id,
+                    op,
+                },
+            );
+        }
+    }
+
+    /// Applies a settlement to a home queue.
+    pub fn settle(&mut self, shard: &Shard, s: Settlement) {
+        let now = shard.clock.now();
+        let Some(q) = self.queues.get_mut(&s.queue) else {
+            return;
+        };
+        let mut dirty = false;
+        match s.op {
+            SettleOp::Ack(seq) => {
+                q.ack(seq);
+            }
+            SettleOp::Discard(seq) => {
+                q.discard(seq);
+            }
+            SettleOp::Requeue(seq) => {
+                dirty = q.requeue(seq);
+            }
+            SettleOp::Grant { key, credit } => {
+                q.grant(key, credit);
+                dirty = true;
+            }
+            SettleOp::Cancel { key } => {
+                q.remove_consumer(key, now);
+                if q.auto_delete_due() {
+                    self.internal_deletes.push((q.vhost_idx, q.name.clone()));
+                }
+                self.ensure_queue_timer(s.queue);
+            }
+        }
+        if dirty {
+            self.mark_dirty(s.queue);
+        }
+    }
+
+    /// Serves a request to a home queue.
+    pub fn queue_request(&mut self, shard: &Shard, req: QueueRequest) -> QueueReply {
+        let now = shard.clock.now();
+        let qid = match &req {
+            QueueRequest::Consume { queue, .. }
+            | QueueRequest::Cancel { queue, .. }
+            | QueueRequest::Get { queue, .. }
+            | QueueRequest::Stats { queue, .. }
+            | QueueRequest::Purge { queue }
+            | QueueRequest::CheckDelete { queue, .. } => *queue,
+        };
+        let Some(q) = self.queues.get_mut(&qid) else {
+            return QueueReply::Gone;
+        };
+        let reply = match req {
+            QueueRequest::Consume {
+                target,
+                no_ack,
+                exclusive,
+                ..
+            } => QueueReply::Consumed(q.add_consumer(target, no_ack, exclusive, now)),
+            QueueRequest::Cancel { key, .. } => {
+                q.remove_consumer(key, now);
+                if q.auto_delete_due() {
+                    self.internal_deletes.push((q.vhost_idx, q.name.clone()));
+                }
+                QueueReply::Cancelled
+            }
+            QueueRequest::Get { no_ack, .. } => {
+                QueueReply::Got(q.get(now, no_ack).map(|(e, remaining)| GotMessage {
+                    seq: e.seq,
+                    msg: e.msg,
+                    redelivered: e.redelivered,
+                    remaining,
+                }))
+            }
+            QueueRequest::Stats { touch, .. } => {
+                if touch {
+                    q.touch(now);
+                }
+                QueueReply::Stats(q.stats())
+            }
+            QueueRequest::Purge { .. } => QueueReply::Purged(q.purge()),
+            QueueRequest::CheckDelete {
+                if_unused,
+                if_empty,
+                ..
+            } => {
+                let stats = q.stats();
+                QueueReply::DeleteChecked(if if_unused && stats.consumers > 0 {
+                    Err(DeleteRefused::InUse)
+                } else if if_empty && stats.messages > 0 {
+                    Err(DeleteRefused::NotEmpty)
+                } else {
+                    Ok(stats.messages)
+                })
+            }
+        };
+        self.ensure_queue_timer(qid);
+        reply
+    }
+
+    /// Creates a home queue from its directory entry.
+    pub fn create_home_queue(&mut self, vhost: VhostIdx, meta: &QueueMeta, now: Instant) {
+        if self.queues.contains_key(&meta.queue.id) {
+            return;
+        }
+        let vhost_name = self
+            .directory
+            .vhost(vhost)
+            .map(|v| v.name.clone())
+            .unwrap_or_default();
+        let ms = |key: &str| {
+            meta.arguments
+                .get(key)
+                .and_then(|v| v.as_i64())
+                .and_then(|v| u64::try_from(v).ok())
+                .map(std::time::Duration::from_millis)
+        };
+        let settings = QueueSettings {
+            durable: meta.durable,
+            exclusive: meta.exclusive_owner.is_some(),
+            auto_delete: meta.auto_delete,
+            arguments: meta.arguments.clone(),
+            message_ttl: ms("x-message-ttl"),
+            expires: ms("x-expires"),
+        };
+        OpsEvent::QueueCreate {
+            vhost: vhost_name.clone(),
+            queue: meta.name.to_string(),
+            durable: settings.durable,
+            exclusive: settings.exclusive,
+            auto_delete: settings.auto_delete,
+        }
+        .emit();
+        let queue = Queue::new(
+            meta.queue.id,
+            vhost,
+            vhost_name,
+            meta.name.clone(),
+            settings,
+            now,
+        );
+        self.queues.insert(meta.queue.id, queue);
+        self.ensure_queue_timer(meta.queue.id);
+    }
+
+    /// Deletes a home queue: its consumers are told (basic.cancel where the client
+    /// supports it), its messages released.
+    pub fn delete_home_queue(&mut self, shard: &Shard, queue: QueueId) {
+        let Some(q) = self.queues.remove(&queue) else {
+            return;
+        };
+        if let Some((timer, _)) = self.queue_timers.remove(&queue) {
+            self.wheel.cancel(timer);
+        }
+        self.dirty_queues.retain(|id| *id != queue);
+        OpsEvent::QueueDeleted {
+            vhost: q.vhost.clone(),
+            queue: q.name.to_string(),
+        }
+        .emit();
+        for c in q.consumers() {
+            if c.target.shard == shard.id {
+                self.consumer_gone(c.target);
+            } else {
+                shard
+                    .peers
+                    .send(c.target.shard, super::inbox::ShardMsg::ConsumerGone(c.target));
+            }
+        }
+    }
+
+    /// The queue under a consumer was deleted: forget the consumer and, if the client
+    /// announced `consumer_cancel_notify`, send it `basic.cancel`.
+    pub fn consumer_gone(&mut self, target: ConsumerTarget) {
+        let Some(conn) = self.conn_mut(target.conn) else {
+            return;
+        };
+        let notify = conn.capabilities.consumer_cancel_notify;
+        let Some(ch) = conn.channels.get_mut(&target.channel) else {
+            return;
+        };
+        let Some(consumer) = ch.consumers.remove(&target.consumer) else {
+            return;
+        };
+        if notify && ch.phase == ChannelPhase::Open {
+            conn.out.method(
+                target.channel,
+                &Method::BasicCancel(BasicCancel {
+                    consumer_tag: consumer.tag,
+                    nowait: true,
+                }),
+            );
+            let id = conn.id;
+            self.mark_writer(id);
+        }
+    }
+
+    /// Arms (or re-arms earlier) the housekeeping timer of a queue that needs one.
+    pub fn ensure_queue_timer(&mut self, queue: QueueId) {
+        let Some(q) = self.queues.get(&queue) else {
+            return;
+        };
+        let want = match (q.head_expiry(), q.expiry_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let Some(want) = want else {
+            return;
+        };
+        if let Some((timer, at)) = self.queue_timers.get(&queue).copied() {
+            if at <= want {
+                return;
+            }
+            self.wheel.cancel(timer);
+        }
+        let timer = self.wheel.arm(want, TimerKey::QueueHousekeeping(queue));
+        self.queue_timers.insert(queue, (timer, want));
+    }
+
+    /// A queue's housekeeping timer fired: expire head messages, delete an unused queue
+    /// whose `x-expires` has passed, re-arm.
+    pub fn queue_housekeeping(&mut self, queue: QueueId, now: Instant) {
+        self.queue_timers.remove(&queue);
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        q.expire_head(now);
+        if q.expiry_deadline().is_some_and(|at| at <= now) {
+            self.internal_deletes.push((q.vhost_idx, q.name.clone()));
+            return;
+        }
+        self.ensure_queue_timer(queue);
+    }
+}

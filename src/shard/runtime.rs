@@ -1,0 +1,215 @@
+//! Owns: a shard's OS thread — core pinning, the tokio-uring runtime, and the shard's
+//! long-lived tasks: accept loops, the inbox loop (messages from other shards) and the
+//! housekeeping loop that advances the clock and the timer wheel.
+//!
+//! Does not: contain business logic; it calls into the shard.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::model::ids::ShardId;
+use crate::ops::event::OpsEvent;
+use crate::shard::inbox::{Inbox, Peers, ShardMsg};
+use crate::shard::{control, Shard, TimerKey};
+
+/// Messages the inbox loop handles before it flushes.
+const INBOX_BATCH: usize = 64;
+
+/// Everything a shard thread needs.
+pub struct ShardSeed {
+    pub id: ShardId,
+    pub config: Arc<Config>,
+    pub peers: Peers,
+    pub inbox: Inbox,
+    pub listeners: Vec<std::net::TcpListener>,
+    pub core: Option<usize>,
+    /// Told once the shard accepts connections.
+    pub ready: std::sync::mpsc::Sender<ShardId>,
+}
+
+/// Pins the calling thread to `core`.
+pub fn pin_to_core(core: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
+    // sched_setaffinity reads `size_of::<cpu_set_t>()` bytes from it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(core, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The cores this process may run on.
+pub fn available_cores() -> Vec<usize> {
+    // SAFETY: as above; sched_getaffinity writes at most size_of::<cpu_set_t>() bytes.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Runs a shard on the current thread until it is told to stop.
+pub fn run(seed: ShardSeed) -> std::io::Result<()> {
+    if let Some(core) = seed.core {
+        pin_to_core(core)?;
+    }
+    let ShardSeed {
+        id,
+        config,
+        peers,
+        inbox,
+        listeners,
+        core,
+        ready,
+    } = seed;
+    tokio_uring::start(async move {
+        let shard = Rc::new(Shard::new(id, config, peers));
+        for listener in listeners {
+            tokio_uring::spawn(crate::net::listener::accept_loop(Rc::clone(&shard), listener));
+        }
+        tokio_uring::spawn(inbox_loop(Rc::clone(&shard), inbox));
+        tokio_uring::spawn(housekeeping_loop(Rc::clone(&shard)));
+        OpsEvent::ShardStarted { shard: id, core }.emit();
+        let _ = ready.send(id);
+        shard.stopped.wait().await;
+    });
+    Ok(())
+}
+
+async fn inbox_loop(shard: Rc<Shard>, mut inbox: Inbox) {
+    loop {
+        let first = tokio::select! {
+            biased;
+            m = inbox.control.recv() => m,
+            m = inbox.publish.recv() => m,
+        };
+        let Some(first) = first else {
+            return;
+        };
+        shard.clock.refresh();
+        on_message(&shard, first);
+        for _ in 1..INBOX_BATCH {
+            let next = inbox
+                .control
+                .try_recv()
+                .ok()
+                .or_else(|| inbox.publish.try_recv().ok());
+            match next {
+                Some(m) => on_message(&shard, m),
+                None => break,
+            }
+        }
+        shard.flush();
+    }
+}
+
+fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
+    let now = shard.clock.now();
+    match msg {
+        ShardMsg::Publish(batch) => {
+            let mut st = shard.state.borrow_mut();
+            for routed in batch {
+                for queue in routed.queues {
+                    st.enqueue(queue, routed.msg.clone(), now);
+                }
+            }
+        }
+        ShardMsg::Deliver(batch) => {
+            let mut st = shard.state.borrow_mut();
+            for d in batch {
+                st.deliver_local(shard, d);
+            }
+        }
+        ShardMsg::Settle(batch) => {
+            let mut st = shard.state.borrow_mut();
+            for s in batch {
+                st.settle(shard, s);
+            }
+        }
+        ShardMsg::Apply(changes, ack) => {
+            let mut st = shard.state.borrow_mut();
+            for change in changes.iter() {
+                st.apply_change(shard, change, now);
+            }
+            let _ = ack.send(());
+        }
+        ShardMsg::Control(req, reply) => {
+            let shard = Rc::clone(shard);
+            tokio_uring::spawn(async move {
+                let answer = control::coordinate(&shard, req).await;
+                let _ = reply.send(answer);
+                shard.flush();
+            });
+        }
+        ShardMsg::Queue(req, reply) => {
+            let answer = shard.state.borrow_mut().queue_request(shard, req);
+            let _ = reply.send(answer);
+        }
+        ShardMsg::ConsumerGone(target) => {
+            shard.state.borrow_mut().consumer_gone(target);
+        }
+        ShardMsg::Shutdown => {
+            let shard = Rc::clone(shard);
+            tokio_uring::spawn(shutdown(shard));
+        }
+    }
+}
+
+async fn housekeeping_loop(shard: Rc<Shard>) {
+    let tick = shard.config.shard.tick;
+    let mut expired = Vec::new();
+    loop {
+        tokio::time::sleep(tick).await;
+        shard.clock.refresh();
+        let now = shard.clock.now();
+        {
+            let mut st = shard.state.borrow_mut();
+            st.wheel.advance(now, &mut expired);
+            for key in expired.drain(..) {
+                match key {
+                    TimerKey::Heartbeat(conn) => st.heartbeat_tick(&shard, conn, now),
+                    TimerKey::QueueHousekeeping(queue) => st.queue_housekeeping(queue, now),
+                }
+            }
+        }
+        shard.flush();
+    }
+}
+
+/// Closes every connection with 320, lets writers flush (up to a second), then stops.
+async fn shutdown(shard: Rc<Shard>) {
+    shard.stopping.set(true);
+    {
+        let mut st = shard.state.borrow_mut();
+        let ids: Vec<_> = st.conns.iter().map(|(_, c)| c.id).collect();
+        for id in ids {
+            st.force_close(&shard, id, "shutdown");
+        }
+    }
+    shard.flush();
+    for _ in 0..100 {
+        let pending = shard
+            .state
+            .borrow()
+            .conns
+            .iter()
+            .any(|(_, c)| !c.out.is_empty());
+        if !pending {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Give writers a moment to shut their sockets after the last write.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    shard.stopped.notify();
+}

@@ -1,0 +1,99 @@
+//! The shard's coarse clock.
+//!
+//! Owns: one cached `Instant` per shard, refreshed once per event-loop turn,
+//! so everything handled in that turn sees the same "now" and pays for one
+//! clock read. Does not: run a background thread or hold global state (the
+//! LavinMQ `RoughTime` pattern this replaces); logic elsewhere takes `now`
+//! as a parameter and never reads this or `Instant::now()` itself.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+/// Cached time for one shard.
+///
+/// `Cell` makes it `!Sync`: it belongs to one shard thread. Tests drive it
+/// with [`set`](Clock::set) and [`advance`](Clock::advance) instead of
+/// sleeping.
+///
+/// # Invariants
+///
+/// `now` only changes through `refresh`, `set` and `advance`; `refresh` and
+/// `advance` never move it backwards (`set` may, for tests).
+#[derive(Debug)]
+pub struct Clock {
+    now: Cell<Instant>,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock {
+    /// A clock reading the current time.
+    pub fn new() -> Self {
+        Self::starting_at(Instant::now())
+    }
+
+    /// A clock frozen at `now` until refreshed, set or advanced.
+    pub fn starting_at(now: Instant) -> Self {
+        Clock {
+            now: Cell::new(now),
+        }
+    }
+
+    /// Reads `Instant::now()` once. Call once per event-loop turn.
+    pub fn refresh(&self) {
+        let t = Instant::now();
+        if t > self.now.get() {
+            self.now.set(t);
+        }
+    }
+
+    /// The time cached by the last refresh, set or advance.
+    pub fn now(&self) -> Instant {
+        self.now.get()
+    }
+
+    /// Replaces the cached time (for tests and simulations).
+    pub fn set(&self, now: Instant) {
+        self.now.set(now);
+    }
+
+    /// Moves the cached time forward by `by` (for tests and simulations).
+    pub fn advance(&self, by: Duration) {
+        self.now.set(self.now.get() + by);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_control() {
+        let t0 = Instant::now();
+        let clock = Clock::starting_at(t0);
+        assert_eq!(clock.now(), t0);
+        clock.advance(Duration::from_millis(5));
+        assert_eq!(clock.now(), t0 + Duration::from_millis(5));
+        clock.set(t0);
+        assert_eq!(clock.now(), t0);
+    }
+
+    #[test]
+    fn refresh_is_cached_and_monotonic() {
+        let clock = Clock::new();
+        let ahead = Instant::now() + Duration::from_secs(3600);
+        clock.set(ahead);
+        clock.refresh();
+        assert_eq!(clock.now(), ahead, "refresh never moves backwards");
+        let clock = Clock::starting_at(Instant::now() - Duration::from_secs(1));
+        let before = clock.now();
+        clock.refresh();
+        assert!(clock.now() > before);
+        let cached = clock.now();
+        assert_eq!(clock.now(), cached, "now() does not read the clock");
+    }
+}
