@@ -71,6 +71,7 @@ shard_tests!(
     queue_server_named,
     queue_passive_missing,
     queue_exclusive_locked,
+    queue_exclusive_locked_plain_declare,
     queue_inequivalent_flags,
     bind_and_unbind,
     bind_missing_targets,
@@ -389,11 +390,6 @@ async fn queue_exclusive_locked(shards: usize) {
     assert_eq!((code, text.as_str()), (405, locked.as_str()));
 
     let mut ch = other.channel().await;
-    let r = ch.queue_declare(QueueDeclareArguments::new(&q)).await;
-    let (code, text) = soft_error(&mut ch, r).await;
-    assert_eq!((code, text.as_str()), (405, locked.as_str()));
-
-    let mut ch = other.channel().await;
     let r = ch
         .queue_declare(QueueDeclareArguments::new(&q).passive(true).finish())
         .await;
@@ -405,17 +401,50 @@ async fn queue_exclusive_locked(shards: usize) {
     let (_, _, body) = och.get_eventually(&q, true).await;
     assert_eq!(body, b"mine");
 
-    // When the owner goes, so does the queue.
+    // When the owner goes, so does the queue (405 while it still exists, then 404).
     owner.close().await;
     let mut gone = false;
     for _ in 0..100 {
-        if !queue_exists(&other, &q).await {
+        let mut ch = other.channel().await;
+        let r = ch
+            .queue_declare(QueueDeclareArguments::new(&q).passive(true).finish())
+            .await;
+        assert!(r.is_err(), "passive declare of another connection's exclusive queue succeeded");
+        let (code, text) = ch.expect_close().await;
+        if code == 404 {
             gone = true;
             break;
         }
+        assert_eq!((code, text.as_str()), (405, locked.as_str()));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(gone, "exclusive queue {q} outlived its connection");
+}
+
+/// A plain (non-exclusive) declare of another connection's exclusive queue is refused with
+/// the lock error, before any argument equivalence is considered.
+async fn queue_exclusive_locked_plain_declare(shards: usize) {
+    let broker = Broker::start(shards);
+    let owner = broker.connect().await;
+    let other = broker.connect().await;
+    let q = unique("q-excl-plain");
+    let och = owner.channel().await;
+    och.queue_declare(QueueDeclareArguments::new(&q).exclusive(true).finish())
+        .await
+        .unwrap();
+    let mut ch = other.channel().await;
+    let r = ch.queue_declare(QueueDeclareArguments::new(&q)).await;
+    let (code, text) = soft_error(&mut ch, r).await;
+    assert_eq!(
+        (code, text.as_str()),
+        (
+            405,
+            format!(
+                "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{q}' in vhost '/'"
+            )
+            .as_str()
+        )
+    );
 }
 
 async fn queue_inequivalent_flags(shards: usize) {
