@@ -343,7 +343,7 @@ async fn amqplain_login(shards: usize) {
     let conn = Connection::open(&args)
         .await
         .expect("AMQPLAIN login via amqprs");
-    conn.close().await.unwrap();
+    common::close_amqprs(conn).await;
 }
 
 async fn wrong_protocol_header_is_answered(shards: usize) {
