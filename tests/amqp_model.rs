@@ -409,7 +409,10 @@ async fn queue_exclusive_locked(shards: usize) {
         let r = ch
             .queue_declare(QueueDeclareArguments::new(&q).passive(true).finish())
             .await;
-        assert!(r.is_err(), "passive declare of another connection's exclusive queue succeeded");
+        assert!(
+            r.is_err(),
+            "passive declare of another connection's exclusive queue succeeded"
+        );
         let (code, text) = ch.expect_close().await;
         if code == 404 {
             gone = true;

@@ -39,6 +39,10 @@ shard_tests!(
     per_message_expiration,
     queue_message_ttl,
     queue_expires,
+    unacked_requeued_when_consumer_connection_drops,
+    confirm_follows_return,
+    empty_body,
+    frame_boundary_body_sizes,
 );
 
 async fn publish_consume_order(shards: usize) {
@@ -900,4 +904,136 @@ fn raw_property_codec_flag_layout() {
     let mut d = wire::Dec::new(&bytes);
     assert_eq!(Props::decode(&mut d), full);
     assert_eq!(d.remaining(), 0);
+}
+
+async fn unacked_requeued_when_consumer_connection_drops(shards: usize) {
+    let broker = Broker::start(shards);
+    let q = unique("q-orphaned");
+    let first = broker.connect().await;
+    let fch = first.channel().await;
+    fch.declare_queue(&q).await;
+    let (_, mut frx) = fch.consume_manual(&q).await;
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    for i in 0..5 {
+        pch.publish("", &q, format!("m{i}").as_bytes()).await;
+    }
+    let mut tags = Vec::new();
+    for i in 0..5 {
+        let d = next_delivery(&mut frx).await;
+        assert_eq!(d.body, format!("m{i}").as_bytes());
+        tags.push(d.delivery_tag);
+    }
+    // Ack two, leave three unacked, then the consumer's connection goes away.
+    fch.basic_ack(BasicAckArguments::new(tags[1], true))
+        .await
+        .unwrap();
+    first.close().await;
+
+    let second = broker.connect().await;
+    let sch = second.channel().await;
+    let (_, mut srx) = sch.consume_manual(&q).await;
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let d = next_delivery(&mut srx).await;
+        assert!(
+            d.redelivered,
+            "message requeued from a closed connection not flagged"
+        );
+        got.push(String::from_utf8(d.body).unwrap());
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        ["m2", "m3", "m4"],
+        "acked messages came back or unacked ones were lost"
+    );
+    assert_no_delivery(&mut srx, Duration::from_millis(200)).await;
+}
+
+/// A mandatory, unroutable message in confirm mode: basic.return comes before its basic.ack.
+async fn confirm_follows_return(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let mut ch = conn.channel().await;
+    ch.confirm_select(ConfirmSelectArguments::default())
+        .await
+        .unwrap();
+    ch.basic_publish(
+        BasicProperties::default(),
+        b"nowhere".to_vec(),
+        BasicPublishArguments::new("amq.direct", "nobody")
+            .mandatory(true)
+            .finish(),
+    )
+    .await
+    .unwrap();
+    match ch.next_event().await {
+        Event::Return { code, text, .. } => assert_eq!((code, text.as_str()), (312, "NO_ROUTE")),
+        other => panic!("expected basic.return before the confirm, got {other:?}"),
+    }
+    match ch.next_event().await {
+        Event::Ack { tag, .. } => assert_eq!(tag, 1),
+        other => panic!("expected basic.ack for tag 1, got {other:?}"),
+    }
+}
+
+async fn empty_body(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let q = unique("q-empty");
+    ch.declare_queue(&q).await;
+    let (_, mut rx) = ch.consume_auto(&q).await;
+    ch.publish_props(
+        "",
+        &q,
+        BasicProperties::default().with_message_id("e").finish(),
+        b"",
+    )
+    .await;
+    ch.publish("", &q, b"after").await;
+    let d = next_delivery(&mut rx).await;
+    assert!(d.body.is_empty());
+    assert_eq!(d.props.message_id().map(String::as_str), Some("e"));
+    assert_eq!(next_delivery(&mut rx).await.body, b"after");
+
+    // The same over raw frames: a header with body-size 0 and no body frame at all.
+    let mut raw = broker.raw();
+    raw.channel_open(1);
+    let rq = raw.queue_declare(1, "", false, true, false);
+    raw.basic_consume(1, &rq, true);
+    raw.publish(1, "", &rq, &Props::default(), b"").unwrap();
+    raw.publish(1, "", &rq, &Props::default(), b"next").unwrap();
+    assert!(raw.read_delivery(1).body.is_empty());
+    assert_eq!(raw.read_delivery(1).body, b"next");
+}
+
+async fn frame_boundary_body_sizes(shards: usize) {
+    let broker = Broker::start(shards);
+    let mut raw = broker.raw();
+    raw.channel_open(1);
+    let q = raw.queue_declare(1, "", false, true, false);
+    raw.basic_consume(1, &q, true);
+    let frame_max = raw.tune.unwrap().frame_max as usize;
+    let max_payload = frame_max - 8;
+    let sizes = [
+        1,
+        max_payload - 1,
+        max_payload,
+        max_payload + 1,
+        2 * max_payload,
+        2 * max_payload + 1,
+    ];
+    for (i, size) in sizes.iter().enumerate() {
+        let body: Vec<u8> = (0..*size).map(|j| (j * 31 + i) as u8).collect();
+        raw.publish(1, "", &q, &Props::default(), &body).unwrap();
+        let d = raw.read_delivery(1);
+        assert!(d.body == body, "body of {size} bytes changed in transit");
+        assert!(
+            d.frame_sizes.iter().all(|s| *s <= frame_max),
+            "frame over frame_max for a {size}-byte body: {:?}",
+            d.frame_sizes
+        );
+    }
 }

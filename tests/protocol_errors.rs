@@ -40,13 +40,14 @@ fn check(code: u16, text: &str, expect: &Expect) {
 /// Starts a broker and bystanders, runs `offend` on a fresh handshaken raw connection,
 /// expects connection.close as `expect`, then checks the bystanders.
 async fn hard_error(shards: usize, expect: Expect, offend: impl FnOnce(&mut RawConn)) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     let mut c = broker.raw();
     offend(&mut c);
     let (code, text) = c.expect_connection_close();
     check(code, &text, &expect);
     bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
 }
 
 shard_tests!(
@@ -55,6 +56,9 @@ shard_tests!(
     ten_megabyte_frame_header,
     body_frame_without_publish,
     header_frame_without_publish,
+    method_inside_content,
+    method_instead_of_content_header,
+    offender_unacked_messages_requeued,
     method_on_unopened_channel,
     method_on_closed_channel,
     channel_open_twice,
@@ -84,7 +88,7 @@ async fn bad_frame_end(shards: usize) {
 }
 
 async fn frame_larger_than_frame_max(shards: usize) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     let mut c = RawConn::connect(&broker.addr());
     c.send_protocol_header();
@@ -119,10 +123,11 @@ async fn frame_larger_than_frame_max(shards: usize) {
     let (code, text) = c.expect_connection_close();
     check(code, &text, &Expect::Prefix(501, "FRAME_ERROR - "));
     bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
 }
 
 async fn ten_megabyte_frame_header(shards: usize) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     let mut c = broker.raw();
     c.channel_open(1);
@@ -141,6 +146,7 @@ async fn ten_megabyte_frame_header(shards: usize) {
         sent.elapsed()
     );
     bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
 }
 
 async fn body_frame_without_publish(shards: usize) {
@@ -240,7 +246,7 @@ async fn publish_immediate(shards: usize) {
 }
 
 async fn unknown_vhost(shards: usize) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     let mut c = RawConn::connect(&broker.addr());
     c.send_protocol_header();
@@ -259,10 +265,11 @@ async fn unknown_vhost(shards: usize) {
         &Expect::Exact(530, "NOT_ALLOWED - vhost 'nosuch' not found"),
     );
     bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
 }
 
 async fn bad_password(shards: usize) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     let mut c = RawConn::connect(&broker.addr());
     c.send_protocol_header();
@@ -279,10 +286,11 @@ async fn bad_password(shards: usize) {
         ),
     );
     bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
 }
 
 async fn wrong_protocol_header(shards: usize) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     for header in [&b"AMQP\x00\x00\x08\x00"[..], &b"HTTP/1.1"[..]] {
         let mut c = RawConn::connect(&broker.addr());
@@ -292,6 +300,7 @@ async fn wrong_protocol_header(shards: usize) {
         assert!(closed, "socket left open after a wrong protocol header");
     }
     bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
 }
 
 /// Deterministic pseudo-random bytes (a 64-bit LCG), so failures reproduce.
@@ -308,7 +317,7 @@ fn garbage(seed: u64, len: usize) -> Vec<u8> {
 }
 
 async fn garbage_before_handshake(shards: usize) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     for seed in 1..=4 {
         let mut c = RawConn::connect(&broker.addr());
@@ -322,10 +331,11 @@ async fn garbage_before_handshake(shards: usize) {
         assert!(closed, "seed {seed}: socket left open");
     }
     bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
 }
 
 async fn garbage_after_handshake(shards: usize) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     for seed in 1..=6 {
         let mut c = broker.raw();
@@ -347,10 +357,11 @@ async fn garbage_after_handshake(shards: usize) {
         }
     }
     bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
 }
 
 async fn client_vanishes_mid_frame(shards: usize) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     for cut in [3usize, 7, 20, 60] {
         let mut c = broker.raw();
@@ -382,6 +393,7 @@ async fn client_vanishes_mid_frame(shards: usize) {
         drop(c);
     }
     bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
     // New connections are accepted, and a full publish still works.
     let mut c = broker.raw();
     c.channel_open(1);
@@ -392,7 +404,7 @@ async fn client_vanishes_mid_frame(shards: usize) {
 }
 
 async fn client_vanishes_mid_handshake(shards: usize) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     // After 4 of the 8 header bytes.
     let mut c = RawConn::connect(&broker.addr());
@@ -423,11 +435,12 @@ async fn client_vanishes_mid_handshake(shards: usize) {
     // Connected and silent, then gone.
     drop(RawConn::connect(&broker.addr()));
     bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
 }
 
 /// Every offence, one after another on the same broker, then the bystanders.
 async fn repeated_offenders(shards: usize) {
-    let broker = Broker::start(shards);
+    let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
     for round in 0..3 {
         let mut c = broker.raw();
@@ -454,5 +467,99 @@ async fn repeated_offenders(shards: usize) {
         assert_eq!(c.expect_connection_close().0, 501, "round {round}");
 
         bystanders.assert_unharmed(&broker).await;
+        broker.assert_healthy();
     }
+}
+
+async fn method_inside_content(shards: usize) {
+    hard_error(shards, Expect::Prefix(505, "UNEXPECTED_FRAME - "), |c| {
+        c.channel_open(1);
+        let mut bytes = wire::frame(
+            wire::FRAME_METHOD,
+            1,
+            &wire::method_payload(
+                m::BASIC_PUBLISH,
+                &RawConn::publish_args("", "q", false, false),
+            ),
+        );
+        bytes.extend(wire::frame(
+            wire::FRAME_HEADER,
+            1,
+            &wire::content_header_payload(10, &Props::default()),
+        ));
+        bytes.extend(wire::frame(wire::FRAME_BODY, 1, b"half!"));
+        // The other five body bytes never come; a method arrives instead.
+        bytes.extend(wire::frame(
+            wire::FRAME_METHOD,
+            1,
+            &wire::method_payload(
+                m::BASIC_QOS,
+                &Enc::new().long(0).short(1).bits(&[false]).done(),
+            ),
+        ));
+        c.send(&bytes).unwrap();
+    })
+    .await
+}
+
+async fn method_instead_of_content_header(shards: usize) {
+    hard_error(shards, Expect::Prefix(505, "UNEXPECTED_FRAME - "), |c| {
+        c.channel_open(1);
+        let mut bytes = wire::frame(
+            wire::FRAME_METHOD,
+            1,
+            &wire::method_payload(
+                m::BASIC_PUBLISH,
+                &RawConn::publish_args("", "q", false, false),
+            ),
+        );
+        bytes.extend(wire::frame(
+            wire::FRAME_METHOD,
+            1,
+            &wire::method_payload(
+                m::BASIC_QOS,
+                &Enc::new().long(0).short(1).bits(&[false]).done(),
+            ),
+        ));
+        c.send(&bytes).unwrap();
+    })
+    .await
+}
+
+/// Messages delivered to the offender and not yet acknowledged go back to the queue and
+/// reach another consumer, flagged redelivered: a hard error loses no data.
+async fn offender_unacked_messages_requeued(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let q = common::unique("q-offender");
+    let mut offender = broker.raw();
+    offender.channel_open(1);
+    offender.queue_declare(1, &q, false, false, false);
+    offender.basic_consume(1, &q, false);
+    let mut publisher = broker.raw();
+    publisher.channel_open(1);
+    for i in 0..3 {
+        publisher
+            .publish(1, "", &q, &Props::default(), format!("m{i}").as_bytes())
+            .unwrap();
+    }
+    for i in 0..3 {
+        let d = offender.read_delivery(1);
+        assert_eq!(d.body, format!("m{i}").as_bytes());
+    }
+    offender.send_frame(wire::FRAME_BODY, 1, b"orphan").unwrap();
+    let (code, _) = offender.expect_connection_close();
+    assert_eq!(code, 505);
+
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let (_, mut rx) = ch.consume_auto(&q).await;
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let d = common::next_delivery(&mut rx).await;
+        assert!(d.redelivered, "requeued message not flagged redelivered");
+        got.push(String::from_utf8(d.body).unwrap());
+    }
+    got.sort();
+    assert_eq!(got, ["m0", "m1", "m2"]);
+    broker.assert_healthy();
 }
