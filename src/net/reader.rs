@@ -14,10 +14,10 @@ use tokio_uring::buf::BoundedBuf;
 use tokio_uring::net::TcpStream;
 
 use crate::model::ids::ConnId;
-use crate::net::signal::Signal;
 use crate::protocol::frame::split_frame;
 use crate::session::connection::{Conn, Phase};
 use crate::session::error::ConnectionError;
+use crate::session::signal::Signal;
 use crate::shard::handler::{pending, Flow, HeaderCheck};
 use crate::shard::Shard;
 

@@ -26,10 +26,10 @@ use crate::config::Config;
 use crate::model::ids::{ConnId, IdMap, QueueId, ShardId};
 use crate::model::routing::Directory;
 use crate::model::routing::VhostIdx;
-use crate::net::signal::Signal;
 use crate::protocol::ShortStr;
 use crate::queue::{Dispatch, Queue};
 use crate::session::connection::Conn;
+use crate::session::signal::Signal;
 use crate::timer::clock::Clock;
 use crate::timer::wheel::{TimerId, TimerWheel};
 
