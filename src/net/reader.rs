@@ -44,6 +44,12 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
             )
         })
     };
+    {
+        let mut st = shard.state.borrow_mut();
+        let deadline = now + crate::shard::handler::HANDSHAKE_TIMEOUT;
+        st.wheel
+            .arm(deadline, crate::shard::TimerKey::Handshake(conn));
+    }
     let writer_done = Rc::new(Signal::new());
     tokio_uring::spawn(super::writer::run(
         Rc::clone(&shard),

@@ -90,29 +90,29 @@ impl State {
         let delivered = match self.conn_mut(target.conn) {
             Some(conn) => {
                 let has_room = conn.out.queued_bytes() < high_water;
+                let out = &mut conn.out;
                 match conn.channels.get_mut(&target.channel) {
-                    Some(ch) if ch.phase == ChannelPhase::Open => {
+                    Some(ch)
+                        if ch.phase == ChannelPhase::Open
+                            && ch.consumers.contains_key(&target.consumer) =>
+                    {
+                        let dtag =
+                            ch.record_delivery(d.queue, d.seq, Some(target.consumer), d.no_ack);
+                        let global = if ch.global_prefetch > 0 {
+                            ch.global_room()
+                        } else {
+                            None
+                        };
+                        let flow_active = ch.flow_active;
                         match ch.consumers.get_mut(&target.consumer) {
                             Some(c) => {
                                 c.credit = c.credit.saturating_sub(1);
-                                let tag = c.tag.clone();
-                                let unlimited = c.no_ack || c.prefetch == 0;
-                                let dtag = ch.record_delivery(
-                                    d.queue,
-                                    d.seq,
-                                    Some(target.consumer),
-                                    d.no_ack,
-                                );
-                                conn.out
-                                    .deliver(target.channel, &tag, dtag, d.redelivered, &d.msg);
-                                if unlimited && ch.flow_active {
-                                    let global = ch.global_room();
-                                    if let Some(c) = ch.consumers.get_mut(&target.consumer) {
-                                        let n = c.top_up(has_room, window, global);
-                                        if n > 0 {
-                                            c.credit += n;
-                                            grant = Some((c.queue, c.queue_key, n));
-                                        }
+                                out.deliver(target.channel, &c.tag, dtag, d.redelivered, &d.msg);
+                                if (c.no_ack || c.prefetch == 0) && flow_active {
+                                    let n = c.top_up(has_room, window, global);
+                                    if n > 0 {
+                                        c.credit += n;
+                                        grant = Some((c.queue, c.queue_key, n));
                                     }
                                 }
                                 true

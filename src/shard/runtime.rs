@@ -181,6 +181,7 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
             for key in expired.drain(..) {
                 match key {
                     TimerKey::Heartbeat(conn) => st.heartbeat_tick(&shard, conn, now),
+                    TimerKey::Handshake(conn) => st.handshake_deadline(&shard, conn),
                     TimerKey::QueueHousekeeping(queue) => st.queue_housekeeping(queue, now),
                 }
             }
