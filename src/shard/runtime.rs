@@ -127,11 +127,8 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
                 }
             }
         }
-        ShardMsg::Deliver(batch) => {
-            let mut st = shard.state.borrow_mut();
-            for d in batch {
-                st.deliver_local(shard, d);
-            }
+        ShardMsg::Deliver(mut batch) => {
+            shard.state.borrow_mut().deliver_local(shard, &mut batch);
         }
         ShardMsg::Settle(batch) => {
             let mut st = shard.state.borrow_mut();
