@@ -54,7 +54,10 @@ fn accounting_is_exact() {
     q.enqueue(msg(b"defgh"), now + Duration::from_millis(5));
     assert_eq!(q.ready_count(), 2);
     assert_eq!(q.ready_bytes(), 8);
-    assert_eq!(q.oldest_age(now + Duration::from_millis(10)), Some(Duration::from_millis(10)));
+    assert_eq!(
+        q.oldest_age(now + Duration::from_millis(10)),
+        Some(Duration::from_millis(10))
+    );
     assert_eq!(q.purge(), 2);
     assert_eq!(q.ready_bytes(), 0);
 }
@@ -127,7 +130,8 @@ fn exclusive_consumer_rules() {
         Err(ConsumeRefused::ExclusiveInUse)
     );
     let mut q = queue(None, now);
-    q.add_consumer(target(1), false, true, now).expect("exclusive");
+    q.add_consumer(target(1), false, true, now)
+        .expect("exclusive");
     assert_eq!(
         q.add_consumer(target(2), false, false, now),
         Err(ConsumeRefused::ExclusiveInUse)

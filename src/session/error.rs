@@ -223,18 +223,24 @@ pub enum ConnectionError {
     /// A frame arriving out of order (content without publish, method inside content…).
     UnexpectedFrame(String),
     /// Authentication failed.
-    LoginRefused { mechanism: String },
+    LoginRefused {
+        mechanism: String,
+    },
     /// The virtual host does not exist.
     VhostNotFound(String),
     /// The user may not connect from this address.
-    LoopbackOnly { user: String },
+    LoopbackOnly {
+        user: String,
+    },
     /// A negotiated value out of range.
     NotAllowed(String),
     NotImplemented(String),
     /// The broker is shutting down, or an operator closed the connection.
     Forced(String),
     /// No heartbeat from the peer within two intervals.
-    MissedHeartbeats { seconds: u16 },
+    MissedHeartbeats {
+        seconds: u16,
+    },
 }
 
 impl ConnectionError {
@@ -305,7 +311,10 @@ mod tests {
         assert_eq!(e.code().code(), 404);
         assert_eq!(e.reply_text(), "NOT_FOUND - no queue 'q' in vhost '/'");
         assert_eq!(ChannelError::ConsumingTooSlow.code().code(), 506);
-        assert_eq!(ChannelError::ConsumingTooSlow.reply_text(), "Consuming too slow.");
+        assert_eq!(
+            ChannelError::ConsumingTooSlow.reply_text(),
+            "Consuming too slow."
+        );
         let e = ConnectionError::VhostNotFound("nosuch".into());
         assert_eq!(e.code().code(), 530);
         assert_eq!(e.reply_text(), "NOT_ALLOWED - vhost 'nosuch' not found");

@@ -75,7 +75,10 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
     tokio_uring::start(async move {
         let shard = Rc::new(Shard::new(id, config, peers));
         for listener in listeners {
-            tokio_uring::spawn(crate::net::listener::accept_loop(Rc::clone(&shard), listener));
+            tokio_uring::spawn(crate::net::listener::accept_loop(
+                Rc::clone(&shard),
+                listener,
+            ));
         }
         tokio_uring::spawn(inbox_loop(Rc::clone(&shard), inbox));
         tokio_uring::spawn(housekeeping_loop(Rc::clone(&shard)));
@@ -124,11 +127,8 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
                 }
             }
         }
-        ShardMsg::Deliver(batch) => {
-            let mut st = shard.state.borrow_mut();
-            for d in batch {
-                st.deliver_local(shard, d);
-            }
+        ShardMsg::Deliver(mut batch) => {
+            shard.state.borrow_mut().deliver_local(shard, &mut batch);
         }
         ShardMsg::Settle(batch) => {
             let mut st = shard.state.borrow_mut();
@@ -178,6 +178,7 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
             for key in expired.drain(..) {
                 match key {
                     TimerKey::Heartbeat(conn) => st.heartbeat_tick(&shard, conn, now),
+                    TimerKey::Handshake(conn) => st.handshake_deadline(&shard, conn),
                     TimerKey::QueueHousekeeping(queue) => st.queue_housekeeping(queue, now),
                 }
             }

@@ -145,7 +145,10 @@ impl State {
         match (phase, method) {
             (Some(Phase::AwaitStartOk), Method::ConnectionStartOk(ok)) => {
                 let mechanism = ok.mechanism.as_str_lossy().into_owned();
-                let creds = connection::parse_sasl(ok.mechanism.as_bytes(), &ok.response.clone().into_bytes());
+                let creds = connection::parse_sasl(
+                    ok.mechanism.as_bytes(),
+                    &ok.response.clone().into_bytes(),
+                );
                 let user = creds.and_then(|creds| {
                     config
                         .users
@@ -482,7 +485,13 @@ impl State {
         ch.tx = None;
         for cons in consumers {
             if cons.queue_key != 0 {
-                self.settle_to(shard, cons.queue, SettleOp::Cancel { key: cons.queue_key });
+                self.settle_to(
+                    shard,
+                    cons.queue,
+                    SettleOp::Cancel {
+                        key: cons.queue_key,
+                    },
+                );
             }
         }
         for u in unacked {
@@ -565,12 +574,20 @@ impl State {
                 "[{}] missed heartbeats from client, timeout: {seconds}s",
                 c.log_subject()
             );
-            self.close_connection(shard, conn, &ConnectionError::MissedHeartbeats { seconds }, 0, 0);
+            self.close_connection(
+                shard,
+                conn,
+                &ConnectionError::MissedHeartbeats { seconds },
+                0,
+                0,
+            );
             // The peer is gone; do not wait for close-ok.
             self.finish_connection(conn);
             return;
         }
-        if c.closing_since.is_some_and(|t| now.saturating_duration_since(t) > interval) {
+        if c.closing_since
+            .is_some_and(|t| now.saturating_duration_since(t) > interval)
+        {
             self.finish_connection(conn);
             return;
         }
@@ -579,6 +596,26 @@ impl State {
             self.mark_writer(conn);
         }
         self.wheel.arm(now + period, TimerKey::Heartbeat(conn));
+    }
+
+    /// The handshake deadline passed: a connection that has not opened is dropped (with
+    /// `connection.close` if it got as far as `connection.start`).
+    pub fn handshake_deadline(&mut self, shard: &Shard, conn: ConnId) {
+        let Some(c) = self.conn(conn) else {
+            return;
+        };
+        match c.phase {
+            Phase::Open | Phase::Closing | Phase::Closed => {}
+            Phase::AwaitHeader => self.finish_connection(conn),
+            Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
+                let err = ConnectionError::Forced(format!(
+                    "handshake not completed within {} s",
+                    HANDSHAKE_TIMEOUT.as_secs()
+                ));
+                self.close_connection(shard, conn, &err, 0, 0);
+                self.finish_connection(conn);
+            }
+        }
     }
 
     /// Closes a connection for shutdown (320 CONNECTION_FORCED).
@@ -619,6 +656,9 @@ impl State {
         removed.writer.notify();
     }
 }
+
+/// How long a client has from TCP accept to `connection.open`.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Heartbeats are sent at half the negotiated interval.
 fn heartbeat_period(heartbeat: u16) -> Duration {
