@@ -79,6 +79,7 @@ shard_tests!(
     queue_delete_conditions,
     queue_auto_delete,
     default_exchange_routes_by_queue_name,
+    declare_ok_counts,
 );
 
 async fn exchange_declare_all_types(shards: usize) {
@@ -673,4 +674,47 @@ async fn default_exchange_routes_by_queue_name(shards: usize) {
         assert_eq!(get_ok.exchange(), "");
     }
     assert!(ch.ch.is_open());
+}
+
+async fn declare_ok_counts(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let q = unique("q-counts");
+    ch.declare_queue(&q).await;
+    for i in 0..7 {
+        ch.publish("", &q, format!("{i}").as_bytes()).await;
+    }
+    ch.wait_message_count(&q, 7).await;
+    let mut consumers = Vec::new();
+    for _ in 0..3 {
+        let c = broker.connect().await;
+        let cch = c.channel().await;
+        cch.basic_qos(amqprs::channel::BasicQosArguments::new(0, 1, false))
+            .await
+            .unwrap();
+        let (_, rx) = cch.consume_manual(&q).await;
+        consumers.push((c, cch, rx));
+    }
+    // Three consumers with prefetch 1 hold three messages unacked; four remain ready.
+    for (_, _, rx) in &mut consumers {
+        common::next_delivery(rx).await;
+    }
+    let mut ok = false;
+    for _ in 0..100 {
+        let (_, messages, consumer_count) = ch
+            .queue_declare(QueueDeclareArguments::new(&q))
+            .await
+            .unwrap()
+            .unwrap();
+        if (messages, consumer_count) == (4, 3) {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        ok,
+        "declare-ok never reported 4 ready messages and 3 consumers"
+    );
 }

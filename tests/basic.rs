@@ -43,6 +43,7 @@ shard_tests!(
     confirm_follows_return,
     empty_body,
     frame_boundary_body_sizes,
+    interleaved_channels_content,
 );
 
 async fn publish_consume_order(shards: usize) {
@@ -1034,6 +1035,67 @@ async fn frame_boundary_body_sizes(shards: usize) {
             d.frame_sizes.iter().all(|s| *s <= frame_max),
             "frame over frame_max for a {size}-byte body: {:?}",
             d.frame_sizes
+        );
+    }
+}
+
+/// Content frames of publishes on different channels may interleave on the wire; each
+/// channel assembles its own message.
+async fn interleaved_channels_content(shards: usize) {
+    let broker = Broker::start(shards);
+    let mut sub = broker.raw();
+    sub.channel_open(1);
+    let q = sub.queue_declare(1, "", false, true, false);
+    sub.basic_consume(1, &q, true);
+
+    let mut p = broker.raw();
+    let channels: Vec<u16> = vec![1, 2, 3, 7];
+    for ch in &channels {
+        p.channel_open(*ch);
+    }
+    let max_payload = p.tune.unwrap().frame_max as usize - 8;
+    let bodies: Vec<Vec<u8>> = channels
+        .iter()
+        .map(|ch| vec![*ch as u8; max_payload * 3 + 17])
+        .collect();
+    let mut bytes = Vec::new();
+    for ch in &channels {
+        bytes.extend(wire::frame(
+            wire::FRAME_METHOD,
+            *ch,
+            &wire::method_payload(
+                wire::m::BASIC_PUBLISH,
+                &common::RawConn::publish_args("", &q, false, false),
+            ),
+        ));
+    }
+    for (ch, body) in channels.iter().zip(&bodies) {
+        let props = Props {
+            message_id: Some(format!("ch{ch}")),
+            ..Props::default()
+        };
+        bytes.extend(wire::frame(
+            wire::FRAME_HEADER,
+            *ch,
+            &wire::content_header_payload(body.len() as u64, &props),
+        ));
+    }
+    for part in 0..4 {
+        for (ch, body) in channels.iter().zip(&bodies) {
+            let chunk = body.chunks(max_payload).nth(part).unwrap();
+            bytes.extend(wire::frame(wire::FRAME_BODY, *ch, chunk));
+        }
+    }
+    p.send(&bytes).unwrap();
+    let mut got = std::collections::BTreeMap::new();
+    for _ in &channels {
+        let d = sub.read_delivery(1);
+        got.insert(d.props.message_id.clone().unwrap(), d.body);
+    }
+    for (ch, body) in channels.iter().zip(&bodies) {
+        assert!(
+            got.get(&format!("ch{ch}")) == Some(body),
+            "message from channel {ch} was assembled wrongly"
         );
     }
 }

@@ -26,6 +26,7 @@ shard_tests!(
     amqplain_login,
     wrong_protocol_header_is_answered,
     sigterm_forces_connections_closed,
+    client_close_while_deliveries_flow,
 );
 
 async fn amqprs_connect_and_close(shards: usize) {
@@ -161,11 +162,11 @@ async fn silent_client_is_disconnected(shards: usize) {
     let mut c = RawConn::connect(&broker.addr());
     c.handshake_with(1);
     let tuned = Instant::now();
-    let ending = c.read_until_closed(Duration::from_secs(8));
+    let ending = c.read_until_closed(Duration::from_secs(5));
     let after = tuned.elapsed();
     assert!(
         ending.is_some(),
-        "a client silent for 8 heartbeat intervals of 1 s was not disconnected"
+        "a client silent for 5 heartbeat intervals of 1 s was not disconnected"
     );
     assert!(
         after >= Duration::from_millis(1000),
@@ -393,4 +394,49 @@ async fn sigterm_forces_connections_closed(shards: usize) {
         Some(0),
         "exit status after SIGTERM: {status}"
     );
+}
+
+/// A client closing while the broker is busy delivering to it still gets close-ok (after
+/// possibly more deliveries) and then a closed socket.
+async fn client_close_while_deliveries_flow(shards: usize) {
+    let broker = Broker::start(shards);
+    let mut c = broker.raw();
+    c.channel_open(1);
+    let q = c.queue_declare(1, "", false, true, false);
+    let mut p = broker.raw();
+    p.channel_open(1);
+    for i in 0..2000 {
+        p.publish(1, "", &q, &Props::default(), format!("m{i}").as_bytes())
+            .unwrap();
+    }
+    c.basic_consume(1, &q, true);
+    // Take a few deliveries, then close in the middle of the stream.
+    for _ in 0..10 {
+        c.read_delivery(1);
+    }
+    let args = wire::Enc::new()
+        .short(200)
+        .shortstr("bye")
+        .short(0)
+        .short(0)
+        .done();
+    c.send_method(0, wire::m::CONNECTION_CLOSE, &args).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(Instant::now() < deadline, "no close-ok within 5 s");
+        let (ty, ch, payload) = c.read_frame().expect("socket closed before close-ok");
+        if ty == wire::FRAME_METHOD && ch == 0 && payload[..4] == [0, 10, 0, 51] {
+            break;
+        }
+        assert!(
+            ch == 1 || ty == wire::FRAME_HEARTBEAT,
+            "unexpected frame on channel {ch}"
+        );
+    }
+    assert!(
+        c.wait_eof(Duration::from_secs(5)),
+        "socket left open after close-ok"
+    );
+    // The publisher is unaffected.
+    p.channel_open(2);
 }

@@ -93,6 +93,8 @@ shard_tests!(
     many_publishers_one_subscriber,
     large_body_fan_out,
     competing_consumers_across_connections,
+    bindings_visible_everywhere_after_ok,
+    headers_exchange_routing,
 );
 
 async fn topic_patterns_sixteen_subscribers(shards: usize) {
@@ -429,6 +431,159 @@ async fn competing_consumers_across_connections(shards: usize) {
         "some consumer got nothing: {per_consumer:?}"
     );
     for (_, _, rx) in &mut consumers {
+        assert_no_delivery(rx, Duration::from_millis(100)).await;
+    }
+}
+
+/// A binding is in force on every shard once queue.bind-ok arrives, and gone everywhere once
+/// queue.unbind-ok arrives: mandatory publishes from eight other connections are routed
+/// (or returned) accordingly, with no grace period.
+async fn bindings_visible_everywhere_after_ok(shards: usize) {
+    let broker = Broker::start(shards);
+    let admin = broker.connect().await;
+    let ach = admin.channel().await;
+    let q = ach.declare_server_named().await;
+    let (_, mut rx) = ach.consume_auto(&q).await;
+    let mut publishers = Vec::new();
+    for _ in 0..8 {
+        let conn = broker.connect().await;
+        let ch = conn.channel().await;
+        publishers.push((conn, ch));
+    }
+    let mandatory = |key: &str| {
+        amqprs::channel::BasicPublishArguments::new("amq.topic", key)
+            .mandatory(true)
+            .finish()
+    };
+    for round in 0..10 {
+        let key = format!("round.{round}");
+        ach.queue_bind(QueueBindArguments::new(&q, "amq.topic", &key))
+            .await
+            .unwrap();
+        for (i, (_, ch)) in publishers.iter().enumerate() {
+            ch.basic_publish(
+                amqprs::BasicProperties::default(),
+                format!("{round}/{i}").into_bytes(),
+                mandatory(&key),
+            )
+            .await
+            .unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..publishers.len() {
+            got.push(String::from_utf8(next_delivery(&mut rx).await.body).unwrap());
+        }
+        got.sort();
+        let mut want: Vec<String> = (0..publishers.len())
+            .map(|i| format!("{round}/{i}"))
+            .collect();
+        want.sort();
+        assert_eq!(
+            got, want,
+            "round {round}: publishes after bind-ok not all routed"
+        );
+        for (_, ch) in publishers.iter_mut() {
+            if let Ok(ev) = ch.events.try_recv() {
+                panic!("round {round}: unexpected event {ev:?} after bind-ok");
+            }
+        }
+
+        ach.queue_unbind(amqprs::channel::QueueUnbindArguments::new(
+            &q,
+            "amq.topic",
+            &key,
+        ))
+        .await
+        .unwrap();
+        for (i, (_, ch)) in publishers.iter().enumerate() {
+            ch.basic_publish(
+                amqprs::BasicProperties::default(),
+                format!("{round}/{i} late").into_bytes(),
+                mandatory(&key),
+            )
+            .await
+            .unwrap();
+        }
+        for (i, (_, ch)) in publishers.iter_mut().enumerate() {
+            match ch.next_event().await {
+                common::Event::Return { code, routing_key, .. } => {
+                    assert_eq!((code, routing_key.as_str()), (312, key.as_str()));
+                }
+                other => panic!("round {round}, publisher {i}: expected a return after unbind-ok, got {other:?}"),
+            }
+        }
+        assert_no_delivery(&mut rx, Duration::from_millis(50)).await;
+    }
+}
+
+async fn headers_exchange_routing(shards: usize) {
+    use amqprs::{FieldTable, FieldValue};
+    let broker = Broker::start(shards);
+    let table = |pairs: &[(&str, FieldValue)]| {
+        let mut t = FieldTable::new();
+        for (k, v) in pairs {
+            t.insert((*k).try_into().unwrap(), v.clone());
+        }
+        t
+    };
+    let s = |v: &str| FieldValue::S(v.try_into().unwrap());
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let bind = |q: String, args: FieldTable| {
+        QueueBindArguments::new(&q, "amq.headers", "")
+            .arguments(args)
+            .finish()
+    };
+    let all = ch.declare_server_named().await;
+    ch.queue_bind(bind(
+        all.clone(),
+        table(&[("x-match", s("all")), ("a", s("1")), ("b", s("2"))]),
+    ))
+    .await
+    .unwrap();
+    let any = ch.declare_server_named().await;
+    ch.queue_bind(bind(
+        any.clone(),
+        table(&[("x-match", s("any")), ("a", s("1")), ("b", s("2"))]),
+    ))
+    .await
+    .unwrap();
+    let default_all = ch.declare_server_named().await;
+    ch.queue_bind(bind(default_all.clone(), table(&[("c", s("x"))])))
+        .await
+        .unwrap();
+    let (_, mut rx_all) = ch.consume_auto(&all).await;
+    let (_, mut rx_any) = ch.consume_auto(&any).await;
+    let (_, mut rx_default) = ch.consume_auto(&default_all).await;
+
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    let msgs: Vec<(&str, FieldTable)> = vec![
+        ("ab", table(&[("a", s("1")), ("b", s("2"))])),
+        ("a", table(&[("a", s("1"))])),
+        ("b-wrong", table(&[("a", s("9")), ("b", s("2"))])),
+        ("none", table(&[("z", s("1"))])),
+        ("c", table(&[("c", s("x")), ("a", s("1")), ("b", s("2"))])),
+    ];
+    for (body, headers) in &msgs {
+        pch.publish_props(
+            "amq.headers",
+            "ignored",
+            amqprs::BasicProperties::default()
+                .with_headers(headers.clone())
+                .finish(),
+            body.as_bytes(),
+        )
+        .await;
+    }
+    for (rx, want) in [
+        (&mut rx_all, vec!["ab", "c"]),
+        (&mut rx_any, vec!["ab", "a", "b-wrong", "c"]),
+        (&mut rx_default, vec!["c"]),
+    ] {
+        for w in want {
+            assert_eq!(next_delivery(rx).await.body, w.as_bytes());
+        }
         assert_no_delivery(rx, Duration::from_millis(100)).await;
     }
 }
