@@ -44,6 +44,8 @@ shard_tests!(
     empty_body,
     frame_boundary_body_sizes,
     interleaved_channels_content,
+    missing_exchange_and_queue,
+    many_channels_one_connection,
 );
 
 async fn publish_consume_order(shards: usize) {
@@ -1097,5 +1099,82 @@ async fn interleaved_channels_content(shards: usize) {
             got.get(&format!("ch{ch}")) == Some(body),
             "message from channel {ch} was assembled wrongly"
         );
+    }
+}
+
+async fn missing_exchange_and_queue(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let x = unique("x-absent");
+    let q = unique("q-absent");
+
+    let mut ch = conn.channel().await;
+    ch.publish(&x, "k", b"into the void").await;
+    let (code, text) = ch.expect_close().await;
+    assert_eq!(
+        (code, text),
+        (404, format!("NOT_FOUND - no exchange '{x}' in vhost '/'"))
+    );
+
+    let mut ch = conn.channel().await;
+    let r = ch
+        .basic_consume_rx(amqprs::channel::BasicConsumeArguments::new(&q, ""))
+        .await;
+    assert!(r.is_err(), "consume from a missing queue succeeded");
+    let (code, text) = ch.expect_close().await;
+    assert_eq!(
+        (code, text),
+        (404, format!("NOT_FOUND - no queue '{q}' in vhost '/'"))
+    );
+
+    let mut ch = conn.channel().await;
+    ch.ch
+        .basic_get(amqprs::channel::BasicGetArguments::new(&q))
+        .await
+        .ok();
+    let (code, text) = ch.expect_close().await;
+    assert_eq!(
+        (code, text),
+        (404, format!("NOT_FOUND - no queue '{q}' in vhost '/'"))
+    );
+
+    let mut ch = conn.channel().await;
+    let r = ch
+        .queue_purge(amqprs::channel::QueuePurgeArguments::new(&q))
+        .await;
+    assert!(r.is_err(), "purge of a missing queue succeeded");
+    let (code, text) = ch.expect_close().await;
+    assert_eq!(
+        (code, text),
+        (404, format!("NOT_FOUND - no queue '{q}' in vhost '/'"))
+    );
+
+    assert!(conn.conn.is_open(), "soft errors closed the connection");
+}
+
+async fn many_channels_one_connection(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let mut chans = Vec::new();
+    for _ in 0..100 {
+        let ch = conn.channel().await;
+        let q = ch.declare_server_named().await;
+        let (_, rx) = ch.consume_auto(&q).await;
+        chans.push((ch, q, rx));
+    }
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    for round in 0..5 {
+        for (_, q, _) in &chans {
+            pch.publish("", q, format!("{round}:{q}").as_bytes()).await;
+        }
+    }
+    for (_, q, rx) in &mut chans {
+        for round in 0..5 {
+            assert_eq!(
+                next_delivery(rx).await.body,
+                format!("{round}:{q}").as_bytes()
+            );
+        }
     }
 }

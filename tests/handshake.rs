@@ -27,6 +27,7 @@ shard_tests!(
     wrong_protocol_header_is_answered,
     sigterm_forces_connections_closed,
     client_close_while_deliveries_flow,
+    sigterm_under_load,
 );
 
 async fn amqprs_connect_and_close(shards: usize) {
@@ -439,4 +440,49 @@ async fn client_close_while_deliveries_flow(shards: usize) {
     );
     // The publisher is unaffected.
     p.channel_open(2);
+}
+
+/// SIGTERM while a publisher streams and a consumer drains: the broker still tells its
+/// clients 320 and exits 0 promptly.
+async fn sigterm_under_load(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let mut idle = broker.raw();
+    idle.channel_open(1);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let q = common::unique("q-load");
+    ch.declare_queue(&q).await;
+    let (_, mut rx) = ch.consume_auto(&q).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut publisher = broker.raw();
+    publisher.channel_open(1);
+    let (q2, stop2) = (q.clone(), stop.clone());
+    let pump = std::thread::spawn(move || {
+        let body = vec![b'p'; 2048];
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            if publisher
+                .publish(1, "", &q2, &Props::default(), &body)
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    // Traffic is flowing end to end.
+    for _ in 0..100 {
+        common::next_delivery(&mut rx).await;
+    }
+    broker.sigterm();
+    let (code, _) = idle.expect_connection_close();
+    assert_eq!(code, 320);
+    let status = broker
+        .wait_exit(Duration::from_secs(10))
+        .expect("sluice still running 10 s after SIGTERM under load");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    pump.join().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after SIGTERM under load: {status}"
+    );
 }

@@ -72,6 +72,8 @@ shard_tests!(
     client_vanishes_mid_frame,
     client_vanishes_mid_handshake,
     repeated_offenders,
+    other_illegal_input,
+    connection_churn,
 );
 
 async fn bad_frame_end(shards: usize) {
@@ -561,5 +563,110 @@ async fn offender_unacked_messages_requeued(shards: usize) {
     }
     got.sort();
     assert_eq!(got, ["m0", "m1", "m2"]);
+    broker.assert_healthy();
+}
+
+/// Inputs the contract gives no exact code for: each must end the offender's connection with
+/// a hard error and a reason, and nothing else.
+async fn other_illegal_input(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
+    let cases: Vec<(&str, Box<dyn Fn(&mut RawConn)>)> = vec![
+        (
+            "queue.declare on channel 0",
+            Box::new(|c| {
+                c.send_method(0, m::QUEUE_DECLARE, &queue_declare_args("zero"))
+                    .unwrap();
+            }),
+        ),
+        (
+            "unknown class and method",
+            Box::new(|c| {
+                c.channel_open(1);
+                c.send_method(1, (99, 99), &[1, 2, 3]).unwrap();
+            }),
+        ),
+        (
+            "channel number above channel-max",
+            Box::new(|c| {
+                c.send_method(4000, m::CHANNEL_OPEN, &Enc::new().shortstr("").done())
+                    .unwrap();
+            }),
+        ),
+        (
+            "unknown frame type",
+            Box::new(|c| {
+                c.send_frame(42, 0, b"what").unwrap();
+            }),
+        ),
+        (
+            "second connection.open",
+            Box::new(|c| {
+                c.send_method(
+                    0,
+                    m::CONNECTION_OPEN,
+                    &Enc::new().shortstr("/").shortstr("").bits(&[false]).done(),
+                )
+                .unwrap();
+            }),
+        ),
+    ];
+    for (name, offend) in cases {
+        let mut c = broker.raw();
+        offend(&mut c);
+        match c.read_until_closed(Duration::from_secs(5)) {
+            Some(Ending::Close { code, text, .. }) => {
+                assert!(
+                    code >= 500,
+                    "{name}: closed with non-hard code {code} {text}"
+                );
+                assert!(!text.is_empty(), "{name}: empty reply text");
+            }
+            other => panic!("{name}: expected a connection.close, got {other:?}"),
+        }
+        broker.assert_healthy();
+    }
+    bystanders.assert_unharmed(&broker).await;
+}
+
+/// Many connections at once from several threads, closed cleanly, dropped mid-handshake or
+/// dropped with open channels; the broker keeps serving.
+async fn connection_churn(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
+    let addr = broker.addr();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    let mut c = RawConn::connect(&addr);
+                    match (t + i) % 3 {
+                        0 => {
+                            c.handshake();
+                            c.channel_open(1);
+                            let args = Enc::new().short(200).shortstr("").short(0).short(0).done();
+                            c.send_method(0, m::CONNECTION_CLOSE, &args).unwrap();
+                            c.expect_method(0, m::CONNECTION_CLOSE_OK);
+                        }
+                        1 => {
+                            c.send_protocol_header();
+                            c.read_start();
+                        }
+                        _ => {
+                            c.handshake();
+                            for ch in 1..=5 {
+                                c.channel_open(ch);
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a churn thread failed");
+    }
+    bystanders.assert_unharmed(&broker).await;
     broker.assert_healthy();
 }

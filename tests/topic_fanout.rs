@@ -95,6 +95,7 @@ shard_tests!(
     competing_consumers_across_connections,
     bindings_visible_everywhere_after_ok,
     headers_exchange_routing,
+    wide_fan_out,
 );
 
 async fn topic_patterns_sixteen_subscribers(shards: usize) {
@@ -585,5 +586,37 @@ async fn headers_exchange_routing(shards: usize) {
             assert_eq!(next_delivery(rx).await.body, w.as_bytes());
         }
         assert_no_delivery(rx, Duration::from_millis(100)).await;
+    }
+}
+
+/// One publisher, 64 subscriber queues on 16 connections, 300 messages: 19 200 deliveries,
+/// each queue in publish order.
+async fn wide_fan_out(shards: usize) {
+    let broker = Broker::start(shards);
+    let sets: Vec<Vec<&'static str>> = (0..64).map(|_| vec!["wide.#"]).collect();
+    let (_conns, mut subs) = subscribe(&broker, 16, "amq.topic", &sets).await;
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    const N: usize = 300;
+    for i in 0..N {
+        pch.publish(
+            "amq.topic",
+            &format!("wide.{}", i % 7),
+            format!("{i}").as_bytes(),
+        )
+        .await;
+    }
+    let mut handles = Vec::new();
+    for mut sub in subs.drain(..) {
+        handles.push(tokio::spawn(async move {
+            for i in 0..N {
+                let d = next_delivery(&mut sub.rx).await;
+                assert_eq!(d.body, format!("{i}").as_bytes(), "queue {}", sub.queue);
+            }
+            assert_no_delivery(&mut sub.rx, Duration::from_millis(100)).await;
+        }));
+    }
+    for h in handles {
+        h.await.expect("a subscriber failed");
     }
 }
