@@ -91,26 +91,24 @@ impl State {
     pub fn deliver_local(&mut self, shard: &Shard, batch: &mut Vec<RemoteDelivery>) {
         let window = shard.config.shard.no_ack_window;
         let high_water = shard.config.net.write_high_water;
-        let mut items = batch.drain(..).peekable();
         let mut requeue = Vec::new();
         let mut grants = Vec::new();
         let mut wrote = Vec::new();
-        while let Some(first) = items.next() {
-            let (target, queue) = (first.target, first.queue);
-            let mut run = vec![first];
-            while let Some(next) = items.next_if(|d| d.target == target && d.queue == queue) {
-                run.push(next);
+        let mut start = 0;
+        while start < batch.len() {
+            let (target, queue) = (batch[start].target, batch[start].queue);
+            let mut end = start + 1;
+            while end < batch.len() && batch[end].target == target && batch[end].queue == queue {
+                end += 1;
             }
+            let run = &batch[start..end];
+            start = end;
             let conn = self
                 .conns
                 .get_mut(target.conn.slot as usize)
                 .filter(|c| c.id.generation == target.conn.generation);
             let Some(conn) = conn else {
-                requeue.extend(
-                    run.into_iter()
-                        .filter(|d| !d.no_ack)
-                        .map(|d| (queue, d.seq)),
-                );
+                requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
                 continue;
             };
             let has_room = conn.out.queued_bytes() < high_water;
@@ -120,16 +118,12 @@ impl State {
                 .get_mut(&target.channel)
                 .filter(|ch| ch.phase == ChannelPhase::Open);
             let Some(ch) = ch.filter(|ch| ch.consumers.contains_key(&target.consumer)) else {
-                requeue.extend(
-                    run.into_iter()
-                        .filter(|d| !d.no_ack)
-                        .map(|d| (queue, d.seq)),
-                );
+                requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
                 continue;
             };
-            let mut tags = Vec::with_capacity(run.len());
-            for d in &run {
-                tags.push(ch.record_delivery(queue, d.seq, Some(target.consumer), d.no_ack));
+            let first_tag = ch.next_delivery_tag();
+            for d in run {
+                ch.record_delivery(queue, d.seq, Some(target.consumer), d.no_ack);
             }
             let global = if ch.global_prefetch > 0 {
                 ch.global_room()
@@ -139,7 +133,7 @@ impl State {
             let flow_active = ch.flow_active;
             if let Some(c) = ch.consumers.get_mut(&target.consumer) {
                 c.credit = c.credit.saturating_sub(run.len() as u32);
-                for (d, tag) in run.iter().zip(tags) {
+                for (d, tag) in run.iter().zip(first_tag..) {
                     out.deliver(target.channel, &c.tag, tag, d.redelivered, &d.msg);
                 }
                 if (c.no_ack || c.prefetch == 0) && flow_active {
@@ -152,7 +146,7 @@ impl State {
             }
             wrote.push(target.conn);
         }
-        drop(items);
+        batch.clear();
         for conn in wrote {
             self.mark_writer(conn);
         }
