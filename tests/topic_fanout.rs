@@ -96,6 +96,7 @@ shard_tests!(
     bindings_visible_everywhere_after_ok,
     headers_exchange_routing,
     wide_fan_out,
+    fan_out_delivery_fields,
 );
 
 async fn topic_patterns_sixteen_subscribers(shards: usize) {
@@ -618,5 +619,89 @@ async fn wide_fan_out(shards: usize) {
     }
     for h in handles {
         h.await.expect("a subscriber failed");
+    }
+}
+
+/// Per-delivery fields stay per delivery under fan-out: consumer tag, channel-scoped delivery
+/// tags (unique, dense, increasing), routing key, exchange and the redelivered flag, for small
+/// and larger bodies alike; requeueing one subscriber's copy leaves the others alone.
+async fn fan_out_delivery_fields(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    // Channel A: four consumers; channel B: two consumers; all on "f.#".
+    let a = conn.channel().await;
+    let b = conn.channel().await;
+    let mut streams = Vec::new();
+    for (ch, name, tag) in [
+        (&a, "A", "ca0"),
+        (&a, "A", "ca1"),
+        (&a, "A", "ca2"),
+        (&a, "A", "ca3"),
+        (&b, "B", "cb0"),
+        (&b, "B", "cb1"),
+    ] {
+        let q = ch.declare_server_named().await;
+        ch.queue_bind(QueueBindArguments::new(&q, "amq.topic", "f.#"))
+            .await
+            .unwrap();
+        let args = amqprs::channel::BasicConsumeArguments::new(&q, tag)
+            .manual_ack(true)
+            .finish();
+        let (got_tag, rx) = ch.basic_consume_rx(args).await.unwrap();
+        assert_eq!(got_tag, tag);
+        streams.push((name, tag, rx));
+    }
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    const N: usize = 50;
+    let body = |i: usize| -> Vec<u8> {
+        let len = if i % 5 == 4 { 10_000 } else { 10 };
+        let mut v = format!("{i:04}").into_bytes();
+        v.resize(len, b'.');
+        v
+    };
+    for i in 0..N {
+        pch.publish("amq.topic", &format!("f.{i}"), &body(i)).await;
+    }
+    let mut tags_by_channel: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
+    let mut first_of: Vec<u64> = Vec::new();
+    for (name, tag, rx) in &mut streams {
+        let mut last = 0;
+        for i in 0..N {
+            let d = next_delivery(rx).await;
+            assert_eq!(d.consumer_tag, *tag);
+            assert_eq!(d.body, body(i), "consumer {tag}");
+            assert_eq!(d.routing_key, format!("f.{i}"));
+            assert_eq!(d.exchange, "amq.topic");
+            assert!(!d.redelivered);
+            assert!(d.delivery_tag > last, "consumer {tag}: tags not increasing");
+            last = d.delivery_tag;
+            if i == 0 {
+                first_of.push(d.delivery_tag);
+            }
+            tags_by_channel.entry(*name).or_default().push(d.delivery_tag);
+        }
+    }
+    for (name, tags) in &mut tags_by_channel {
+        tags.sort();
+        let n = tags.len() as u64;
+        assert_eq!(*tags, (1..=n).collect::<Vec<_>>(), "channel {name}: delivery tags not 1..={n}");
+    }
+
+    // Requeue message 0 for consumer ca1 only: it comes back flagged, nobody else sees it.
+    a.basic_nack(amqprs::channel::BasicNackArguments::new(first_of[1], false, true))
+        .await
+        .unwrap();
+    let d = next_delivery(&mut streams[1].2).await;
+    assert_eq!(d.body, body(0));
+    assert!(d.redelivered, "requeued copy not flagged redelivered");
+    assert!(d.delivery_tag > 4 * N as u64, "requeued copy reused an old delivery tag");
+    for (idx, (_, tag, rx)) in streams.iter_mut().enumerate() {
+        if idx != 1 {
+            if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+                let d = common::Delivery::from(m);
+                panic!("consumer {tag} got an extra delivery {:?}", String::from_utf8_lossy(&d.body));
+            }
+        }
     }
 }
