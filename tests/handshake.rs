@@ -28,10 +28,14 @@ shard_tests!(
     sigterm_forces_connections_closed,
     client_close_while_deliveries_flow,
     sigterm_under_load,
+    config_file_changes_tune_offer,
 );
 
 async fn amqprs_connect_and_close(shards: usize) {
     let broker = Broker::start(shards);
+    assert!(broker
+        .wait_for_log("BRK-1004 : Ready", Duration::from_secs(1))
+        .is_some());
     let conn = broker.connect().await;
     assert!(conn.conn.is_open());
     assert_eq!(conn.conn.channel_max(), 2047);
@@ -484,5 +488,45 @@ async fn sigterm_under_load(shards: usize) {
         status.code(),
         Some(0),
         "exit status after SIGTERM under load: {status}"
+    );
+}
+
+/// `--config` is honoured: the [limits] of the file are what connection.tune offers.
+async fn config_file_changes_tune_offer(shards: usize) {
+    let broker = Broker::start_with_config(
+        shards,
+        "[limits]\nframe_max = 8192\nchannel_max = 100\nheartbeat = 7\n",
+    );
+    let mut c = RawConn::connect(&broker.addr());
+    c.send_protocol_header();
+    c.read_start();
+    c.send_start_ok("PLAIN", b"\0guest\0guest");
+    let tune = c.read_tune();
+    assert_eq!(
+        tune,
+        Tune {
+            channel_max: 100,
+            frame_max: 8192,
+            heartbeat: 7
+        }
+    );
+    c.send_tune_ok(Tune {
+        heartbeat: 0,
+        ..tune
+    });
+    c.send_open("/");
+    c.read_open_ok();
+    // Deliveries respect the configured frame_max.
+    c.channel_open(1);
+    let q = c.queue_declare(1, "", false, true, false);
+    c.basic_consume(1, &q, true);
+    let body = vec![3u8; 50_000];
+    c.publish(1, "", &q, &Props::default(), &body).unwrap();
+    let d = c.read_delivery(1);
+    assert!(d.body == body);
+    assert!(
+        d.frame_sizes.iter().all(|s| *s <= 8192),
+        "{:?}",
+        d.frame_sizes
     );
 }

@@ -97,6 +97,7 @@ shard_tests!(
     headers_exchange_routing,
     wide_fan_out,
     fan_out_delivery_fields,
+    stuck_subscriber_does_not_stall_others,
 );
 
 async fn topic_patterns_sixteen_subscribers(shards: usize) {
@@ -679,29 +680,86 @@ async fn fan_out_delivery_fields(shards: usize) {
             if i == 0 {
                 first_of.push(d.delivery_tag);
             }
-            tags_by_channel.entry(*name).or_default().push(d.delivery_tag);
+            tags_by_channel
+                .entry(*name)
+                .or_default()
+                .push(d.delivery_tag);
         }
     }
     for (name, tags) in &mut tags_by_channel {
         tags.sort();
         let n = tags.len() as u64;
-        assert_eq!(*tags, (1..=n).collect::<Vec<_>>(), "channel {name}: delivery tags not 1..={n}");
+        assert_eq!(
+            *tags,
+            (1..=n).collect::<Vec<_>>(),
+            "channel {name}: delivery tags not 1..={n}"
+        );
     }
 
     // Requeue message 0 for consumer ca1 only: it comes back flagged, nobody else sees it.
-    a.basic_nack(amqprs::channel::BasicNackArguments::new(first_of[1], false, true))
-        .await
-        .unwrap();
+    a.basic_nack(amqprs::channel::BasicNackArguments::new(
+        first_of[1],
+        false,
+        true,
+    ))
+    .await
+    .unwrap();
     let d = next_delivery(&mut streams[1].2).await;
     assert_eq!(d.body, body(0));
     assert!(d.redelivered, "requeued copy not flagged redelivered");
-    assert!(d.delivery_tag > 4 * N as u64, "requeued copy reused an old delivery tag");
+    assert!(
+        d.delivery_tag > 4 * N as u64,
+        "requeued copy reused an old delivery tag"
+    );
     for (idx, (_, tag, rx)) in streams.iter_mut().enumerate() {
         if idx != 1 {
             if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
                 let d = common::Delivery::from(m);
-                panic!("consumer {tag} got an extra delivery {:?}", String::from_utf8_lossy(&d.body));
+                panic!(
+                    "consumer {tag} got an extra delivery {:?}",
+                    String::from_utf8_lossy(&d.body)
+                );
             }
         }
     }
+}
+
+/// A subscriber that never reads its socket (no-ack, so nothing ever holds it back but its
+/// socket) must not hold up the publisher or the other subscribers of the same messages.
+async fn stuck_subscriber_does_not_stall_others(shards: usize) {
+    let broker = Broker::start(shards);
+    let mut stuck = broker.raw();
+    stuck.channel_open(1);
+    let sq = stuck.queue_declare(1, "", false, true, false);
+    stuck.queue_bind(1, &sq, "amq.topic", "s.#");
+    stuck.basic_consume(1, &sq, true);
+    // From here on the stuck subscriber reads nothing.
+
+    let sets: Vec<Vec<&'static str>> = (0..3).map(|_| vec!["s.#"]).collect();
+    let (_conns, mut subs) = subscribe(&broker, 3, "amq.topic", &sets).await;
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    const N: usize = 2000;
+    let mut body = vec![b'#'; 10_000];
+    let consumers = tokio::spawn(async move {
+        for sub in &mut subs {
+            for i in 0..N {
+                let d = next_delivery(&mut sub.rx).await;
+                assert_eq!(
+                    &d.body[..8],
+                    format!("{i:08}").as_bytes(),
+                    "queue {}",
+                    sub.queue
+                );
+            }
+        }
+    });
+    for i in 0..N {
+        body[..8].copy_from_slice(format!("{i:08}").as_bytes());
+        pch.publish("amq.topic", "s.x", &body).await;
+    }
+    consumers
+        .await
+        .expect("fast subscribers starved by a stuck one");
+    drop(stuck);
 }
