@@ -571,7 +571,8 @@ async fn offender_unacked_messages_requeued(shards: usize) {
 async fn other_illegal_input(shards: usize) {
     let mut broker = Broker::start(shards);
     let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
-    let cases: Vec<(&str, Box<dyn Fn(&mut RawConn)>)> = vec![
+    type Offence = Box<dyn Fn(&mut RawConn)>;
+    let cases: Vec<(&str, Offence)> = vec![
         (
             "queue.declare on channel 0",
             Box::new(|c| {
