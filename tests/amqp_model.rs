@@ -80,6 +80,7 @@ shard_tests!(
     queue_auto_delete,
     default_exchange_routes_by_queue_name,
     declare_ok_counts,
+    purge_spares_unacked,
 );
 
 async fn exchange_declare_all_types(shards: usize) {
@@ -717,4 +718,30 @@ async fn declare_ok_counts(shards: usize) {
         ok,
         "declare-ok never reported 4 ready messages and 3 consumers"
     );
+}
+
+/// queue.purge removes ready messages only; one delivered and unacked survives and can be
+/// requeued.
+async fn purge_spares_unacked(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let q = unique("q-purge-unacked");
+    ch.declare_queue(&q).await;
+    for i in 0..4 {
+        ch.publish("", &q, format!("m{i}").as_bytes()).await;
+    }
+    ch.wait_message_count(&q, 4).await;
+    let holder = conn.channel().await;
+    let (get_ok, _, body) = holder.get(&q, false).await.expect("get-ok");
+    assert_eq!(body, b"m0");
+    let purged = ch.queue_purge(QueuePurgeArguments::new(&q)).await.unwrap();
+    assert_eq!(purged, Some(3));
+    holder
+        .basic_reject(amqprs::channel::BasicRejectArguments::new(get_ok.delivery_tag(), true))
+        .await
+        .unwrap();
+    let (get_ok, _, body) = ch.get_eventually(&q, true).await;
+    assert_eq!(body, b"m0");
+    assert!(get_ok.redelivered());
 }

@@ -46,6 +46,11 @@ shard_tests!(
     interleaved_channels_content,
     missing_exchange_and_queue,
     many_channels_one_connection,
+    ack_all_with_tag_zero,
+    reject_and_nack_unknown_tag,
+    requeue_preserves_order,
+    tx_and_confirm_modes_exclusive,
+    cancel_unknown_consumer_tag,
 );
 
 async fn publish_consume_order(shards: usize) {
@@ -1177,4 +1182,100 @@ async fn many_channels_one_connection(shards: usize) {
             );
         }
     }
+}
+
+/// basic.ack with multiple=1 and delivery-tag 0 acknowledges everything outstanding.
+async fn ack_all_with_tag_zero(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let q = unique("q-ack-all");
+    ch.declare_queue(&q).await;
+    let (_, mut rx) = ch.consume_manual(&q).await;
+    for i in 0..5 {
+        ch.publish("", &q, format!("m{i}").as_bytes()).await;
+    }
+    for _ in 0..5 {
+        next_delivery(&mut rx).await;
+    }
+    ch.basic_ack(BasicAckArguments::new(0, true)).await.unwrap();
+    // Nothing is outstanding any more: closing the channel requeues nothing.
+    ch.ch.clone().close().await.unwrap();
+    let ch2 = conn.channel().await;
+    assert_eq!(ch2.message_count(&q).await, 0, "ack of tag 0 (multiple) left messages unacked");
+}
+
+async fn reject_and_nack_unknown_tag(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let mut ch = conn.channel().await;
+    ch.basic_reject(BasicRejectArguments::new(77, true)).await.unwrap();
+    let (code, text) = ch.expect_close().await;
+    assert_eq!((code, text.as_str()), (406, "PRECONDITION_FAILED - unknown delivery tag 77"));
+    let mut ch = conn.channel().await;
+    ch.basic_nack(BasicNackArguments::new(78, false, true)).await.unwrap();
+    let (code, text) = ch.expect_close().await;
+    assert_eq!((code, text.as_str()), (406, "PRECONDITION_FAILED - unknown delivery tag 78"));
+}
+
+/// Messages requeued by a channel close come back in their original order, flagged.
+async fn requeue_preserves_order(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let q = unique("q-order-requeue");
+    ch.declare_queue(&q).await;
+    for i in 0..5 {
+        ch.publish("", &q, format!("m{i}").as_bytes()).await;
+    }
+    ch.wait_message_count(&q, 5).await;
+    let taker = conn.channel().await;
+    for i in 0..5 {
+        let (_, _, body) = taker.get(&q, false).await.expect("get-ok");
+        assert_eq!(body, format!("m{i}").as_bytes());
+    }
+    taker.ch.clone().close().await.unwrap();
+    ch.wait_message_count(&q, 5).await;
+    for i in 0..5 {
+        let (get_ok, _, body) = ch.get(&q, true).await.expect("requeued message");
+        assert_eq!(body, format!("m{i}").as_bytes(), "requeued messages out of order");
+        assert!(get_ok.redelivered());
+    }
+}
+
+async fn tx_and_confirm_modes_exclusive(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+
+    let mut ch = conn.channel().await;
+    ch.tx_select().await.unwrap();
+    let r = ch.confirm_select(ConfirmSelectArguments::default()).await;
+    assert!(r.is_err(), "confirm.select on a transactional channel succeeded");
+    assert_eq!(ch.expect_close().await.0, 406);
+
+    let mut ch = conn.channel().await;
+    ch.confirm_select(ConfirmSelectArguments::default()).await.unwrap();
+    let r = ch.tx_select().await;
+    assert!(r.is_err(), "tx.select on a confirm-mode channel succeeded");
+    assert_eq!(ch.expect_close().await.0, 406);
+
+    let mut ch = conn.channel().await;
+    let r = ch.tx_commit().await;
+    assert!(r.is_err(), "tx.commit on a non-transactional channel succeeded");
+    assert_eq!(ch.expect_close().await.0, 406);
+    assert!(conn.conn.is_open());
+}
+
+/// basic.cancel of a tag that is not (or no longer) a consumer is answered with cancel-ok.
+async fn cancel_unknown_consumer_tag(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let tag = ch
+        .basic_cancel(BasicCancelArguments::new("no-such-consumer"))
+        .await
+        .expect("cancel of an unknown consumer tag");
+    assert_eq!(tag, "no-such-consumer");
+    assert!(ch.ch.is_open());
+    ch.declare_server_named().await;
 }
