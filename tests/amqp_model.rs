@@ -738,7 +738,10 @@ async fn purge_spares_unacked(shards: usize) {
     let purged = ch.queue_purge(QueuePurgeArguments::new(&q)).await.unwrap();
     assert_eq!(purged, Some(3));
     holder
-        .basic_reject(amqprs::channel::BasicRejectArguments::new(get_ok.delivery_tag(), true))
+        .basic_reject(amqprs::channel::BasicRejectArguments::new(
+            get_ok.delivery_tag(),
+            true,
+        ))
         .await
         .unwrap();
     let (get_ok, _, body) = ch.get_eventually(&q, true).await;

@@ -51,6 +51,11 @@ shard_tests!(
     requeue_preserves_order,
     tx_and_confirm_modes_exclusive,
     cancel_unknown_consumer_tag,
+    auto_delete_when_consumer_connection_drops,
+    exclusive_consumer_released_with_its_connection,
+    x_expires_not_while_in_use,
+    ack_after_queue_deleted,
+    confirms_cover_every_queue,
 );
 
 async fn publish_consume_order(shards: usize) {
@@ -1202,20 +1207,34 @@ async fn ack_all_with_tag_zero(shards: usize) {
     // Nothing is outstanding any more: closing the channel requeues nothing.
     ch.ch.clone().close().await.unwrap();
     let ch2 = conn.channel().await;
-    assert_eq!(ch2.message_count(&q).await, 0, "ack of tag 0 (multiple) left messages unacked");
+    assert_eq!(
+        ch2.message_count(&q).await,
+        0,
+        "ack of tag 0 (multiple) left messages unacked"
+    );
 }
 
 async fn reject_and_nack_unknown_tag(shards: usize) {
     let broker = Broker::start(shards);
     let conn = broker.connect().await;
     let mut ch = conn.channel().await;
-    ch.basic_reject(BasicRejectArguments::new(77, true)).await.unwrap();
+    ch.basic_reject(BasicRejectArguments::new(77, true))
+        .await
+        .unwrap();
     let (code, text) = ch.expect_close().await;
-    assert_eq!((code, text.as_str()), (406, "PRECONDITION_FAILED - unknown delivery tag 77"));
+    assert_eq!(
+        (code, text.as_str()),
+        (406, "PRECONDITION_FAILED - unknown delivery tag 77")
+    );
     let mut ch = conn.channel().await;
-    ch.basic_nack(BasicNackArguments::new(78, false, true)).await.unwrap();
+    ch.basic_nack(BasicNackArguments::new(78, false, true))
+        .await
+        .unwrap();
     let (code, text) = ch.expect_close().await;
-    assert_eq!((code, text.as_str()), (406, "PRECONDITION_FAILED - unknown delivery tag 78"));
+    assert_eq!(
+        (code, text.as_str()),
+        (406, "PRECONDITION_FAILED - unknown delivery tag 78")
+    );
 }
 
 /// Messages requeued by a channel close come back in their original order, flagged.
@@ -1238,7 +1257,11 @@ async fn requeue_preserves_order(shards: usize) {
     ch.wait_message_count(&q, 5).await;
     for i in 0..5 {
         let (get_ok, _, body) = ch.get(&q, true).await.expect("requeued message");
-        assert_eq!(body, format!("m{i}").as_bytes(), "requeued messages out of order");
+        assert_eq!(
+            body,
+            format!("m{i}").as_bytes(),
+            "requeued messages out of order"
+        );
         assert!(get_ok.redelivered());
     }
 }
@@ -1250,18 +1273,26 @@ async fn tx_and_confirm_modes_exclusive(shards: usize) {
     let mut ch = conn.channel().await;
     ch.tx_select().await.unwrap();
     let r = ch.confirm_select(ConfirmSelectArguments::default()).await;
-    assert!(r.is_err(), "confirm.select on a transactional channel succeeded");
+    assert!(
+        r.is_err(),
+        "confirm.select on a transactional channel succeeded"
+    );
     assert_eq!(ch.expect_close().await.0, 406);
 
     let mut ch = conn.channel().await;
-    ch.confirm_select(ConfirmSelectArguments::default()).await.unwrap();
+    ch.confirm_select(ConfirmSelectArguments::default())
+        .await
+        .unwrap();
     let r = ch.tx_select().await;
     assert!(r.is_err(), "tx.select on a confirm-mode channel succeeded");
     assert_eq!(ch.expect_close().await.0, 406);
 
     let mut ch = conn.channel().await;
     let r = ch.tx_commit().await;
-    assert!(r.is_err(), "tx.commit on a non-transactional channel succeeded");
+    assert!(
+        r.is_err(),
+        "tx.commit on a non-transactional channel succeeded"
+    );
     assert_eq!(ch.expect_close().await.0, 406);
     assert!(conn.conn.is_open());
 }
@@ -1278,4 +1309,185 @@ async fn cancel_unknown_consumer_tag(shards: usize) {
     assert_eq!(tag, "no-such-consumer");
     assert!(ch.ch.is_open());
     ch.declare_server_named().await;
+}
+
+async fn auto_delete_when_consumer_connection_drops(shards: usize) {
+    let broker = Broker::start(shards);
+    let admin = broker.connect().await;
+    let ach = admin.channel().await;
+    let q = unique("q-autodel-drop");
+    ach.queue_declare(QueueDeclareArguments::transient_autodelete(&q))
+        .await
+        .unwrap();
+    let mut raw = broker.raw();
+    raw.channel_open(1);
+    raw.basic_consume(1, &q, false);
+    ach.publish("", &q, b"in flight").await;
+    raw.read_delivery(1);
+    // The consumer's connection vanishes without cancel or close.
+    drop(raw);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut probe = admin.channel().await;
+        let r = probe
+            .queue_declare(QueueDeclareArguments::new(&q).passive(true).finish())
+            .await;
+        if r.is_err() {
+            assert_eq!(probe.expect_close().await.0, 404);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "auto-delete queue {q} outlived its last consumer's connection"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn exclusive_consumer_released_with_its_connection(shards: usize) {
+    let broker = Broker::start(shards);
+    let admin = broker.connect().await;
+    let ach = admin.channel().await;
+    let q = unique("q-excl-release");
+    ach.declare_queue(&q).await;
+    let holder = broker.connect().await;
+    let hch = holder.channel().await;
+    let args = amqprs::channel::BasicConsumeArguments::new(&q, "")
+        .exclusive(true)
+        .finish();
+    let _rx = hch.basic_consume_rx(args).await.unwrap();
+    holder.close().await;
+    // Once the holder is gone, a new consumer is accepted.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut ch = admin.channel().await;
+        match ch
+            .basic_consume_rx(amqprs::channel::BasicConsumeArguments::new(&q, ""))
+            .await
+        {
+            Ok((_, mut rx)) => {
+                ch.publish("", &q, b"free again").await;
+                assert_eq!(next_delivery(&mut rx).await.body, b"free again");
+                break;
+            }
+            Err(_) => {
+                let (code, _) = ch.expect_close().await;
+                assert_eq!(code, 403);
+                assert!(
+                    Instant::now() < deadline,
+                    "exclusive consumer outlived its connection"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+async fn x_expires_not_while_in_use(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let q = unique("q-expires-used");
+    let mut args = FieldTable::new();
+    args.insert("x-expires".try_into().unwrap(), FieldValue::I(300));
+    ch.queue_declare(QueueDeclareArguments::new(&q).arguments(args).finish())
+        .await
+        .unwrap();
+    let (tag, mut rx) = ch.consume_auto(&q).await;
+    // Three expiry periods with a consumer attached (the passage of time is under test).
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    ch.publish("", &q, b"still here").await;
+    assert_eq!(next_delivery(&mut rx).await.body, b"still here");
+    ch.basic_cancel(BasicCancelArguments::new(&tag))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    loop {
+        let mut probe = conn.channel().await;
+        let r = probe
+            .queue_declare(QueueDeclareArguments::new(&q).passive(true).finish())
+            .await;
+        if r.is_err() {
+            assert_eq!(probe.expect_close().await.0, 404);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queue did not expire once unused"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Acknowledging deliveries whose queue has since been deleted is not an error.
+async fn ack_after_queue_deleted(shards: usize) {
+    let broker = Broker::start(shards);
+    let sub = broker.connect().await;
+    let mut sch = sub.channel().await;
+    let q = unique("q-gone");
+    sch.declare_queue(&q).await;
+    let (tag, mut rx) = sch.consume_manual(&q).await;
+    for i in 0..3 {
+        sch.publish("", &q, format!("m{i}").as_bytes()).await;
+    }
+    let mut last = 0;
+    for _ in 0..3 {
+        last = next_delivery(&mut rx).await.delivery_tag;
+    }
+    let admin = broker.connect().await;
+    let ach = admin.channel().await;
+    let deleted = ach
+        .queue_delete(QueueDeleteArguments::new(&q))
+        .await
+        .unwrap();
+    assert_eq!(deleted, Some(0), "unacked messages counted as ready");
+    match sch.next_event().await {
+        Event::Cancel { consumer_tag } => assert_eq!(consumer_tag, tag),
+        other => panic!("expected basic.cancel, got {other:?}"),
+    }
+    sch.basic_ack(BasicAckArguments::new(last, true))
+        .await
+        .unwrap();
+    // A synchronous round trip proves the channel survived the ack.
+    sch.declare_server_named().await;
+    assert!(
+        sch.events.try_recv().is_err(),
+        "the ack provoked a channel event"
+    );
+}
+
+/// In confirm mode, an ack for a message routed to many queues (on every shard) means every
+/// one of those queues has it.
+async fn confirms_cover_every_queue(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let mut ch = conn.channel().await;
+    let x = unique("x-confirm-fan");
+    ch.exchange_declare(amqprs::channel::ExchangeDeclareArguments::new(&x, "fanout"))
+        .await
+        .unwrap();
+    let mut queues = Vec::new();
+    for _ in 0..10 {
+        let q = unique("q-confirm-fan");
+        ch.declare_queue(&q).await;
+        ch.queue_bind(amqprs::channel::QueueBindArguments::new(&q, &x, ""))
+            .await
+            .unwrap();
+        queues.push(q);
+    }
+    ch.confirm_select(ConfirmSelectArguments::default())
+        .await
+        .unwrap();
+    for i in 0..20 {
+        ch.publish(&x, "", format!("{i}").as_bytes()).await;
+    }
+    ch.wait_acked(20).await;
+    for q in &queues {
+        assert_eq!(
+            ch.message_count(q).await,
+            20,
+            "queue {q} lags behind its confirms"
+        );
+    }
 }
