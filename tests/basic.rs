@@ -56,6 +56,7 @@ shard_tests!(
     x_expires_not_while_in_use,
     ack_after_queue_deleted,
     confirms_cover_every_queue,
+    publishes_before_abrupt_disconnect_are_kept,
 );
 
 async fn publish_consume_order(shards: usize) {
@@ -1489,5 +1490,29 @@ async fn confirms_cover_every_queue(shards: usize) {
             20,
             "queue {q} lags behind its confirms"
         );
+    }
+}
+
+/// Every publish the broker fully received before the publisher's socket vanished is
+/// routed; nothing is lost with the connection.
+async fn publishes_before_abrupt_disconnect_are_kept(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let q = unique("q-abrupt");
+    ch.declare_queue(&q).await;
+    let mut p = broker.raw();
+    p.channel_open(1);
+    for i in 0..200 {
+        p.publish(1, "", &q, &Props::default(), format!("{i}").as_bytes())
+            .unwrap();
+    }
+    // A round trip after the publishes: the broker has read them all.
+    p.channel_open(2);
+    drop(p);
+    ch.wait_message_count(&q, 200).await;
+    for i in 0..200 {
+        let (_, _, body) = ch.get(&q, true).await.expect("message");
+        assert_eq!(body, format!("{i}").as_bytes());
     }
 }
