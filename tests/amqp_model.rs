@@ -81,6 +81,7 @@ shard_tests!(
     default_exchange_routes_by_queue_name,
     declare_ok_counts,
     purge_spares_unacked,
+    vhosts_are_isolated,
 );
 
 async fn exchange_declare_all_types(shards: usize) {
@@ -747,4 +748,58 @@ async fn purge_spares_unacked(shards: usize) {
     let (get_ok, _, body) = ch.get_eventually(&q, true).await;
     assert_eq!(body, b"m0");
     assert!(get_ok.redelivered());
+}
+
+/// The same names in two virtual hosts are two different things.
+async fn vhosts_are_isolated(shards: usize) {
+    let broker = Broker::start_with_config(shards, "[vhosts]\nnames = [\"/\", \"v2\"]\n");
+    let root = broker.connect().await;
+    let mut args = broker.amqprs_args();
+    args.virtual_host("v2");
+    let v2conn = amqprs::connection::Connection::open(&args)
+        .await
+        .expect("open vhost v2");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    drop(tx);
+    let v2 = Conn {
+        conn: v2conn,
+        events: rx,
+    };
+
+    let q = unique("q-shared-name");
+    let x = unique("x-only-in-root");
+    let rch = root.channel().await;
+    rch.declare_queue(&q).await;
+    rch.exchange_declare(ExchangeDeclareArguments::new(&x, "fanout"))
+        .await
+        .unwrap();
+    let vch = v2.channel().await;
+    vch.declare_queue(&q).await;
+
+    rch.publish("", &q, b"root").await;
+    vch.publish("", &q, b"v2-a").await;
+    vch.publish("", &q, b"v2-b").await;
+    rch.wait_message_count(&q, 1).await;
+    vch.wait_message_count(&q, 2).await;
+    assert_eq!(rch.get_eventually(&q, true).await.2, b"root");
+    assert_eq!(vch.get_eventually(&q, true).await.2, b"v2-a");
+
+    let mut vch = v2.channel().await;
+    let r = vch
+        .exchange_declare(
+            ExchangeDeclareArguments::new(&x, "fanout")
+                .passive(true)
+                .finish(),
+        )
+        .await;
+    let (code, text) = soft_error(&mut vch, r).await;
+    assert_eq!(code, 404);
+    assert_eq!(text, format!("NOT_FOUND - no exchange '{x}' in vhost 'v2'"));
+
+    // Deleting v2's queue leaves the root one alone.
+    let vch = v2.channel().await;
+    vch.queue_delete(QueueDeleteArguments::new(&q))
+        .await
+        .unwrap();
+    assert!(queue_exists(&root, &q).await);
 }
