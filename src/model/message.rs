@@ -17,6 +17,11 @@ use smallvec::SmallVec;
 
 use crate::protocol::ShortStr;
 
+/// A shard-local handle to a message. Queues on one shard share one `Arc` reference
+/// through `Rc` clones, so enqueueing a message into many local queues and delivering it
+/// costs no atomic operations on a cache line the publisher's shard also writes.
+pub type LocalMessage = std::rc::Rc<Message>;
+
 /// Body chunks as received: one per body frame.
 pub type BodyChunks = SmallVec<[Bytes; 1]>;
 

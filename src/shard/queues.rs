@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use crate::model::ids::{ConsumerTarget, QueueId, QueueRef};
-use crate::model::message::Message;
+use crate::model::message::{LocalMessage, Message};
 use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::protocol::method::BasicCancel;
@@ -19,13 +19,14 @@ use crate::queue::{Queue, QueueSettings};
 use crate::session::channel::ChannelPhase;
 
 use super::inbox::{
-    DeleteRefused, GotMessage, QueueReply, QueueRequest, RemoteDelivery, SettleOp, Settlement,
+    DeleteRefused, Delivery, GotMessage, QueueReply, QueueRequest, RemoteDelivery, SettleOp,
+    Settlement,
 };
 use super::{Shard, State, TimerKey};
 
 impl State {
     /// Appends a routed message to a home queue.
-    pub fn enqueue(&mut self, queue: QueueId, msg: Message, now: Instant) {
+    pub fn enqueue(&mut self, queue: QueueId, msg: LocalMessage, now: Instant) {
         let Some(q) = self.queues.get_mut(&queue) else {
             return;
         };
@@ -60,19 +61,25 @@ impl State {
                     home: shard.id,
                 };
                 for d in out.drain(..) {
-                    let delivery = RemoteDelivery {
-                        target: d.target,
-                        queue,
-                        seq: d.seq,
-                        msg: d.msg,
-                        redelivered: d.redelivered,
-                        no_ack: d.no_ack,
-                    };
                     if d.target.shard == shard.id {
-                        local.push(delivery);
+                        local.push(Delivery {
+                            target: d.target,
+                            queue,
+                            seq: d.seq,
+                            msg: d.msg,
+                            redelivered: d.redelivered,
+                            no_ack: d.no_ack,
+                        });
                     } else if let Some(v) = self.outbox.deliver.get_mut(usize::from(d.target.shard))
                     {
-                        v.push(delivery);
+                        v.push(RemoteDelivery {
+                            target: d.target,
+                            queue,
+                            seq: d.seq,
+                            msg: Message::clone(&d.msg),
+                            redelivered: d.redelivered,
+                            no_ack: d.no_ack,
+                        });
                     }
                 }
                 self.scratch = out;
@@ -88,7 +95,11 @@ impl State {
     /// consumer from the same queue (the common case: a queue dispatches a run to its
     /// consumer) look the connection, channel and consumer up once. A delivery for a
     /// consumer that is gone goes back to its queue.
-    pub fn deliver_local(&mut self, shard: &Shard, batch: &mut Vec<RemoteDelivery>) {
+    pub fn deliver_local<M: std::borrow::Borrow<Message>>(
+        &mut self,
+        shard: &Shard,
+        batch: &mut Vec<Delivery<M>>,
+    ) {
         let window = shard.config.shard.no_ack_window;
         let high_water = shard.config.net.write_high_water;
         let mut requeue = Vec::new();
@@ -134,7 +145,7 @@ impl State {
             if let Some(c) = ch.consumers.get_mut(&target.consumer) {
                 c.credit = c.credit.saturating_sub(run.len() as u32);
                 for (d, tag) in run.iter().zip(first_tag..) {
-                    out.deliver(target.channel, &c.tag, tag, d.redelivered, &d.msg);
+                    out.deliver(target.channel, &c.tag, tag, d.redelivered, d.msg.borrow());
                 }
                 if (c.no_ack || c.prefetch == 0) && flow_active {
                     let n = c.top_up(has_room, window, global);
@@ -244,7 +255,7 @@ impl State {
             QueueRequest::Get { no_ack, .. } => {
                 QueueReply::Got(q.get(now, no_ack).map(|(e, remaining)| GotMessage {
                     seq: e.seq,
-                    msg: e.msg,
+                    msg: Message::clone(&e.msg),
                     redelivered: e.redelivered,
                     remaining,
                 }))

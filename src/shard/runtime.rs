@@ -122,8 +122,9 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
         ShardMsg::Publish(batch) => {
             let mut st = shard.state.borrow_mut();
             for routed in batch {
+                let local = std::rc::Rc::new(routed.msg);
                 for queue in routed.queues {
-                    st.enqueue(queue, routed.msg.clone(), now);
+                    st.enqueue(queue, std::rc::Rc::clone(&local), now);
                 }
             }
         }

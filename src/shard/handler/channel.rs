@@ -760,9 +760,15 @@ impl State {
             }
             self.mark_writer(conn);
         }
+        let local = targets
+            .iter()
+            .any(|t| t.home == shard.id)
+            .then(|| std::rc::Rc::new(msg.clone()));
         for target in &targets {
             if target.home == shard.id {
-                self.enqueue(target.id, msg.clone(), now);
+                if let Some(local) = &local {
+                    self.enqueue(target.id, std::rc::Rc::clone(local), now);
+                }
             } else if let Some(batch) = self.outbox.publish.get_mut(usize::from(target.home)) {
                 match batch.last_mut() {
                     Some(last) if same_message(&last.msg, &msg) => last.queues.push(target.id),
