@@ -98,6 +98,7 @@ shard_tests!(
     wide_fan_out,
     fan_out_delivery_fields,
     stuck_subscriber_does_not_stall_others,
+    shared_message_outlives_its_other_queues,
 );
 
 async fn topic_patterns_sixteen_subscribers(shards: usize) {
@@ -762,4 +763,59 @@ async fn stuck_subscriber_does_not_stall_others(shards: usize) {
         .await
         .expect("fast subscribers starved by a stuck one");
     drop(stuck);
+}
+
+/// One published message shared by many queues (on every shard) stays intact for the
+/// queues that still hold it after the others were deleted, purged or consumed.
+async fn shared_message_outlives_its_other_queues(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let x = unique("x-shared");
+    ch.exchange_declare(ExchangeDeclareArguments::new(&x, "fanout"))
+        .await
+        .unwrap();
+    let mut queues = Vec::new();
+    for _ in 0..8 {
+        let q = unique("q-shared");
+        ch.declare_queue(&q).await;
+        ch.queue_bind(QueueBindArguments::new(&q, &x, ""))
+            .await
+            .unwrap();
+        queues.push(q);
+    }
+    let body = |i: usize, len: usize| -> Vec<u8> { (0..len).map(|j| (i * 7 + j) as u8).collect() };
+    const N: usize = 60;
+    for i in 0..N {
+        // Alternate small bodies and bodies above any inline-copy threshold.
+        let len = if i % 2 == 0 { 100 } else { 4096 };
+        ch.publish(&x, "", &body(i, len)).await;
+    }
+    for q in &queues {
+        ch.wait_message_count(q, N as u32).await;
+    }
+    // Three queues deleted, two purged, one drained by a consumer.
+    for q in &queues[..3] {
+        ch.queue_delete(amqprs::channel::QueueDeleteArguments::new(q))
+            .await
+            .unwrap();
+    }
+    for q in &queues[3..5] {
+        ch.queue_purge(amqprs::channel::QueuePurgeArguments::new(q))
+            .await
+            .unwrap();
+    }
+    let (_, mut rx) = ch.consume_auto(&queues[5]).await;
+    for i in 0..N {
+        let len = if i % 2 == 0 { 100 } else { 4096 };
+        assert!(next_delivery(&mut rx).await.body == body(i, len));
+    }
+    // The last two still have every message, byte for byte.
+    for q in &queues[6..] {
+        for i in 0..N {
+            let len = if i % 2 == 0 { 100 } else { 4096 };
+            let (_, _, got) = ch.get(q, true).await.expect("message");
+            assert!(got == body(i, len), "message {i} in {q} corrupted");
+        }
+    }
 }
