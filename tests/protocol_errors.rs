@@ -180,28 +180,38 @@ fn queue_declare_args(name: &str) -> Vec<u8> {
         .done()
 }
 
+/// The spec's channel-error (504): "the client attempted to work with a channel that had
+/// not been correctly opened" — RabbitMQ answers the same.
 async fn method_on_unopened_channel(shards: usize) {
-    hard_error(shards, Expect::Prefix(503, "COMMAND_INVALID - "), |c| {
-        c.send_method(5, m::QUEUE_DECLARE, &queue_declare_args("never-opened"))
-            .unwrap();
-    })
+    hard_error(
+        shards,
+        Expect::Prefix(504, "CHANNEL_ERROR - expected 'channel.open'"),
+        |c| {
+            c.send_method(5, m::QUEUE_DECLARE, &queue_declare_args("never-opened"))
+                .unwrap();
+        },
+    )
     .await
 }
 
 async fn method_on_closed_channel(shards: usize) {
-    hard_error(shards, Expect::Prefix(503, "COMMAND_INVALID - "), |c| {
-        c.channel_open(1);
-        let args = Enc::new()
-            .short(200)
-            .shortstr("done")
-            .short(0)
-            .short(0)
-            .done();
-        c.send_method(1, m::CHANNEL_CLOSE, &args).unwrap();
-        c.expect_method(1, m::CHANNEL_CLOSE_OK);
-        c.send_method(1, m::QUEUE_DECLARE, &queue_declare_args("after-close"))
-            .unwrap();
-    })
+    hard_error(
+        shards,
+        Expect::Prefix(504, "CHANNEL_ERROR - expected 'channel.open'"),
+        |c| {
+            c.channel_open(1);
+            let args = Enc::new()
+                .short(200)
+                .shortstr("done")
+                .short(0)
+                .short(0)
+                .done();
+            c.send_method(1, m::CHANNEL_CLOSE, &args).unwrap();
+            c.expect_method(1, m::CHANNEL_CLOSE_OK);
+            c.send_method(1, m::QUEUE_DECLARE, &queue_declare_args("after-close"))
+                .unwrap();
+        },
+    )
     .await
 }
 

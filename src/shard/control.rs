@@ -272,12 +272,13 @@ fn plan(
             exclusive_owner,
             auto_delete,
             arguments,
+            requester,
         } => {
             validate_queue_args(&arguments)?;
             let next_id = st.next_queue_id;
             let dir = vhost_dir(st, vhost)?;
             if let Some(meta) = dir.queue(&name) {
-                check_exclusive(meta, exclusive_owner, &dir.name)?;
+                check_exclusive(meta, Some(requester), &dir.name)?;
                 let ie = |field, r: bool, c: bool| {
                     Err(inequivalent(
                         ObjectKind::Queue,

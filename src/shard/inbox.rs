@@ -144,6 +144,8 @@ pub enum ControlRequest {
         exclusive_owner: Option<ConnOwner>,
         auto_delete: bool,
         arguments: FieldTable,
+        /// The declaring connection (another connection's exclusive queue is 405).
+        requester: ConnOwner,
     },
     DeleteQueue {
         vhost: VhostIdx,

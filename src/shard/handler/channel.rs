@@ -344,6 +344,7 @@ impl State {
                         exclusive_owner: decl.exclusive.then(|| owner(shard, conn)),
                         auto_delete: decl.auto_delete,
                         arguments: decl.arguments,
+                        requester: owner(shard, conn),
                     },
                     then: Then::QueueDeclareOk {
                         name,
