@@ -750,7 +750,6 @@ async fn per_message_expiration(shards: usize) {
     let ch = conn.channel().await;
     let q = unique("q-expiration");
     ch.declare_queue(&q).await;
-    let published = Instant::now();
     ch.publish_props(
         "",
         &q,
@@ -766,9 +765,11 @@ async fn per_message_expiration(shards: usize) {
         b"long-lived",
     )
     .await;
+    // A round trip on the same channel: the publishes have reached the broker.
+    ch.message_count(&q).await;
+    let enqueued = Instant::now();
     // Let the short TTL run out (this is the behaviour under test, not synchronisation).
-    let wait = Duration::from_millis(300).saturating_sub(published.elapsed());
-    tokio::time::sleep(wait).await;
+    tokio::time::sleep(Duration::from_millis(300).saturating_sub(enqueued.elapsed())).await;
     let (_, _, body) = ch.get_eventually(&q, true).await;
     assert_eq!(body, b"durable-ish", "expired message delivered");
     let (_, _, body) = ch.get(&q, true).await.expect("unexpired message");
@@ -779,7 +780,6 @@ async fn per_message_expiration(shards: usize) {
     );
 
     // An expired message is not delivered to a consumer either.
-    let published = Instant::now();
     ch.publish_props(
         "",
         &q,
@@ -787,7 +787,9 @@ async fn per_message_expiration(shards: usize) {
         b"short-lived-2",
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300).saturating_sub(published.elapsed())).await;
+    ch.message_count(&q).await;
+    let enqueued = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300).saturating_sub(enqueued.elapsed())).await;
     let (_, mut rx) = ch.consume_auto(&q).await;
     ch.publish("", &q, b"marker").await;
     assert_eq!(
@@ -807,10 +809,11 @@ async fn queue_message_ttl(shards: usize) {
     ch.queue_declare(QueueDeclareArguments::new(&q).arguments(args).finish())
         .await
         .unwrap();
-    let published = Instant::now();
     ch.publish("", &q, b"a").await;
     ch.publish("", &q, b"b").await;
-    tokio::time::sleep(Duration::from_millis(300).saturating_sub(published.elapsed())).await;
+    ch.message_count(&q).await;
+    let enqueued = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300).saturating_sub(enqueued.elapsed())).await;
     assert!(
         ch.get(&q, true).await.is_none(),
         "message outlived x-message-ttl 100 ms"
