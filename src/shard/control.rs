@@ -17,7 +17,7 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use crate::model::exchange::headers::HeadersRule;
-use crate::model::exchange::{Binding, ExchangeDef};
+use crate::model::exchange::Binding;
 use crate::model::ids::{ConnOwner, QueueId, QueueRef, ShardId};
 use crate::model::routing::{DirectoryChange, QueueMeta, VhostDirectory, VhostIdx};
 use crate::ops::event::OpsEvent;
@@ -527,9 +527,4 @@ impl State {
             _ => {}
         }
     }
-}
-
-#[allow(dead_code)]
-fn _def_is_send(d: ExchangeDef) -> impl Send {
-    d
 }

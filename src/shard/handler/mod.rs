@@ -8,6 +8,8 @@
 
 pub mod channel;
 pub mod pending;
+pub mod publish;
+pub mod settle;
 
 use std::time::{Duration, Instant};
 
