@@ -57,6 +57,7 @@ shard_tests!(
     ack_after_queue_deleted,
     confirms_cover_every_queue,
     publishes_before_abrupt_disconnect_are_kept,
+    ack_multiple_spans_queues,
 );
 
 async fn publish_consume_order(shards: usize) {
@@ -1517,5 +1518,53 @@ async fn publishes_before_abrupt_disconnect_are_kept(shards: usize) {
     for i in 0..200 {
         let (_, _, body) = ch.get(&q, true).await.expect("message");
         assert_eq!(body, format!("{i}").as_bytes());
+    }
+}
+
+/// A multiple ack settles every delivery up to its tag on the channel, whichever queue (and
+/// shard) each came from; the rest are requeued to their own queues when the channel closes.
+async fn ack_multiple_spans_queues(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let queues: Vec<String> = (0..4).map(|_| unique("q-span")).collect();
+    let mut rxs = Vec::new();
+    for q in &queues {
+        ch.declare_queue(q).await;
+        rxs.push(ch.consume_manual(q).await.1);
+    }
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    for i in 0..10 {
+        for q in &queues {
+            pch.publish("", q, format!("{i}").as_bytes()).await;
+        }
+    }
+    // (tag, queue index)
+    let mut deliveries = Vec::new();
+    for (qi, rx) in rxs.iter_mut().enumerate() {
+        for _ in 0..10 {
+            deliveries.push((next_delivery(rx).await.delivery_tag, qi));
+        }
+    }
+    deliveries.sort();
+    let tags: Vec<u64> = deliveries.iter().map(|(t, _)| *t).collect();
+    assert_eq!(
+        tags,
+        (1..=40).collect::<Vec<u64>>(),
+        "channel delivery tags"
+    );
+    let cut = 23u64;
+    ch.basic_ack(BasicAckArguments::new(cut, true))
+        .await
+        .unwrap();
+    ch.ch.clone().close().await.unwrap();
+    let check = conn.channel().await;
+    for (qi, q) in queues.iter().enumerate() {
+        let unacked = deliveries
+            .iter()
+            .filter(|(t, i)| *i == qi && *t > cut)
+            .count() as u32;
+        check.wait_message_count(q, unacked).await;
     }
 }
