@@ -28,7 +28,7 @@
 //! socket → `net::reader` (frames split from the read buffer, zero copy) →
 //! `shard::handler` (methods, publish assembly) → `model::routing` (the local directory
 //! replica) → home queue (`shard::queues`, directly or through the destination shard's
-//! inbox) → dispatch against consumer credit → `net::outbound` (deliveries encoded, bodies
+//! inbox) → dispatch against consumer credit → `session::outbound` (deliveries encoded, bodies
 //! shared) → `net::writer` (`writev`) → socket.
 
 #![deny(clippy::await_holding_refcell_ref)]

@@ -171,7 +171,10 @@ impl Config {
             return invalid("broker.listen", "at least one address is needed".into());
         }
         if self.shards == 0 || self.shards > 256 {
-            return invalid("broker.shards", format!("{} is not in 1..=256", self.shards));
+            return invalid(
+                "broker.shards",
+                format!("{} is not in 1..=256", self.shards),
+            );
         }
         if let Some(cores) = &self.pin_cores {
             if cores.len() < self.shards {
@@ -188,7 +191,10 @@ impl Config {
         if self.limits.frame_max < 4096 {
             return invalid(
                 "limits.frame_max",
-                format!("{} is below the AMQP minimum of 4096", self.limits.frame_max),
+                format!(
+                    "{} is below the AMQP minimum of 4096",
+                    self.limits.frame_max
+                ),
             );
         }
         if self.vhosts.is_empty() {
@@ -224,14 +230,23 @@ pub fn parse_core_list(text: &str) -> Result<Vec<usize>, String> {
     let mut cores = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if let Some((a, b)) = part.split_once('-') {
-            let a: usize = a.trim().parse().map_err(|_| format!("'{part}' is not a range"))?;
-            let b: usize = b.trim().parse().map_err(|_| format!("'{part}' is not a range"))?;
+            let a: usize = a
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{part}' is not a range"))?;
+            let b: usize = b
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{part}' is not a range"))?;
             if a > b {
                 return Err(format!("'{part}' is an empty range"));
             }
             cores.extend(a..=b);
         } else {
-            cores.push(part.parse().map_err(|_| format!("'{part}' is not a core number"))?);
+            cores.push(
+                part.parse()
+                    .map_err(|_| format!("'{part}' is not a core number"))?,
+            );
         }
     }
     if cores.is_empty() {

@@ -1,14 +1,11 @@
 //! Owns: the sockets. Per shard, an accept loop (`listener`); per connection, one
-//! long-lived reader task (`reader`) and one writer task (`writer`), with the bounded
-//! outbound buffer between the shard and the writer (`outbound`) and the wake-up flag the
-//! writer waits on (`signal`).
+//! long-lived reader task (`reader`) and one writer task (`writer`) that drains the
+//! connection's bounded outbound buffer (`session::outbound`) when its signal is raised.
 //!
 //! Does not: interpret AMQP methods (the shard's handler does) or put an in-flight
 //! io_uring read inside a `select!` (a dropped read is not cancelled; its bytes would be
 //! lost). Buffers go into the kernel by value and come back with the result.
 
 pub mod listener;
-pub mod outbound;
 pub mod reader;
-pub mod signal;
 pub mod writer;

@@ -10,13 +10,14 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::BytesMut;
+use tokio_uring::buf::BoundedBuf;
 use tokio_uring::net::TcpStream;
 
 use crate::model::ids::ConnId;
-use crate::net::signal::Signal;
 use crate::protocol::frame::split_frame;
 use crate::session::connection::{Conn, Phase};
 use crate::session::error::ConnectionError;
+use crate::session::signal::Signal;
 use crate::shard::handler::{pending, Flow, HeaderCheck};
 use crate::shard::Shard;
 
@@ -74,8 +75,11 @@ async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) {
         if buf.capacity() - buf.len() < chunk / 2 {
             buf.reserve(chunk);
         }
-        let (res, returned) = stream.read(buf).await;
-        buf = returned;
+        // tokio-uring reads at the start of the buffer it is given, so hand it the spare
+        // capacity as a slice; the bytes already there (a partial frame) stay intact.
+        let (start, end) = (buf.len(), buf.capacity());
+        let (res, returned) = stream.read(buf.slice(start..end)).await;
+        buf = returned.into_inner();
         match res {
             Ok(0) | Err(_) => return,
             Ok(_) => {}

@@ -11,8 +11,8 @@ use bytes::{Buf, Bytes};
 use tokio_uring::net::TcpStream;
 
 use crate::model::ids::ConnId;
-use crate::net::signal::Signal;
 use crate::session::connection::Phase;
+use crate::session::signal::Signal;
 use crate::shard::Shard;
 
 /// Most iovecs one `writev` takes (Linux `IOV_MAX`).

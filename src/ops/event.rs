@@ -13,7 +13,10 @@ use std::net::SocketAddr;
 #[derive(Debug, Clone, PartialEq)]
 pub enum OpsEvent {
     /// BRK-1001: startup, with version and shard count.
-    BrokerStartup { version: &'static str, shards: usize },
+    BrokerStartup {
+        version: &'static str,
+        shards: usize,
+    },
     /// BRK-1002: a listener is bound.
     BrokerListening { addr: SocketAddr },
     /// BRK-1003: shutdown begins.
@@ -172,7 +175,10 @@ mod tests {
         let e = OpsEvent::BrokerListening {
             addr: SocketAddr::from(([127, 0, 0, 1], 5672)),
         };
-        assert_eq!(e.to_string(), "BRK-1002 : Starting : Listening on TCP 127.0.0.1:5672");
+        assert_eq!(
+            e.to_string(),
+            "BRK-1002 : Starting : Listening on TCP 127.0.0.1:5672"
+        );
         let e = OpsEvent::QueueCreate {
             vhost: "/".into(),
             queue: "q".into(),
@@ -180,6 +186,9 @@ mod tests {
             exclusive: false,
             auto_delete: true,
         };
-        assert_eq!(e.to_string(), "[vh(/)/qu(q)] QUE-1001 : Create Durable AutoDelete");
+        assert_eq!(
+            e.to_string(),
+            "[vh(/)/qu(q)] QUE-1001 : Create Durable AutoDelete"
+        );
     }
 }

@@ -230,8 +230,7 @@ impl Queue {
         exclusive: bool,
         now: Instant,
     ) -> Result<u64, ConsumeRefused> {
-        if self.consumers.iter().any(|c| c.exclusive) || (exclusive && !self.consumers.is_empty())
-        {
+        if self.consumers.iter().any(|c| c.exclusive) || (exclusive && !self.consumers.is_empty()) {
             return Err(ConsumeRefused::ExclusiveInUse);
         }
         let key = self.next_consumer_key;
@@ -287,14 +286,20 @@ impl Queue {
     /// Hands up to `budget` ready messages to consumers with credit, in rotation. Expired
     /// head messages are dropped on the way. Returns how many were dispatched.
     pub fn dispatch(&mut self, now: Instant, budget: usize, out: &mut Vec<Dispatch>) -> usize {
-        let mut sent = 0;
         let n = self.consumers.len();
-        if n == 0 {
-            return 0;
-        }
-        while sent < budget {
-            let Some(pick) = (0..n)
-                .map(|i| (self.round_robin + i) % n)
+        let mut sent = 0;
+        let mut pick = self.round_robin;
+        while sent < budget && !self.ready.is_empty() {
+            // Next consumer with credit, starting at the rotation point.
+            let Some(found) = (0..n)
+                .map(|i| {
+                    let at = pick + i;
+                    if at >= n {
+                        at - n
+                    } else {
+                        at
+                    }
+                })
                 .find(|&i| self.consumers[i].credit > 0)
             else {
                 break;
@@ -302,21 +307,28 @@ impl Queue {
             let Some(entry) = self.pop_ready(now) else {
                 break;
             };
-            let consumer = &mut self.consumers[pick];
+            let consumer = &mut self.consumers[found];
             consumer.credit -= 1;
-            self.round_robin = (pick + 1) % n;
+            pick = if found + 1 == n { 0 } else { found + 1 };
+            let (target, no_ack) = (consumer.target, consumer.no_ack);
+            let (seq, redelivered) = (entry.seq, entry.redelivered);
+            let msg = if no_ack {
+                entry.msg
+            } else {
+                let msg = entry.msg.clone();
+                self.unacked.insert(seq, entry);
+                msg
+            };
             out.push(Dispatch {
-                target: consumer.target,
-                seq: entry.seq,
-                msg: entry.msg.clone(),
-                redelivered: entry.redelivered,
-                no_ack: consumer.no_ack,
+                target,
+                seq,
+                msg,
+                redelivered,
+                no_ack,
             });
-            if !consumer.no_ack {
-                self.unacked.insert(entry.seq, entry);
-            }
             sent += 1;
         }
+        self.round_robin = pick;
         self.delivered_total += sent as u64;
         if sent > 0 {
             self.last_used = now;

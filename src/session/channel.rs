@@ -170,11 +170,7 @@ impl Channel {
 
     /// Removes the deliveries an ack/nack/reject names: `multiple` takes every tag up to
     /// and including `tag` (0 = all). An unknown single tag is a 406.
-    pub fn take_unacked(
-        &mut self,
-        tag: u64,
-        multiple: bool,
-    ) -> Result<Vec<Unacked>, ChannelError> {
+    pub fn take_unacked(&mut self, tag: u64, multiple: bool) -> Result<Vec<Unacked>, ChannelError> {
         let taken: Vec<Unacked> = if multiple {
             let upto = if tag == 0 { u64::MAX } else { tag };
             let n = self.unacked.partition_point(|u| u.tag <= upto);
@@ -252,7 +248,10 @@ mod tests {
             Err(ChannelError::UnknownDeliveryTag(2))
         );
         let taken = ch.take_unacked(4, true).expect("multiple");
-        assert_eq!(taken.iter().map(|u| u.tag).collect::<Vec<_>>(), vec![1, 3, 4]);
+        assert_eq!(
+            taken.iter().map(|u| u.tag).collect::<Vec<_>>(),
+            vec![1, 3, 4]
+        );
         assert_eq!(ch.take_unacked(0, true).map(|v| v.len()), Ok(1));
         assert!(ch.unacked.is_empty());
     }

@@ -13,10 +13,10 @@ use bytes::Bytes;
 
 use crate::model::ids::{ConnId, IdMap};
 use crate::model::routing::VhostIdx;
-use crate::net::outbound::Outbound;
-use crate::net::signal::Signal;
 use crate::protocol::{FieldTable, FieldValue, LongStr, ShortStr};
 use crate::session::channel::Channel;
+use crate::session::outbound::Outbound;
+use crate::session::signal::Signal;
 
 /// Where the handshake is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -116,6 +116,19 @@ impl ChannelError {
         }
     }
 
+    /// Whether this error must close the connection rather than the channel. The spec
+    /// classes 506 RESOURCE_ERROR as a hard error, but a slow consumer is deliberately a
+    /// channel close (the connection stays usable), so the class alone does not decide.
+    pub fn closes_connection(&self) -> bool {
+        matches!(
+            self.code(),
+            ReplyCode::CommandInvalid
+                | ReplyCode::NotAllowed
+                | ReplyCode::NotImplemented
+                | ReplyCode::InternalError
+        )
+    }
+
     /// The reply text sent on the wire.
     pub fn reply_text(&self) -> String {
         match self {
@@ -210,18 +223,24 @@ pub enum ConnectionError {
     /// A frame arriving out of order (content without publish, method inside content…).
     UnexpectedFrame(String),
     /// Authentication failed.
-    LoginRefused { mechanism: String },
+    LoginRefused {
+        mechanism: String,
+    },
     /// The virtual host does not exist.
     VhostNotFound(String),
     /// The user may not connect from this address.
-    LoopbackOnly { user: String },
+    LoopbackOnly {
+        user: String,
+    },
     /// A negotiated value out of range.
     NotAllowed(String),
     NotImplemented(String),
     /// The broker is shutting down, or an operator closed the connection.
     Forced(String),
     /// No heartbeat from the peer within two intervals.
-    MissedHeartbeats { seconds: u16 },
+    MissedHeartbeats {
+        seconds: u16,
+    },
 }
 
 impl ConnectionError {
@@ -292,7 +311,10 @@ mod tests {
         assert_eq!(e.code().code(), 404);
         assert_eq!(e.reply_text(), "NOT_FOUND - no queue 'q' in vhost '/'");
         assert_eq!(ChannelError::ConsumingTooSlow.code().code(), 506);
-        assert_eq!(ChannelError::ConsumingTooSlow.reply_text(), "Consuming too slow.");
+        assert_eq!(
+            ChannelError::ConsumingTooSlow.reply_text(),
+            "Consuming too slow."
+        );
         let e = ConnectionError::VhostNotFound("nosuch".into());
         assert_eq!(e.code().code(), 530);
         assert_eq!(e.reply_text(), "NOT_ALLOWED - vhost 'nosuch' not found");
@@ -328,7 +350,6 @@ mod tests {
         let soft = [
             ChannelError::DefaultExchange,
             ChannelError::UnknownDeliveryTag(1),
-            ChannelError::ConsumingTooSlow,
             ChannelError::ExclusiveLocked {
                 queue: String::new(),
                 vhost: String::new(),
@@ -336,6 +357,10 @@ mod tests {
         ];
         for e in soft {
             assert!(!e.code().is_hard(), "{:?}", e.code());
+            assert!(!e.closes_connection());
         }
+        // 506 is a hard code in the spec, but a slow consumer only loses its channel.
+        assert!(!ChannelError::ConsumingTooSlow.closes_connection());
+        assert!(ChannelError::ConsumerTagInUse("t".into()).closes_connection());
     }
 }

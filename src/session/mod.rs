@@ -9,3 +9,5 @@ pub mod channel;
 pub mod connection;
 pub mod consumer;
 pub mod error;
+pub mod outbound;
+pub mod signal;

@@ -140,7 +140,12 @@ fn inequivalent(
 }
 
 /// Queue arguments whose value must be a non-negative integer (milliseconds or counts).
-const INTEGER_ARGS: [&str; 4] = ["x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes"];
+const INTEGER_ARGS: [&str; 4] = [
+    "x-message-ttl",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+];
 
 fn validate_queue_args(args: &FieldTable) -> Result<(), ChannelError> {
     for key in INTEGER_ARGS {
@@ -274,7 +279,14 @@ fn plan(
             if let Some(meta) = dir.queue(&name) {
                 check_exclusive(meta, exclusive_owner, &dir.name)?;
                 let ie = |field, r: bool, c: bool| {
-                    Err(inequivalent(ObjectKind::Queue, &name, &dir.name, field, r, c))
+                    Err(inequivalent(
+                        ObjectKind::Queue,
+                        &name,
+                        &dir.name,
+                        field,
+                        r,
+                        c,
+                    ))
                 };
                 if meta.durable != durable {
                     return ie("durable", durable, meta.durable);
@@ -302,10 +314,7 @@ fn plan(
                         ));
                     }
                 }
-                return Ok((
-                    Vec::new(),
-                    ControlOk::QueueDeclared { queue: meta.queue },
-                ));
+                return Ok((Vec::new(), ControlOk::QueueDeclared { queue: meta.queue }));
             }
             let home = placement::home_shard(&dir.name, name.as_bytes(), shard.shards);
             let queue = QueueRef {
@@ -459,7 +468,11 @@ async fn delete_queue(
             name: name.clone(),
         }];
         for ex in dir.exchanges() {
-            let bound = ex.bindings().iter().filter(|b| b.queue == meta.queue).count();
+            let bound = ex
+                .bindings()
+                .iter()
+                .filter(|b| b.queue == meta.queue)
+                .count();
             if ex.def.auto_delete && bound > 0 && bound == ex.bindings().len() {
                 changes.push(DirectoryChange::DeleteExchange {
                     vhost,

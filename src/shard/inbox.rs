@@ -13,10 +13,10 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::model::exchange::ExchangeDef;
 use crate::model::ids::{ConnOwner, ConsumerTarget, QueueId, QueueRef, ShardId};
 use crate::model::message::Message;
 use crate::model::routing::{DirectoryChange, VhostIdx};
-use crate::model::exchange::ExchangeDef;
 use crate::protocol::{FieldTable, ShortStr};
 use crate::queue::{ConsumeRefused, QueueStats};
 use crate::session::error::ChannelError;
@@ -46,9 +46,14 @@ pub enum SettleOp {
     Requeue(u64),
     Discard(u64),
     /// More credit for the queue-side consumer `key`.
-    Grant { key: u64, credit: u32 },
+    Grant {
+        key: u64,
+        credit: u32,
+    },
     /// The consumer is gone (channel or connection closed).
-    Cancel { key: u64 },
+    Cancel {
+        key: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -25,13 +25,13 @@ use slab::Slab;
 use crate::config::Config;
 use crate::model::ids::{ConnId, IdMap, QueueId, ShardId};
 use crate::model::routing::Directory;
-use crate::net::signal::Signal;
-use crate::queue::{Dispatch, Queue};
-use crate::session::connection::Conn;
-use crate::timer::clock::Clock;
-use crate::timer::wheel::{TimerId, TimerWheel};
 use crate::model::routing::VhostIdx;
 use crate::protocol::ShortStr;
+use crate::queue::{Dispatch, Queue};
+use crate::session::connection::Conn;
+use crate::session::signal::Signal;
+use crate::timer::clock::Clock;
+use crate::timer::wheel::{TimerId, TimerWheel};
 
 use inbox::{Peers, RemoteDelivery, Routed, Settlement, ShardMsg};
 

@@ -103,13 +103,8 @@ impl State {
                                     Some(target.consumer),
                                     d.no_ack,
                                 );
-                                conn.out.deliver(
-                                    target.channel,
-                                    &tag,
-                                    dtag,
-                                    d.redelivered,
-                                    &d.msg,
-                                );
+                                conn.out
+                                    .deliver(target.channel, &tag, dtag, d.redelivered, &d.msg);
                                 if unlimited && ch.flow_active {
                                     let global = ch.global_room();
                                     if let Some(c) = ch.consumers.get_mut(&target.consumer) {
@@ -321,9 +316,10 @@ impl State {
             if c.target.shard == shard.id {
                 self.consumer_gone(c.target);
             } else {
-                shard
-                    .peers
-                    .send(c.target.shard, super::inbox::ShardMsg::ConsumerGone(c.target));
+                shard.peers.send(
+                    c.target.shard,
+                    super::inbox::ShardMsg::ConsumerGone(c.target),
+                );
             }
         }
     }

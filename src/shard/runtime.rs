@@ -75,7 +75,10 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
     tokio_uring::start(async move {
         let shard = Rc::new(Shard::new(id, config, peers));
         for listener in listeners {
-            tokio_uring::spawn(crate::net::listener::accept_loop(Rc::clone(&shard), listener));
+            tokio_uring::spawn(crate::net::listener::accept_loop(
+                Rc::clone(&shard),
+                listener,
+            ));
         }
         tokio_uring::spawn(inbox_loop(Rc::clone(&shard), inbox));
         tokio_uring::spawn(housekeeping_loop(Rc::clone(&shard)));

@@ -13,11 +13,11 @@ use crate::model::message::{BodyChunks, Message};
 use crate::model::routing::RouteError;
 use crate::protocol::frame::{Frame, FrameKind};
 use crate::protocol::method::{
-    BasicAck, BasicPublish, BasicQosOk, BasicRecoverOk, BasicReturn, ChannelCloseOk,
-    ChannelFlowOk, ConfirmSelectOk, AccessRequestOk, TxCommitOk, TxRollbackOk, TxSelectOk,
+    AccessRequestOk, BasicAck, BasicPublish, BasicQosOk, BasicRecoverOk, BasicReturn,
+    ChannelCloseOk, ChannelFlowOk, ConfirmSelectOk, TxCommitOk, TxRollbackOk, TxSelectOk,
 };
-use crate::protocol::{ContentHeader, Method, ShortStr};
 use crate::protocol::properties::raw_headers;
+use crate::protocol::{ContentHeader, Method, ShortStr};
 use crate::session::channel::{Content, TxOp};
 use crate::session::consumer::ChannelConsumer;
 use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
@@ -178,7 +178,13 @@ impl State {
         method: Method,
     ) -> Result<Flow, MethodError> {
         let vhost = self.conn(conn).map(|c| c.vhost).unwrap_or_default();
-        let pending = |op| Ok(Flow::Await(Pending { conn, channel: number, op }));
+        let pending = |op| {
+            Ok(Flow::Await(Pending {
+                conn,
+                channel: number,
+                op,
+            }))
+        };
         match method {
             Method::BasicPublish(publish) => {
                 if publish.immediate {
@@ -186,22 +192,40 @@ impl State {
                         "immediate=true".into(),
                     )));
                 }
-                if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+                if let Some(ch) = self
+                    .conn_mut(conn)
+                    .and_then(|c| c.channels.get_mut(&number))
+                {
                     ch.content = Content::AwaitHeader(publish);
                 }
                 Ok(Flow::Continue)
             }
             Method::BasicAck(ack) => {
-                self.settle_client(shard, conn, number, ack.delivery_tag, ack.multiple, Settle::Ack)?;
+                self.settle_client(
+                    shard,
+                    conn,
+                    number,
+                    ack.delivery_tag,
+                    ack.multiple,
+                    Settle::Ack,
+                )?;
                 Ok(Flow::Continue)
             }
             Method::BasicNack(nack) => {
-                let how = if nack.requeue { Settle::Requeue } else { Settle::Discard };
+                let how = if nack.requeue {
+                    Settle::Requeue
+                } else {
+                    Settle::Discard
+                };
                 self.settle_client(shard, conn, number, nack.delivery_tag, nack.multiple, how)?;
                 Ok(Flow::Continue)
             }
             Method::BasicReject(reject) => {
-                let how = if reject.requeue { Settle::Requeue } else { Settle::Discard };
+                let how = if reject.requeue {
+                    Settle::Requeue
+                } else {
+                    Settle::Discard
+                };
                 self.settle_client(shard, conn, number, reject.delivery_tag, false, how)?;
                 Ok(Flow::Continue)
             }
@@ -209,7 +233,8 @@ impl State {
                 self.release_channel(shard, conn, number);
                 if let Some(c) = self.conn_mut(conn) {
                     c.channels.remove(&number);
-                    c.out.method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
+                    c.out
+                        .method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
                 }
                 self.mark_writer(conn);
                 Ok(Flow::Continue)
@@ -218,25 +243,37 @@ impl State {
                 format!("second 'channel.open' seen on channel {number}"),
             ))),
             Method::ChannelFlow(flow) => {
-                if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+                if let Some(ch) = self
+                    .conn_mut(conn)
+                    .and_then(|c| c.channels.get_mut(&number))
+                {
                     ch.flow_active = flow.active;
                 }
-                self.reply(conn, number, Method::ChannelFlowOk(ChannelFlowOk { active: flow.active }));
+                self.reply(
+                    conn,
+                    number,
+                    Method::ChannelFlowOk(ChannelFlowOk {
+                        active: flow.active,
+                    }),
+                );
                 if flow.active {
                     self.top_up(shard, conn, number, None);
                 }
                 Ok(Flow::Continue)
             }
             Method::AccessRequest(_) => {
-                self.reply(conn, number, Method::AccessRequestOk(AccessRequestOk { ticket: 1 }));
+                self.reply(
+                    conn,
+                    number,
+                    Method::AccessRequestOk(AccessRequestOk { ticket: 1 }),
+                );
                 Ok(Flow::Continue)
             }
             Method::ExchangeDeclare(decl) => {
                 let Some(kind) = ExchangeKind::parse(decl.kind.as_bytes()) else {
-                    return Err(MethodError::Connection(ConnectionError::CommandInvalid(format!(
-                        "invalid exchange type '{}'",
-                        decl.kind
-                    ))));
+                    return Err(MethodError::Connection(ConnectionError::CommandInvalid(
+                        format!("invalid exchange type '{}'", decl.kind),
+                    )));
                 };
                 if decl.passive {
                     self.passive_exchange(conn, &decl.exchange)?;
@@ -255,7 +292,9 @@ impl State {
                 };
                 pending(PendingOp::Control {
                     req: ControlRequest::DeclareExchange { vhost, def },
-                    then: Then::ExchangeDeclareOk { nowait: decl.nowait },
+                    then: Then::ExchangeDeclareOk {
+                        nowait: decl.nowait,
+                    },
                 })
             }
             Method::ExchangeDelete(del) => pending(PendingOp::Control {
@@ -267,15 +306,27 @@ impl State {
                 then: Then::ExchangeDeleteOk { nowait: del.nowait },
             }),
             Method::QueueDeclare(decl) => {
-                let vhost_name = self.conn(conn).map(|c| c.vhost_name.clone()).unwrap_or_default();
+                let vhost_name = self
+                    .conn(conn)
+                    .map(|c| c.vhost_name.clone())
+                    .unwrap_or_default();
                 if decl.passive {
                     let name = self.queue_name(conn, number, decl.queue);
                     let queue = self.lookup_queue(shard, conn, &name)?;
-                    return pending(PendingOp::QueueStats { name, queue, nowait: decl.nowait });
+                    return pending(PendingOp::QueueStats {
+                        name,
+                        queue,
+                        nowait: decl.nowait,
+                    });
                 }
                 let name = if decl.queue.is_empty() {
                     let seed = self.next_name_seed();
-                    ShortStr::from(placement::generated_name(&vhost_name, shard.id, shard.shards, seed))
+                    ShortStr::from(placement::generated_name(
+                        &vhost_name,
+                        shard.id,
+                        shard.shards,
+                        seed,
+                    ))
                 } else {
                     if decl.queue.as_bytes().starts_with(b"amq.") {
                         return Err(MethodError::Channel(ChannelError::ReservedPrefix {
@@ -294,7 +345,11 @@ impl State {
                         auto_delete: decl.auto_delete,
                         arguments: decl.arguments,
                     },
-                    then: Then::QueueDeclareOk { name, nowait: decl.nowait, exclusive: decl.exclusive },
+                    then: Then::QueueDeclareOk {
+                        name,
+                        nowait: decl.nowait,
+                        exclusive: decl.exclusive,
+                    },
                 })
             }
             Method::QueueBind(bind) => {
@@ -309,7 +364,10 @@ impl State {
                         requester: owner(shard, conn),
                         unbind: false,
                     },
-                    then: Then::BindOk { nowait: bind.nowait, unbind: false },
+                    then: Then::BindOk {
+                        nowait: bind.nowait,
+                        unbind: false,
+                    },
                 })
             }
             Method::QueueUnbind(bind) => {
@@ -324,13 +382,19 @@ impl State {
                         requester: owner(shard, conn),
                         unbind: true,
                     },
-                    then: Then::BindOk { nowait: false, unbind: true },
+                    then: Then::BindOk {
+                        nowait: false,
+                        unbind: true,
+                    },
                 })
             }
             Method::QueuePurge(purge) => {
                 let name = self.queue_name(conn, number, purge.queue);
                 let queue = self.lookup_queue(shard, conn, &name)?;
-                pending(PendingOp::Purge { queue, nowait: purge.nowait })
+                pending(PendingOp::Purge {
+                    queue,
+                    nowait: purge.nowait,
+                })
             }
             Method::QueueDelete(del) => {
                 let name = self.queue_name(conn, number, del.queue);
@@ -347,12 +411,14 @@ impl State {
             }
             Method::BasicQos(qos) => {
                 if qos.prefetch_size != 0 {
-                    return Err(MethodError::Connection(ConnectionError::NotImplemented(format!(
-                        "prefetch_size!=0 ({})",
-                        qos.prefetch_size
-                    ))));
+                    return Err(MethodError::Connection(ConnectionError::NotImplemented(
+                        format!("prefetch_size!=0 ({})", qos.prefetch_size),
+                    )));
                 }
-                if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+                if let Some(ch) = self
+                    .conn_mut(conn)
+                    .and_then(|c| c.channels.get_mut(&number))
+                {
                     if qos.global {
                         ch.global_prefetch = u32::from(qos.prefetch_count);
                     } else {
@@ -379,9 +445,9 @@ impl State {
                     consume.consumer_tag
                 };
                 if ch.consumer_by_tag(&tag).is_some() {
-                    return Err(MethodError::Connection(ConnectionError::NotAllowed(format!(
-                        "attempt to reuse consumer tag '{tag}'"
-                    ))));
+                    return Err(MethodError::Connection(ConnectionError::NotAllowed(
+                        format!("attempt to reuse consumer tag '{tag}'"),
+                    )));
                 }
                 let consumer = ch.add_consumer(ChannelConsumer {
                     tag: tag.clone(),
@@ -403,10 +469,13 @@ impl State {
                 })
             }
             Method::BasicCancel(cancel) => {
-                let removed = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)).and_then(|ch| {
-                    let id = ch.consumer_by_tag(&cancel.consumer_tag)?;
-                    ch.consumers.remove(&id)
-                });
+                let removed = self
+                    .conn_mut(conn)
+                    .and_then(|c| c.channels.get_mut(&number))
+                    .and_then(|ch| {
+                        let id = ch.consumer_by_tag(&cancel.consumer_tag)?;
+                        ch.consumers.remove(&id)
+                    });
                 match removed {
                     Some(cons) if cons.queue_key != 0 => pending(PendingOp::Cancel {
                         queue: cons.queue,
@@ -431,7 +500,10 @@ impl State {
             Method::BasicGet(get) => {
                 let name = self.queue_name(conn, number, get.queue);
                 let queue = self.lookup_queue(shard, conn, &name)?;
-                pending(PendingOp::Get { queue, no_ack: get.no_ack })
+                pending(PendingOp::Get {
+                    queue,
+                    no_ack: get.no_ack,
+                })
             }
             Method::BasicRecover(recover) => {
                 self.recover(shard, conn, number);
@@ -461,12 +533,22 @@ impl State {
                 };
                 for op in ops {
                     match op {
-                        TxOp::Publish { publish, msg } => self.route_message(shard, conn, number, &publish, msg)?,
+                        TxOp::Publish { publish, msg } => {
+                            self.route_message(shard, conn, number, &publish, msg)?
+                        }
                         TxOp::Ack { tag, multiple } => {
                             self.settle_now(shard, conn, number, tag, multiple, Settle::Ack)?;
                         }
-                        TxOp::Reject { tag, multiple, requeue } => {
-                            let how = if requeue { Settle::Requeue } else { Settle::Discard };
+                        TxOp::Reject {
+                            tag,
+                            multiple,
+                            requeue,
+                        } => {
+                            let how = if requeue {
+                                Settle::Requeue
+                            } else {
+                                Settle::Discard
+                            };
                             self.settle_now(shard, conn, number, tag, multiple, how)?;
                         }
                     }
@@ -496,11 +578,11 @@ impl State {
                 }
                 Ok(Flow::Continue)
             }
-            Method::ExchangeBind(_) | Method::ExchangeUnbind(_) => Err(MethodError::Connection(
-                ConnectionError::NotImplemented(
+            Method::ExchangeBind(_) | Method::ExchangeUnbind(_) => {
+                Err(MethodError::Connection(ConnectionError::NotImplemented(
                     "exchange-to-exchange bindings are not supported".into(),
-                ),
-            )),
+                )))
+            }
             // Methods only a server sends, and connection methods on a channel.
             Method::ConnectionStart(_)
             | Method::ConnectionStartOk(_)
@@ -593,9 +675,16 @@ impl State {
             header.body_size,
         );
         let max_tx = shard.config.limits.max_tx_operations;
-        let result = match self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+        let result = match self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        {
             Some(ch) => match ch.tx.as_mut() {
-                Some(tx) if tx.len() >= max_tx => Err(MethodError::Channel(ChannelError::TxTooLarge { max: max_tx })),
+                Some(tx) if tx.len() >= max_tx => {
+                    Err(MethodError::Channel(ChannelError::TxTooLarge {
+                        max: max_tx,
+                    }))
+                }
                 Some(tx) => {
                     tx.push(TxOp::Publish { publish, msg });
                     Ok(())
@@ -638,14 +727,19 @@ impl State {
                 }
             }
             let raw = msg.raw_properties();
-            dir.route(&publish.exchange, &publish.routing_key, || raw_headers(raw), &mut targets)
-                .map_err(|RouteError::NoExchange| {
-                    MethodError::Channel(ChannelError::NotFound {
-                        kind: ObjectKind::Exchange,
-                        name: publish.exchange.to_string(),
-                        vhost: dir.name.clone(),
-                    })
-                })?;
+            dir.route(
+                &publish.exchange,
+                &publish.routing_key,
+                || raw_headers(raw),
+                &mut targets,
+            )
+            .map_err(|RouteError::NoExchange| {
+                MethodError::Channel(ChannelError::NotFound {
+                    kind: ObjectKind::Exchange,
+                    name: publish.exchange.to_string(),
+                    vhost: dir.name.clone(),
+                })
+            })?;
         }
         if targets.len() > 1 {
             targets.sort_unstable();
@@ -679,7 +773,10 @@ impl State {
                 }
             }
         }
-        if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+        if let Some(ch) = self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        {
             if let Some(seq) = ch.next_confirm_seq() {
                 ch.confirm_pending = seq;
             }
@@ -727,7 +824,9 @@ impl State {
         let ch = self.channel_mut(conn, number)?;
         if let Some(tx) = ch.tx.as_mut() {
             if tx.len() >= max_tx {
-                return Err(MethodError::Channel(ChannelError::TxTooLarge { max: max_tx }));
+                return Err(MethodError::Channel(ChannelError::TxTooLarge {
+                    max: max_tx,
+                }));
             }
             tx.push(match how {
                 Settle::Ack => TxOp::Ack { tag, multiple },
@@ -752,7 +851,9 @@ impl State {
         how: Settle,
     ) -> Result<(), MethodError> {
         let ch = self.channel_mut(conn, number)?;
-        let taken = ch.take_unacked(tag, multiple).map_err(MethodError::Channel)?;
+        let taken = ch
+            .take_unacked(tag, multiple)
+            .map_err(MethodError::Channel)?;
         let mut touched: SmallVec<[u32; 4]> = SmallVec::new();
         for u in &taken {
             if let Some(id) = u.consumer {
@@ -776,7 +877,10 @@ impl State {
     }
 
     fn recover(&mut self, shard: &Shard, conn: ConnId, number: u16) {
-        let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) else {
+        let Some(ch) = self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        else {
             return;
         };
         let unacked = ch.take_all_unacked();

@@ -145,7 +145,10 @@ impl State {
         match (phase, method) {
             (Some(Phase::AwaitStartOk), Method::ConnectionStartOk(ok)) => {
                 let mechanism = ok.mechanism.as_str_lossy().into_owned();
-                let creds = connection::parse_sasl(ok.mechanism.as_bytes(), &ok.response.clone().into_bytes());
+                let creds = connection::parse_sasl(
+                    ok.mechanism.as_bytes(),
+                    &ok.response.clone().into_bytes(),
+                );
                 let user = creds.and_then(|creds| {
                     config
                         .users
@@ -428,7 +431,7 @@ impl State {
         class_id: u16,
         method_id: u16,
     ) {
-        if err.code().is_hard() {
+        if err.closes_connection() {
             let hard = ConnectionError::CommandInvalid(err.to_string());
             let hard = match err.code().code() {
                 530 => ConnectionError::NotAllowed(err.to_string()),
@@ -482,7 +485,13 @@ impl State {
         ch.tx = None;
         for cons in consumers {
             if cons.queue_key != 0 {
-                self.settle_to(shard, cons.queue, SettleOp::Cancel { key: cons.queue_key });
+                self.settle_to(
+                    shard,
+                    cons.queue,
+                    SettleOp::Cancel {
+                        key: cons.queue_key,
+                    },
+                );
             }
         }
         for u in unacked {
@@ -565,12 +574,20 @@ impl State {
                 "[{}] missed heartbeats from client, timeout: {seconds}s",
                 c.log_subject()
             );
-            self.close_connection(shard, conn, &ConnectionError::MissedHeartbeats { seconds }, 0, 0);
+            self.close_connection(
+                shard,
+                conn,
+                &ConnectionError::MissedHeartbeats { seconds },
+                0,
+                0,
+            );
             // The peer is gone; do not wait for close-ok.
             self.finish_connection(conn);
             return;
         }
-        if c.closing_since.is_some_and(|t| now.saturating_duration_since(t) > interval) {
+        if c.closing_since
+            .is_some_and(|t| now.saturating_duration_since(t) > interval)
+        {
             self.finish_connection(conn);
             return;
         }

@@ -10,15 +10,17 @@ use std::rc::Rc;
 
 use crate::model::ids::{ConnId, QueueRef};
 use crate::protocol::method::{
-    BasicCancelOk, BasicConsumeOk, BasicGetEmpty, BasicGetOk, ExchangeDeclareOk,
-    ExchangeDeleteOk, QueueBindOk, QueueDeclareOk, QueueDeleteOk, QueuePurgeOk, QueueUnbindOk,
+    BasicCancelOk, BasicConsumeOk, BasicGetEmpty, BasicGetOk, ExchangeDeclareOk, ExchangeDeleteOk,
+    QueueBindOk, QueueDeclareOk, QueueDeleteOk, QueuePurgeOk, QueueUnbindOk,
 };
 use crate::protocol::{Method, ShortStr};
 use crate::queue::{ConsumeRefused, QueueStats};
 use crate::session::error::{ChannelError, ObjectKind};
 
 use super::super::control;
-use super::super::inbox::{ControlOk, ControlRequest, GotMessage, QueueReply, QueueRequest, SettleOp};
+use super::super::inbox::{
+    ControlOk, ControlRequest, GotMessage, QueueReply, QueueRequest, SettleOp,
+};
 use super::super::{Shard, State};
 
 /// An operation a channel waits for.
@@ -31,11 +33,24 @@ pub struct Pending {
 /// What to send once a control request succeeded.
 #[derive(Debug)]
 pub enum Then {
-    ExchangeDeclareOk { nowait: bool },
-    ExchangeDeleteOk { nowait: bool },
-    QueueDeclareOk { name: ShortStr, nowait: bool, exclusive: bool },
-    QueueDeleteOk { nowait: bool },
-    BindOk { nowait: bool, unbind: bool },
+    ExchangeDeclareOk {
+        nowait: bool,
+    },
+    ExchangeDeleteOk {
+        nowait: bool,
+    },
+    QueueDeclareOk {
+        name: ShortStr,
+        nowait: bool,
+        exclusive: bool,
+    },
+    QueueDeleteOk {
+        nowait: bool,
+    },
+    BindOk {
+        nowait: bool,
+        unbind: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -85,9 +100,19 @@ pub enum Resolved {
         nowait: bool,
         reply: QueueReply,
     },
-    Cancelled { tag: ShortStr, nowait: bool },
-    Got { queue: QueueRef, no_ack: bool, reply: QueueReply },
-    Purged { reply: QueueReply, nowait: bool },
+    Cancelled {
+        tag: ShortStr,
+        nowait: bool,
+    },
+    Got {
+        queue: QueueRef,
+        no_ack: bool,
+        reply: QueueReply,
+    },
+    Purged {
+        reply: QueueReply,
+        nowait: bool,
+    },
 }
 
 /// Performs the waiting part of an operation.
@@ -98,7 +123,10 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
             // A declared queue's counts come from its home shard.
             let stats = match (&reply, &then) {
                 (Ok(ControlOk::QueueDeclared { queue }), Then::QueueDeclareOk { .. }) => {
-                    let req = QueueRequest::Stats { queue: queue.id, touch: true };
+                    let req = QueueRequest::Stats {
+                        queue: queue.id,
+                        touch: true,
+                    };
                     match control::queue_request(shard, queue.home, req).await {
                         QueueReply::Stats(stats) => Some(stats),
                         _ => None,
@@ -108,9 +136,20 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
             };
             Resolved::Control(reply, then, stats)
         }
-        PendingOp::QueueStats { name, queue, nowait } => {
-            let req = QueueRequest::Stats { queue: queue.id, touch: true };
-            Resolved::Stats(name, control::queue_request(shard, queue.home, req).await, nowait)
+        PendingOp::QueueStats {
+            name,
+            queue,
+            nowait,
+        } => {
+            let req = QueueRequest::Stats {
+                queue: queue.id,
+                touch: true,
+            };
+            Resolved::Stats(
+                name,
+                control::queue_request(shard, queue.home, req).await,
+                nowait,
+            )
         }
         PendingOp::Consume {
             consumer,
@@ -148,14 +187,24 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
             tag,
             nowait,
         } => {
-            let req = QueueRequest::Cancel { queue: queue.id, key };
+            let req = QueueRequest::Cancel {
+                queue: queue.id,
+                key,
+            };
             let _ = control::queue_request(shard, queue.home, req).await;
             Resolved::Cancelled { tag, nowait }
         }
         PendingOp::Get { queue, no_ack } => {
-            let req = QueueRequest::Get { queue: queue.id, no_ack };
+            let req = QueueRequest::Get {
+                queue: queue.id,
+                no_ack,
+            };
             let reply = control::queue_request(shard, queue.home, req).await;
-            Resolved::Got { queue, no_ack, reply }
+            Resolved::Got {
+                queue,
+                no_ack,
+                reply,
+            }
         }
         PendingOp::Purge { queue, nowait } => {
             let req = QueueRequest::Purge { queue: queue.id };
@@ -174,7 +223,10 @@ impl State {
             .conn(conn)
             .and_then(|c| c.channels.get(&number))
             .is_some_and(|ch| ch.phase == crate::session::channel::ChannelPhase::Open);
-        let vhost_name = self.conn(conn).map(|c| c.vhost_name.clone()).unwrap_or_default();
+        let vhost_name = self
+            .conn(conn)
+            .map(|c| c.vhost_name.clone())
+            .unwrap_or_default();
         let gone = |name: &ShortStr| ChannelError::NotFound {
             kind: ObjectKind::Queue,
             name: name.to_string(),
@@ -216,7 +268,11 @@ impl State {
                             cons.queue_key = key;
                         }
                         if !nowait {
-                            self.reply_now(conn, number, Method::BasicConsumeOk(BasicConsumeOk { consumer_tag: tag }));
+                            self.reply_now(
+                                conn,
+                                number,
+                                Method::BasicConsumeOk(BasicConsumeOk { consumer_tag: tag }),
+                            );
                         }
                         self.top_up(shard, conn, number, Some(consumer));
                     } else if let Some(queue) = self.consumer_queue(conn, number, consumer) {
@@ -243,7 +299,11 @@ impl State {
             Resolved::Cancelled { tag, nowait } => {
                 Ok((!nowait).then(|| Method::BasicCancelOk(BasicCancelOk { consumer_tag: tag })))
             }
-            Resolved::Got { queue, no_ack, reply } => match reply {
+            Resolved::Got {
+                queue,
+                no_ack,
+                reply,
+            } => match reply {
                 QueueReply::Got(Some(GotMessage {
                     seq,
                     msg,
@@ -322,7 +382,14 @@ impl State {
             (_, Then::ExchangeDeleteOk { nowait }) => {
                 (!nowait).then_some(Method::ExchangeDeleteOk(ExchangeDeleteOk {}))
             }
-            (_, Then::QueueDeclareOk { name, nowait, exclusive }) => {
+            (
+                _,
+                Then::QueueDeclareOk {
+                    name,
+                    nowait,
+                    exclusive,
+                },
+            ) => {
                 if exclusive {
                     if let Some(c) = self.conn_mut(conn) {
                         if !c.exclusive_queues.contains(&name) {
@@ -340,9 +407,10 @@ impl State {
                     })
                 })
             }
-            (ControlOk::QueueDeleted { messages }, Then::QueueDeleteOk { nowait }) => {
-                (!nowait).then_some(Method::QueueDeleteOk(QueueDeleteOk { message_count: messages }))
-            }
+            (ControlOk::QueueDeleted { messages }, Then::QueueDeleteOk { nowait }) => (!nowait)
+                .then_some(Method::QueueDeleteOk(QueueDeleteOk {
+                    message_count: messages,
+                })),
             (_, Then::QueueDeleteOk { nowait }) => {
                 (!nowait).then_some(Method::QueueDeleteOk(QueueDeleteOk { message_count: 0 }))
             }
@@ -357,7 +425,10 @@ impl State {
     }
 
     fn set_last_queue(&mut self, conn: ConnId, number: u16, name: &ShortStr) {
-        if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+        if let Some(ch) = self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        {
             ch.last_queue = name.clone();
         }
     }
@@ -370,7 +441,10 @@ impl State {
     }
 
     fn forget_consumer(&mut self, conn: ConnId, number: u16, consumer: u32) {
-        if let Some(ch) = self.conn_mut(conn).and_then(|c| c.channels.get_mut(&number)) {
+        if let Some(ch) = self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        {
             ch.consumers.remove(&consumer);
         }
     }

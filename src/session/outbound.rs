@@ -63,15 +63,23 @@ impl Outbound {
         }
     }
 
-    /// Appends bytes that are shared with other connections; tiny ones are copied.
-    fn put_shared(&mut self, bytes: &Bytes) {
-        if bytes.len() <= self.inline_max {
-            self.arena().extend_from_slice(bytes);
+    /// Appends `len` bytes of `bytes` from `offset`: copied when small, otherwise queued as
+    /// a slice of the shared buffer. Borrowing avoids a reference-count round trip on the
+    /// (cross-thread) shared buffer for the common, inlined case.
+    fn put_shared(&mut self, bytes: &Bytes, offset: usize, len: usize) {
+        if len <= self.inline_max {
+            if let Some(part) = bytes.get(offset..offset + len) {
+                self.arena().extend_from_slice(part);
+            }
         } else {
             self.seal_pending();
-            self.chunks.push_back(bytes.clone());
+            if offset == 0 && len == bytes.len() {
+                self.chunks.push_back(bytes.clone());
+            } else {
+                self.chunks.push_back(bytes.slice(offset..offset + len));
+            }
         }
-        self.queued += bytes.len();
+        self.queued += len;
     }
 
     /// Appends a method frame.
@@ -138,13 +146,13 @@ impl Outbound {
 
     /// Content header and body frames, the body split to the negotiated frame size.
     fn content(&mut self, channel: u16, msg: &Message) {
-        let props = msg.raw_properties().clone();
+        let props = msg.raw_properties();
         let arena = self.arena();
         let before = arena.len();
         frame::encode_content_header_prefix(arena, channel, 60, msg.body_size(), props.len());
         let added = arena.len() - before;
         self.queued += added;
-        self.put_shared(&props);
+        self.put_shared(props, 0, props.len());
         self.arena().put_u8(FRAME_END);
         self.queued += 1;
         let max_payload = (self.frame_max as usize).saturating_sub(8).max(1);
@@ -155,8 +163,7 @@ impl Outbound {
                 let arena = self.arena();
                 frame::encode_body_prefix(arena, channel, len as u32);
                 self.queued += 7;
-                let piece = chunk.slice(offset..offset + len);
-                self.put_shared(&piece);
+                self.put_shared(chunk, offset, len);
                 self.arena().put_u8(FRAME_END);
                 self.queued += 1;
                 offset += len;

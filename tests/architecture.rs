@@ -1,0 +1,144 @@
+//! Checks the module boundaries written in each module's doc ("Does not: …") by scanning
+//! `use crate::…` imports and forbidden names. A new import that crosses a boundary fails
+//! here, where it is cheap to discuss.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Lines of non-test code (stops at the first `#[cfg(test)]`).
+fn code_lines(path: &Path) -> Vec<String> {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .take_while(|l| !l.trim_start().starts_with("#[cfg(test)]"))
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every `crate::X` module a file refers to.
+fn crate_deps(path: &Path) -> Vec<String> {
+    let mut deps = Vec::new();
+    for line in code_lines(path) {
+        let mut rest = line.as_str();
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() && !deps.contains(&name) {
+                deps.push(name);
+            }
+        }
+    }
+    deps
+}
+
+fn check_layer(module: &str, allowed: &[&str]) {
+    let dir = src().join(module);
+    let files = if dir.is_dir() {
+        rust_files(&dir)
+    } else {
+        vec![src().join(format!("{module}.rs"))]
+    };
+    assert!(!files.is_empty(), "module {module} not found");
+    for file in files {
+        for dep in crate_deps(&file) {
+            assert!(
+                dep == module || allowed.contains(&dep.as_str()),
+                "{} uses crate::{dep}, which module '{module}' may not depend on (allowed: {allowed:?})",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn dependencies_point_one_way() {
+    check_layer("protocol", &[]);
+    check_layer("timer", &[]);
+    check_layer("policy", &["timer"]);
+    check_layer("model", &["protocol"]);
+    check_layer("queue", &["protocol", "model"]);
+    check_layer("ops", &[]);
+    check_layer(
+        "session",
+        &["protocol", "model", "queue", "policy", "timer"],
+    );
+    if src().join("client").is_dir() {
+        check_layer("client", &["protocol"]);
+    }
+}
+
+#[test]
+fn no_locks_in_the_broker() {
+    for file in rust_files(&src()) {
+        if file.components().any(|c| c.as_os_str() == "client") {
+            continue;
+        }
+        for (i, line) in code_lines(&file).iter().enumerate() {
+            for forbidden in ["Mutex", "RwLock", "parking_lot"] {
+                assert!(
+                    !line.contains(forbidden),
+                    "{}:{}: '{forbidden}' in broker code; shards share nothing, use a ShardMsg",
+                    file.display(),
+                    i + 1
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn runtime_specific_code_stays_at_the_edges() {
+    for file in rust_files(&src()) {
+        let rel = file
+            .strip_prefix(src())
+            .unwrap_or(&file)
+            .to_string_lossy()
+            .into_owned();
+        let allowed = rel.starts_with("net/")
+            || rel == "shard/runtime.rs"
+            || rel == "shard/control.rs"
+            || rel == "server.rs";
+        if allowed {
+            continue;
+        }
+        for (i, line) in code_lines(&file).iter().enumerate() {
+            assert!(
+                !line.contains("tokio_uring::"),
+                "{rel}:{}: tokio_uring outside net/ and shard/runtime.rs",
+                i + 1
+            );
+        }
+    }
+}
+
+#[test]
+fn main_is_only_an_entry_point() {
+    let lines = fs::read_to_string(src().join("main.rs")).unwrap_or_default();
+    assert!(
+        lines.lines().count() < 60,
+        "src/main.rs must stay under 60 lines"
+    );
+}
