@@ -194,7 +194,8 @@ impl Channel {
     /// (`channel.flow active=false`) or connection (`connection.blocked`).
     pub fn is_flow_held(&self) -> bool {
         use std::sync::atomic::Ordering;
-        self.shared.flow_stopped.load(Ordering::Acquire) || self.conn.blocked.load(Ordering::Acquire)
+        self.shared.flow_stopped.load(Ordering::Acquire)
+            || self.conn.blocked.load(Ordering::Acquire)
     }
 
     /// Takes the receiver of `basic.return`s (mandatory publishes the broker could
@@ -204,7 +205,10 @@ impl Channel {
     }
 
     async fn send(&self, cmd: Cmd) -> Result<(), ClientError> {
-        self.cmd.send(cmd).await.map_err(|_| self.shared.gone(&self.conn))
+        self.cmd
+            .send(cmd)
+            .await
+            .map_err(|_| self.shared.gone(&self.conn))
     }
 
     async fn rpc(&self, method: Method) -> Result<Method, ClientError> {
@@ -246,7 +250,12 @@ impl Channel {
             nowait: false,
             arguments: opts.arguments,
         };
-        expect!(self.rpc(m.into()).await?, ExchangeDeclareOk, "exchange.declare-ok").map(|_| ())
+        expect!(
+            self.rpc(m.into()).await?,
+            ExchangeDeclareOk,
+            "exchange.declare-ok"
+        )
+        .map(|_| ())
     }
 
     /// `exchange.delete`.
@@ -257,7 +266,12 @@ impl Channel {
             if_unused,
             nowait: false,
         };
-        expect!(self.rpc(m.into()).await?, ExchangeDeleteOk, "exchange.delete-ok").map(|_| ())
+        expect!(
+            self.rpc(m.into()).await?,
+            ExchangeDeleteOk,
+            "exchange.delete-ok"
+        )
+        .map(|_| ())
     }
 
     /// `exchange.bind` (exchange-to-exchange, a RabbitMQ extension).
@@ -276,7 +290,12 @@ impl Channel {
             nowait: false,
             arguments,
         };
-        expect!(self.rpc(m.into()).await?, ExchangeBindOk, "exchange.bind-ok").map(|_| ())
+        expect!(
+            self.rpc(m.into()).await?,
+            ExchangeBindOk,
+            "exchange.bind-ok"
+        )
+        .map(|_| ())
     }
 
     /// `exchange.unbind`.
@@ -295,7 +314,12 @@ impl Channel {
             nowait: false,
             arguments,
         };
-        expect!(self.rpc(m.into()).await?, ExchangeUnbindOk, "exchange.unbind-ok").map(|_| ())
+        expect!(
+            self.rpc(m.into()).await?,
+            ExchangeUnbindOk,
+            "exchange.unbind-ok"
+        )
+        .map(|_| ())
     }
 
     /// `queue.declare`; an empty name asks the server to choose one.
@@ -314,7 +338,11 @@ impl Channel {
             nowait: false,
             arguments: opts.arguments,
         };
-        let ok = expect!(self.rpc(m.into()).await?, QueueDeclareOk, "queue.declare-ok")?;
+        let ok = expect!(
+            self.rpc(m.into()).await?,
+            QueueDeclareOk,
+            "queue.declare-ok"
+        )?;
         Ok(QueueInfo {
             name: ok.queue,
             message_count: ok.message_count,
@@ -366,7 +394,8 @@ impl Channel {
             queue: queue.into(),
             nowait: false,
         };
-        expect!(self.rpc(m.into()).await?, QueuePurgeOk, "queue.purge-ok").map(|ok| ok.message_count)
+        expect!(self.rpc(m.into()).await?, QueuePurgeOk, "queue.purge-ok")
+            .map(|ok| ok.message_count)
     }
 
     /// `queue.delete`; returns how many messages were deleted with it.
@@ -383,7 +412,8 @@ impl Channel {
             if_empty,
             nowait: false,
         };
-        expect!(self.rpc(m.into()).await?, QueueDeleteOk, "queue.delete-ok").map(|ok| ok.message_count)
+        expect!(self.rpc(m.into()).await?, QueueDeleteOk, "queue.delete-ok")
+            .map(|ok| ok.message_count)
     }
 
     /// `basic.qos` with a message-count prefetch (0 = unlimited).
@@ -408,8 +438,15 @@ impl Channel {
         properties: Bytes,
         body: Bytes,
     ) -> Result<(), ClientError> {
-        self.publish_inner(exchange.into(), routing_key.into(), mandatory, properties, body, None)
-            .await
+        self.publish_inner(
+            exchange.into(),
+            routing_key.into(),
+            mandatory,
+            properties,
+            body,
+            None,
+        )
+        .await
     }
 
     /// Publishes with typed properties (encoded per call; for repeated sends encode
@@ -422,8 +459,14 @@ impl Channel {
         properties: &BasicProperties,
         body: Bytes,
     ) -> Result<(), ClientError> {
-        self.basic_publish(exchange, routing_key, mandatory, encode_properties(properties), body)
-            .await
+        self.basic_publish(
+            exchange,
+            routing_key,
+            mandatory,
+            encode_properties(properties),
+            body,
+        )
+        .await
     }
 
     /// Publishes on a channel in confirm mode and returns a future of the broker's
@@ -437,8 +480,15 @@ impl Channel {
         body: Bytes,
     ) -> Result<Confirmation, ClientError> {
         let (tx, rx) = oneshot::channel();
-        self.publish_inner(exchange.into(), routing_key.into(), mandatory, properties, body, Some(tx))
-            .await?;
+        self.publish_inner(
+            exchange.into(),
+            routing_key.into(),
+            mandatory,
+            properties,
+            body,
+            Some(tx),
+        )
+        .await?;
         Ok(Confirmation {
             rx,
             chan: Arc::clone(&self.shared),
@@ -472,7 +522,12 @@ impl Channel {
     /// `confirm.select`: from now on the broker confirms every publish.
     pub async fn confirm_select(&self) -> Result<(), ClientError> {
         let m = ConfirmSelect { nowait: false };
-        expect!(self.rpc(m.into()).await?, ConfirmSelectOk, "confirm.select-ok").map(|_| ())
+        expect!(
+            self.rpc(m.into()).await?,
+            ConfirmSelectOk,
+            "confirm.select-ok"
+        )
+        .map(|_| ())
     }
 
     /// Waits until every publish so far is confirmed; `true` if none was nacked
@@ -500,7 +555,12 @@ impl Channel {
 
     /// `tx.rollback`.
     pub async fn tx_rollback(&self) -> Result<(), ClientError> {
-        expect!(self.rpc(TxRollback.into()).await?, TxRollbackOk, "tx.rollback-ok").map(|_| ())
+        expect!(
+            self.rpc(TxRollback.into()).await?,
+            TxRollbackOk,
+            "tx.rollback-ok"
+        )
+        .map(|_| ())
     }
 
     /// `basic.consume`; deliveries arrive through the returned [`Consumer`].
@@ -551,7 +611,11 @@ impl Channel {
     }
 
     /// `basic.get`: one message, or `None` if the queue is empty.
-    pub async fn basic_get(&self, queue: &str, no_ack: bool) -> Result<Option<GetMessage>, ClientError> {
+    pub async fn basic_get(
+        &self,
+        queue: &str,
+        no_ack: bool,
+    ) -> Result<Option<GetMessage>, ClientError> {
         self.shared.check(&self.conn)?;
         let (tx, rx) = oneshot::channel();
         let m = BasicGet {

@@ -162,7 +162,10 @@ impl Connection {
     }
 
     /// Connects with the given options.
-    pub async fn connect_with(url: &str, opts: ConnectionOptions) -> Result<Connection, ClientError> {
+    pub async fn connect_with(
+        url: &str,
+        opts: ConnectionOptions,
+    ) -> Result<Connection, ClientError> {
         let parsed = AmqpUrl::parse(url)?;
         let limit = opts.connect_timeout;
         tokio::time::timeout(limit, Connection::handshake(parsed, opts))
@@ -188,7 +191,9 @@ impl Connection {
         };
         let mechanisms = start.mechanisms.as_str_lossy().to_string();
         if !mechanisms.split(' ').any(|m| m == "PLAIN") {
-            return Err(ClientError::UnsupportedMechanism { offered: mechanisms });
+            return Err(ClientError::UnsupportedMechanism {
+                offered: mechanisms,
+            });
         }
         let mut response = Vec::with_capacity(url.user.len() + url.password.len() + 2);
         response.push(0);
@@ -226,7 +231,11 @@ impl Connection {
             heartbeat: negotiate(opts.heartbeat, tune.heartbeat),
         };
         let tuning = Tuning {
-            heartbeat: if opts.heartbeat == 0 { 0 } else { tuning.heartbeat },
+            heartbeat: if opts.heartbeat == 0 {
+                0
+            } else {
+                tuning.heartbeat
+            },
             ..tuning
         };
         encode_method(

@@ -28,7 +28,12 @@ impl Consumer {
         chan: Arc<ChanShared>,
         conn: Arc<ConnShared>,
     ) -> Consumer {
-        Consumer { tag, rx, chan, conn }
+        Consumer {
+            tag,
+            rx,
+            chan,
+            conn,
+        }
     }
 
     /// The consumer tag.
@@ -56,7 +61,11 @@ impl Consumer {
     }
 
     /// Appends up to `limit` deliveries to `buf`, waiting for at least one.
-    pub async fn recv_many(&mut self, buf: &mut Vec<Delivery>, limit: usize) -> Result<usize, ClientError> {
+    pub async fn recv_many(
+        &mut self,
+        buf: &mut Vec<Delivery>,
+        limit: usize,
+    ) -> Result<usize, ClientError> {
         match self.rx.recv_many(buf, limit.max(1)).await {
             0 => Err(self.ended()),
             n => Ok(n),

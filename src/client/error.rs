@@ -124,9 +124,8 @@ impl ClientError {
     /// The AMQP reply code for a channel or connection close.
     pub fn reply_code(&self) -> Option<u16> {
         match self {
-            ClientError::ConnectionClosed { code, .. } | ClientError::ChannelClosed { code, .. } => {
-                Some(*code)
-            }
+            ClientError::ConnectionClosed { code, .. }
+            | ClientError::ChannelClosed { code, .. } => Some(*code),
             _ => None,
         }
     }
@@ -141,7 +140,10 @@ impl fmt::Display for ClientError {
                 write!(f, "connection handshake did not finish within {d:?}")
             }
             ClientError::UnsupportedMechanism { offered } => {
-                write!(f, "server offers no PLAIN authentication (offered: {offered})")
+                write!(
+                    f,
+                    "server offers no PLAIN authentication (offered: {offered})"
+                )
             }
             ClientError::Decode(e) => write!(f, "undecodable data from server: {e}"),
             ClientError::Frame(e) => write!(f, "malformed frame from server: {e}"),

@@ -23,7 +23,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::error::ClientError;
 use super::message::{Delivery, GetMessage, Returned};
 use super::shared::{ChanShared, ConnShared};
-use crate::protocol::frame::{encode_content, encode_heartbeat, encode_method, split_frame, Frame, FrameKind};
+use crate::protocol::frame::{
+    encode_content, encode_heartbeat, encode_method, split_frame, Frame, FrameKind,
+};
 use crate::protocol::method::*;
 use crate::protocol::{ContentHeader, Method, ShortStr};
 
@@ -146,7 +148,10 @@ impl Confirms {
 enum Target {
     Deliver(BasicDeliver),
     Return(BasicReturn),
-    Get(BasicGetOk, oneshot::Sender<Result<Option<GetMessage>, ClientError>>),
+    Get(
+        BasicGetOk,
+        oneshot::Sender<Result<Option<GetMessage>, ClientError>>,
+    ),
 }
 
 struct Assembly {
@@ -309,9 +314,13 @@ impl ConnTask {
                 self.rbuf.reserve(READ_CHUNK);
             }
             let can_read = self.stalled.is_none();
-            let can_take = cmds_open && self.wbuf.len() < WRITE_HIGH_WATER && self.closing.is_none();
+            let can_take =
+                cmds_open && self.wbuf.len() < WRITE_HIGH_WATER && self.closing.is_none();
             let want_write = !self.wbuf.is_empty();
-            let stall = self.stalled.as_ref().map(|(tx, _)| tx.clone().reserve_owned());
+            let stall = self
+                .stalled
+                .as_ref()
+                .map(|(tx, _)| tx.clone().reserve_owned());
             let ev = {
                 let writer = &mut self.writer;
                 let wbuf = &self.wbuf;
@@ -392,10 +401,17 @@ impl ConnTask {
     }
 
     fn chan(&mut self, id: u16) -> Option<&mut ChanState> {
-        self.channels.get_mut(usize::from(id)).and_then(|c| c.as_mut())
+        self.channels
+            .get_mut(usize::from(id))
+            .and_then(|c| c.as_mut())
     }
 
-    fn start_close(&mut self, code: u16, text: ShortStr, reply: oneshot::Sender<Result<(), ClientError>>) {
+    fn start_close(
+        &mut self,
+        code: u16,
+        text: ShortStr,
+        reply: oneshot::Sender<Result<(), ClientError>>,
+    ) {
         let e = ClientError::ConnectionClosed {
             code,
             text: text.to_string(),
@@ -418,7 +434,12 @@ impl ConnTask {
 
     fn command(&mut self, cmd: Cmd) {
         if self.closing.is_some() {
-            let e = self.shared.error.get().cloned().unwrap_or_else(ClientError::disconnected);
+            let e = self
+                .shared
+                .error
+                .get()
+                .cloned()
+                .unwrap_or_else(ClientError::disconnected);
             fail_cmd(cmd, &e);
             return;
         }
@@ -453,7 +474,14 @@ impl ConnTask {
                         immediate: false,
                     }),
                 );
-                encode_content(&mut self.wbuf, p.channel, CLASS_BASIC, &p.properties, &p.body, frame_max);
+                encode_content(
+                    &mut self.wbuf,
+                    p.channel,
+                    CLASS_BASIC,
+                    &p.properties,
+                    &p.body,
+                    frame_max,
+                );
             }
             Cmd::Send { channel, method } => {
                 if self.chan(channel).is_some() {
@@ -536,7 +564,11 @@ impl ConnTask {
         });
         // The handle waits for open-ok through an Rpc it sends next; the state exists
         // now so that Rpc finds it.
-        Ok(Opened { id, shared, returns })
+        Ok(Opened {
+            id,
+            shared,
+            returns,
+        })
     }
 
     /// Splits and handles every complete frame in the read buffer, unless a full
@@ -673,7 +705,11 @@ impl ConnTask {
     fn connection_method(&mut self, method: Method) -> Result<Flow, ClientError> {
         match method {
             Method::ConnectionClose(c) => {
-                encode_method(&mut self.wbuf, 0, &Method::ConnectionCloseOk(ConnectionCloseOk));
+                encode_method(
+                    &mut self.wbuf,
+                    0,
+                    &Method::ConnectionCloseOk(ConnectionCloseOk),
+                );
                 let e = ClientError::ConnectionClosed {
                     code: c.reply_code,
                     text: c.reply_text.to_string(),
@@ -734,7 +770,10 @@ impl ConnTask {
             Method::ChannelFlow(f) => {
                 ch.shared.set_flow(f.active);
                 if !f.active {
-                    tracing::warn!(channel, "broker stopped publishing on this channel (channel.flow)");
+                    tracing::warn!(
+                        channel,
+                        "broker stopped publishing on this channel (channel.flow)"
+                    );
                 }
                 encode_method(
                     &mut self.wbuf,
@@ -743,7 +782,11 @@ impl ConnTask {
                 );
             }
             Method::ChannelClose(c) => {
-                encode_method(&mut self.wbuf, channel, &Method::ChannelCloseOk(ChannelCloseOk));
+                encode_method(
+                    &mut self.wbuf,
+                    channel,
+                    &Method::ChannelCloseOk(ChannelCloseOk),
+                );
                 let e = ClientError::ChannelClosed {
                     code: c.reply_code,
                     text: c.reply_text.to_string(),
@@ -828,7 +871,10 @@ impl ConnTask {
                     Some(Pending::Method(tx)) => {
                         let _ = tx.send(Ok(reply));
                     }
-                    Some(Pending::Consume { deliveries, reply: tx }) => {
+                    Some(Pending::Consume {
+                        deliveries,
+                        reply: tx,
+                    }) => {
                         if let Method::BasicConsumeOk(ok) = &reply {
                             ch.consumers.push((ok.consumer_tag.clone(), deliveries));
                         }

@@ -111,7 +111,11 @@ impl ChanShared {
     /// Waits while the broker holds publishers back on this channel or connection.
     /// Logs `Message send delayed by Ns due to broker enforced flow control` every
     /// notify period and gives up after the wait-failure timeout.
-    pub async fn wait_flow(&self, conn: &ConnShared, opts: &FlowOptions) -> Result<(), ClientError> {
+    pub async fn wait_flow(
+        &self,
+        conn: &ConnShared,
+        opts: &FlowOptions,
+    ) -> Result<(), ClientError> {
         if !self.held(conn) {
             return Ok(());
         }

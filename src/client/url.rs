@@ -118,7 +118,13 @@ mod tests {
         assert_eq!(AmqpUrl::parse("amqp://").unwrap(), AmqpUrl::default());
         let u = AmqpUrl::parse("amqp://a:b%40c@example:5673/v%2fh").unwrap();
         assert_eq!(
-            (u.user.as_str(), u.password.as_str(), u.host.as_str(), u.port, u.vhost.as_str()),
+            (
+                u.user.as_str(),
+                u.password.as_str(),
+                u.host.as_str(),
+                u.port,
+                u.vhost.as_str()
+            ),
             ("a", "b@c", "example", 5673, "v/h")
         );
         let u = AmqpUrl::parse("amqp://[::1]:9/").unwrap();
