@@ -221,8 +221,11 @@ pub(crate) struct ConnTask {
     tuning: Tuning,
     channels: Vec<Option<ChanState>>,
     next_channel: u16,
-    /// A delivery waiting for room in its consumer's queue; reading is paused.
-    stalled: Option<(mpsc::Sender<Delivery>, Delivery)>,
+    /// Deliveries waiting for room in their consumers' queues, in arrival order.
+    /// While any wait, reading pauses — unless a synchronous reply is awaited, which
+    /// may sit behind them in the socket (an application blocked on, say,
+    /// `tx.commit` while its consumer queue is full would otherwise never be answered).
+    overflow: VecDeque<(mpsc::Sender<Delivery>, Delivery)>,
     /// The close this client started, answered on close-ok.
     closing: Option<oneshot::Sender<Result<(), ClientError>>>,
     last_read: Instant,
@@ -261,7 +264,7 @@ impl ConnTask {
             tuning,
             channels: Vec::new(),
             next_channel: 1,
-            stalled: None,
+            overflow: VecDeque::new(),
             closing: None,
             last_read: Instant::now(),
             wrote_since_tick: false,
@@ -313,14 +316,15 @@ impl ConnTask {
             if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
                 self.rbuf.reserve(READ_CHUNK);
             }
-            let can_read = self.stalled.is_none();
+            let can_read = !self.paused();
             let can_take =
                 cmds_open && self.wbuf.len() < WRITE_HIGH_WATER && self.closing.is_none();
             let want_write = !self.wbuf.is_empty();
             let stall = self
-                .stalled
-                .as_ref()
+                .overflow
+                .front()
                 .map(|(tx, _)| tx.clone().reserve_owned());
+            let stalled = stall.is_some();
             let ev = {
                 let writer = &mut self.writer;
                 let wbuf = &self.wbuf;
@@ -332,7 +336,7 @@ impl ConnTask {
                     biased;
                     n = writer.write(wbuf), if want_write => Event::Wrote(n),
                     n = reader.read_buf(rbuf), if can_read => Event::Read(n),
-                    p = async { match stall { Some(f) => f.await.ok(), None => std::future::pending().await } }, if !can_read => Event::Unstalled(p),
+                    p = async { match stall { Some(f) => f.await.ok(), None => std::future::pending().await } }, if stalled => Event::Unstalled(p),
                     n = cmds.recv_many(batch, CMD_BATCH), if can_take => Event::Commands(n),
                     _ = ticker.tick(), if !hb.is_zero() => Event::Tick,
                 }
@@ -359,11 +363,12 @@ impl ConnTask {
                     }
                 }
                 Event::Unstalled(permit) => {
-                    if let Some((_, d)) = self.stalled.take() {
+                    if let Some((_, d)) = self.overflow.pop_front() {
                         if let Some(p) = permit {
                             p.send(d);
                         }
                     }
+                    self.drain_overflow();
                     if let Flow::Stop = self.process_frames()? {
                         return self.flush().await;
                     }
@@ -571,10 +576,29 @@ impl ConnTask {
         })
     }
 
+    /// Reading pauses while deliveries wait for consumer room and no synchronous
+    /// reply is outstanding.
+    fn paused(&self) -> bool {
+        !self.overflow.is_empty() && self.channels.iter().flatten().all(|c| c.pending.is_empty())
+    }
+
+    /// Moves waiting deliveries into their consumers' queues while there is room.
+    fn drain_overflow(&mut self) {
+        while let Some((tx, d)) = self.overflow.pop_front() {
+            match tx.try_send(d) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+                Err(mpsc::error::TrySendError::Full(d)) => {
+                    self.overflow.push_front((tx, d));
+                    break;
+                }
+            }
+        }
+    }
+
     /// Splits and handles every complete frame in the read buffer, unless a full
-    /// consumer queue stalls it.
+    /// consumer queue pauses it.
     fn process_frames(&mut self) -> Result<Flow, ClientError> {
-        while self.stalled.is_none() {
+        while !self.paused() {
             let Some(frame) = split_frame(&mut self.rbuf, self.tuning.frame_max)? else {
                 break;
             };
@@ -652,6 +676,8 @@ impl ConnTask {
 
     /// Hands a fully assembled message to whoever waits for it.
     fn complete(&mut self, channel: u16) {
+        let backlog = !self.overflow.is_empty();
+        let mut wait = None;
         let Some(ch) = self.chan(channel) else { return };
         let Some(a) = ch.assembly.take() else { return };
         let properties = a.properties.unwrap_or_default();
@@ -670,12 +696,17 @@ impl ConnTask {
                     properties,
                     body,
                 };
-                match tx.try_send(delivery) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(delivery)) => {
-                        self.stalled = Some((tx.clone(), delivery));
+                if backlog {
+                    // Keep arrival order behind what already waits.
+                    wait = Some((tx.clone(), delivery));
+                } else {
+                    match tx.try_send(delivery) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(delivery)) => {
+                            wait = Some((tx.clone(), delivery));
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {}
                     }
-                    Err(mpsc::error::TrySendError::Closed(_)) => {}
                 }
             }
             Target::Return(r) => {
@@ -699,6 +730,9 @@ impl ConnTask {
                     body,
                 })));
             }
+        }
+        if let Some(w) = wait {
+            self.overflow.push_back(w);
         }
     }
 
