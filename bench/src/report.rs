@@ -375,7 +375,7 @@ impl RunReport {
             let _ = writeln!(s, "{:<16} {c}", "channel closed");
         }
         let slow: Vec<_> = self.subscribers.iter().filter(|x| x.slow).collect();
-        if !slow.is_empty() {
+        if !slow.is_empty() && self.cells.is_empty() {
             for x in slow {
                 let _ = writeln!(
                     s,
