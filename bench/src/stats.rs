@@ -119,6 +119,8 @@ impl Shared {
 pub struct Recorder {
     local: Histogram<u64>,
     last: Instant,
+    /// Receive time of the current batch (one clock read per batch).
+    now: u64,
 }
 
 impl Recorder {
@@ -126,13 +128,18 @@ impl Recorder {
         Recorder {
             local: new_hist(),
             last: Instant::now(),
+            now: 0,
         }
+    }
+
+    /// Reads the clock once for the batch about to be recorded.
+    pub fn batch_received(&mut self, shared: &Shared) {
+        self.now = shared.now_ns();
     }
 
     pub fn record(&mut self, shared: &Shared, sent_ns: u64) {
         if shared.measuring.load(Ordering::Relaxed) {
-            let now = shared.now_ns();
-            let _ = self.local.record(now.saturating_sub(sent_ns).max(1));
+            let _ = self.local.record(self.now.saturating_sub(sent_ns).max(1));
         }
     }
 

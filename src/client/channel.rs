@@ -570,7 +570,11 @@ impl Channel {
         opts: ConsumeOptions,
     ) -> Result<Consumer, ClientError> {
         self.shared.check(&self.conn)?;
-        let (dtx, drx) = mpsc::channel(opts.buffer.max(1));
+        // Deliveries travel in batches of up to `batch_max`; the queue holds enough
+        // batches for `buffer` deliveries.
+        let buffer = opts.buffer.max(1);
+        let batch_max = buffer.min(256);
+        let (dtx, drx) = mpsc::channel((buffer / batch_max).max(1));
         let (tx, rx) = oneshot::channel();
         let m = BasicConsume {
             ticket: 0,
@@ -587,6 +591,7 @@ impl Channel {
             method: m.into(),
             pending: Pending::Consume {
                 deliveries: dtx,
+                batch_max,
                 reply: tx,
             },
         })

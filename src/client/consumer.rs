@@ -4,6 +4,7 @@
 //! consumer was opened on) or buffer without bound (its queue is bounded; when full
 //! the connection task stops reading the socket).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -16,7 +17,9 @@ use crate::protocol::ShortStr;
 /// Deliveries of one consumer.
 pub struct Consumer {
     tag: ShortStr,
-    rx: mpsc::Receiver<Delivery>,
+    rx: mpsc::Receiver<Vec<Delivery>>,
+    /// The rest of the batch last received.
+    local: VecDeque<Delivery>,
     chan: Arc<ChanShared>,
     conn: Arc<ConnShared>,
 }
@@ -24,16 +27,28 @@ pub struct Consumer {
 impl Consumer {
     pub(crate) fn new(
         tag: ShortStr,
-        rx: mpsc::Receiver<Delivery>,
+        rx: mpsc::Receiver<Vec<Delivery>>,
         chan: Arc<ChanShared>,
         conn: Arc<ConnShared>,
     ) -> Consumer {
         Consumer {
             tag,
             rx,
+            local: VecDeque::new(),
             chan,
             conn,
         }
+    }
+
+    /// Refills the local batch, waiting for the next one.
+    async fn refill(&mut self) -> Result<(), ClientError> {
+        while self.local.is_empty() {
+            match self.rx.recv().await {
+                Some(batch) => self.local.extend(batch),
+                None => return Err(self.ended()),
+            }
+        }
+        Ok(())
     }
 
     /// The consumer tag.
@@ -54,10 +69,8 @@ impl Consumer {
     /// [`ClientError::ChannelClosed`] (e.g. 506 `Consuming too slow.`),
     /// [`ClientError::ConnectionClosed`], or [`ClientError::ConsumerCancelled`].
     pub async fn recv(&mut self) -> Result<Delivery, ClientError> {
-        match self.rx.recv().await {
-            Some(d) => Ok(d),
-            None => Err(self.ended()),
-        }
+        self.refill().await?;
+        self.local.pop_front().ok_or_else(|| self.ended())
     }
 
     /// Appends up to `limit` deliveries to `buf`, waiting for at least one.
@@ -66,16 +79,22 @@ impl Consumer {
         buf: &mut Vec<Delivery>,
         limit: usize,
     ) -> Result<usize, ClientError> {
-        match self.rx.recv_many(buf, limit.max(1)).await {
-            0 => Err(self.ended()),
-            n => Ok(n),
-        }
+        self.refill().await?;
+        let n = self.local.len().min(limit.max(1));
+        buf.extend(self.local.drain(..n));
+        Ok(n)
     }
 
     /// A delivery if one is buffered, without waiting. `Ok(None)`: none yet.
     pub fn try_recv(&mut self) -> Result<Option<Delivery>, ClientError> {
+        if let Some(d) = self.local.pop_front() {
+            return Ok(Some(d));
+        }
         match self.rx.try_recv() {
-            Ok(d) => Ok(Some(d)),
+            Ok(batch) => {
+                self.local.extend(batch);
+                Ok(self.local.pop_front())
+            }
             Err(mpsc::error::TryRecvError::Empty) => Ok(None),
             Err(mpsc::error::TryRecvError::Disconnected) => Err(self.ended()),
         }

@@ -42,7 +42,8 @@ pub(crate) enum Pending {
     Method(oneshot::Sender<Result<Method, ClientError>>),
     /// `basic.consume`: register the consumer on `consume-ok`, then hand it back.
     Consume {
-        deliveries: mpsc::Sender<Delivery>,
+        deliveries: mpsc::Sender<Vec<Delivery>>,
+        batch_max: usize,
         reply: oneshot::Sender<Result<Method, ClientError>>,
     },
     /// `basic.get`: answered after the content arrives (or on `get-empty`).
@@ -162,10 +163,41 @@ struct Assembly {
     parts: BytesMut,
 }
 
+/// One consumer as the connection task sees it: deliveries are gathered into a batch
+/// per read pass and handed over with one queue operation.
+struct Slot {
+    tag: ShortStr,
+    tx: mpsc::Sender<Vec<Delivery>>,
+    batch: Vec<Delivery>,
+    batch_max: usize,
+}
+
+type Overflow = VecDeque<(mpsc::Sender<Vec<Delivery>>, Vec<Delivery>)>;
+
+impl Slot {
+    /// Hands the gathered batch to the consumer, or queues it behind `overflow`.
+    fn flush(&mut self, overflow: &mut Overflow) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(self.batch_max.min(64)));
+        if !overflow.is_empty() {
+            overflow.push_back((self.tx.clone(), batch));
+            return;
+        }
+        match self.tx.try_send(batch) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(batch)) => {
+                overflow.push_back((self.tx.clone(), batch));
+            }
+        }
+    }
+}
+
 struct ChanState {
     shared: Arc<ChanShared>,
     pending: VecDeque<Pending>,
-    consumers: Vec<(ShortStr, mpsc::Sender<Delivery>)>,
+    consumers: Vec<Slot>,
     assembly: Option<Assembly>,
     returns: mpsc::UnboundedSender<Returned>,
     confirms: Option<Confirms>,
@@ -225,7 +257,7 @@ pub(crate) struct ConnTask {
     /// While any wait, reading pauses — unless a synchronous reply is awaited, which
     /// may sit behind them in the socket (an application blocked on, say,
     /// `tx.commit` while its consumer queue is full would otherwise never be answered).
-    overflow: VecDeque<(mpsc::Sender<Delivery>, Delivery)>,
+    overflow: Overflow,
     /// The close this client started, answered on close-ok.
     closing: Option<oneshot::Sender<Result<(), ClientError>>>,
     last_read: Instant,
@@ -240,7 +272,7 @@ enum Flow {
 enum Event {
     Wrote(std::io::Result<usize>),
     Read(std::io::Result<usize>),
-    Unstalled(Option<mpsc::OwnedPermit<Delivery>>),
+    Unstalled(Option<mpsc::OwnedPermit<Vec<Delivery>>>),
     Commands(usize),
     Tick,
 }
@@ -598,15 +630,28 @@ impl ConnTask {
     /// Splits and handles every complete frame in the read buffer, unless a full
     /// consumer queue pauses it.
     fn process_frames(&mut self) -> Result<Flow, ClientError> {
+        let mut flow = Flow::Continue;
         while !self.paused() {
             let Some(frame) = split_frame(&mut self.rbuf, self.tuning.frame_max)? else {
                 break;
             };
             if let Flow::Stop = self.frame(frame)? {
-                return Ok(Flow::Stop);
+                flow = Flow::Stop;
+                break;
             }
         }
-        Ok(Flow::Continue)
+        self.flush_batches();
+        Ok(flow)
+    }
+
+    /// Hands every consumer its batch of this read pass.
+    fn flush_batches(&mut self) {
+        let overflow = &mut self.overflow;
+        for ch in self.channels.iter_mut().flatten() {
+            for slot in &mut ch.consumers {
+                slot.flush(overflow);
+            }
+        }
     }
 
     fn frame(&mut self, frame: Frame) -> Result<Flow, ClientError> {
@@ -676,37 +721,33 @@ impl ConnTask {
 
     /// Hands a fully assembled message to whoever waits for it.
     fn complete(&mut self, channel: u16) {
-        let backlog = !self.overflow.is_empty();
-        let mut wait = None;
-        let Some(ch) = self.chan(channel) else { return };
+        let Some(ch) = self
+            .channels
+            .get_mut(usize::from(channel))
+            .and_then(|c| c.as_mut())
+        else {
+            return;
+        };
         let Some(a) = ch.assembly.take() else { return };
         let properties = a.properties.unwrap_or_default();
         let body = a.body.unwrap_or_default();
         match a.target {
             Target::Deliver(d) => {
-                let Some((_, tx)) = ch.consumers.iter().find(|(t, _)| *t == d.consumer_tag) else {
+                let overflow = &mut self.overflow;
+                let Some(slot) = ch.consumers.iter_mut().find(|c| c.tag == d.consumer_tag) else {
                     return;
                 };
-                let delivery = Delivery {
-                    consumer_tag: d.consumer_tag,
+                slot.batch.push(Delivery {
+                    consumer_tag: slot.tag.clone(),
                     delivery_tag: d.delivery_tag,
                     redelivered: d.redelivered,
                     exchange: d.exchange,
                     routing_key: d.routing_key,
                     properties,
                     body,
-                };
-                if backlog {
-                    // Keep arrival order behind what already waits.
-                    wait = Some((tx.clone(), delivery));
-                } else {
-                    match tx.try_send(delivery) {
-                        Ok(()) => {}
-                        Err(mpsc::error::TrySendError::Full(delivery)) => {
-                            wait = Some((tx.clone(), delivery));
-                        }
-                        Err(mpsc::error::TrySendError::Closed(_)) => {}
-                    }
+                });
+                if slot.batch.len() >= slot.batch_max {
+                    slot.flush(overflow);
                 }
             }
             Target::Return(r) => {
@@ -730,9 +771,6 @@ impl ConnTask {
                     body,
                 })));
             }
-        }
-        if let Some(w) = wait {
-            self.overflow.push_back(w);
         }
     }
 
@@ -771,6 +809,13 @@ impl ConnTask {
     }
 
     fn channel_method(&mut self, channel: u16, method: Method) -> Result<(), ClientError> {
+        if matches!(
+            method,
+            Method::ChannelClose(_) | Method::BasicCancel(_) | Method::BasicCancelOk(_)
+        ) {
+            // Deliveries that arrived before the end of a consumer reach it first.
+            self.flush_batches();
+        }
         let Some(ch) = self.chan(channel) else {
             // Frames for a channel already closed on this side are discarded.
             return Ok(());
@@ -848,7 +893,7 @@ impl ConnTask {
             }
             Method::BasicCancel(c) => {
                 // Server-initiated cancel (consumer_cancel_notify).
-                ch.consumers.retain(|(t, _)| *t != c.consumer_tag);
+                ch.consumers.retain(|slot| slot.tag != c.consumer_tag);
                 if !c.nowait {
                     encode_method(
                         &mut self.wbuf,
@@ -899,7 +944,7 @@ impl ConnTask {
             | Method::ConfirmSelectOk(_)
             | Method::AccessRequestOk(_)) => {
                 if let Method::BasicCancelOk(c) = &reply {
-                    ch.consumers.retain(|(t, _)| *t != c.consumer_tag);
+                    ch.consumers.retain(|slot| slot.tag != c.consumer_tag);
                 }
                 match ch.pending.pop_front() {
                     Some(Pending::Method(tx)) => {
@@ -907,10 +952,16 @@ impl ConnTask {
                     }
                     Some(Pending::Consume {
                         deliveries,
+                        batch_max,
                         reply: tx,
                     }) => {
                         if let Method::BasicConsumeOk(ok) = &reply {
-                            ch.consumers.push((ok.consumer_tag.clone(), deliveries));
+                            ch.consumers.push(Slot {
+                                tag: ok.consumer_tag.clone(),
+                                tx: deliveries,
+                                batch: Vec::new(),
+                                batch_max,
+                            });
                         }
                         let _ = tx.send(Ok(reply));
                     }

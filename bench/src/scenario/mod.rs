@@ -365,6 +365,7 @@ async fn sub_loop(
                     None => {}
                     Some(Err(e)) => break Err(e),
                     Some(Ok(_)) => {
+                        rec.batch_received(shared);
                         tags.clear();
                         for d in &batch {
                             seen(res, &mut rec, &d.body);
@@ -387,6 +388,7 @@ async fn sub_loop(
             }
             match ch.basic_get(queue, spec.ack == AckMode::NoAck).await? {
                 Some(m) => {
+                    rec.batch_received(shared);
                     seen(res, &mut rec, &m.body);
                     acker.on_batch(ch, &[m.delivery_tag]).await?;
                     flush_count(res, &mut counted);
