@@ -93,12 +93,12 @@ for entry in "${SCENARIOS[@]}"; do
   safe="${name//\//-}"
   echo "== $name: sluice" >&2
   # shellcheck disable=SC2086
-  "$BENCH" $args --duration "$DURATION" --warmup "$WARMUP" --shards 2 --embedded process \
+  "$BENCH" $args --duration "$DURATION" --warmup "$WARMUP" --drain-timeout 30 --shards 2 --embedded process \
     --broker-bin "$SLUICE" --quiet --json "$OUT/$safe.sluice.json" >&2 || echo "sluice run failed: $name" >&2
   if [ "$HAVE_RABBIT" = 1 ]; then
     echo "== $name: rabbitmq" >&2
     # shellcheck disable=SC2086
-    "$BENCH" $args --duration "$DURATION" --warmup "$WARMUP" --quiet \
+    "$BENCH" $args --duration "$DURATION" --warmup "$WARMUP" --drain-timeout 30 --quiet \
       --url "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/" --broker-pid "$RABBIT_PID" \
       --json "$OUT/$safe.rabbitmq.json" >&2 || echo "rabbitmq run failed: $name" >&2
   fi
