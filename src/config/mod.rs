@@ -179,7 +179,7 @@ impl Config {
         if let Some(cores) = &self.pin_cores {
             if cores.len() < self.shards {
                 return invalid(
-                    "broker.pin_cores",
+                    "pin_cores (--pin-cores / broker.pin_cores)",
                     format!(
                         "{} cores listed for {} shards; list one core per shard",
                         cores.len(),

@@ -24,6 +24,10 @@ use crate::shard::Shard;
 /// How long a closed connection's writer may take to flush its last frames.
 const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The reader pauses while the connection's outbound buffer holds more than this many
+/// times `write_high_water` (deliveries stop at 1x; replies and returns could go on).
+const READ_PAUSE_FACTOR: usize = 4;
+
 /// Serves one accepted connection until it closes.
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     let stream = Rc::new(stream);
@@ -44,15 +48,23 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
             )
         })
     };
+    {
+        let mut st = shard.state.borrow_mut();
+        let deadline = now + crate::shard::handler::HANDSHAKE_TIMEOUT;
+        st.wheel
+            .arm(deadline, crate::shard::TimerKey::Handshake(conn));
+    }
     let writer_done = Rc::new(Signal::new());
+    let writer_progress = Rc::new(Signal::new());
     tokio_uring::spawn(super::writer::run(
         Rc::clone(&shard),
         Rc::clone(&stream),
         conn,
         signal,
+        Rc::clone(&writer_progress),
         Rc::clone(&writer_done),
     ));
-    read_loop(&shard, &stream, conn).await;
+    read_loop(&shard, &stream, conn, &writer_progress).await;
     if matches!(phase(&shard, conn), Some(Phase::Closed)) {
         // Let the writer flush the last frames (close-ok, connection.close, the protocol
         // header answer) before the connection is forgotten; a peer that does not read
@@ -68,10 +80,25 @@ fn phase(shard: &Shard, conn: ConnId) -> Option<Phase> {
     shard.state.borrow().conn(conn).map(|c| c.phase)
 }
 
-async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) {
+async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress: &Signal) {
     let chunk = shard.config.net.read_buffer;
+    let pause_above = shard
+        .config
+        .net
+        .write_high_water
+        .saturating_mul(READ_PAUSE_FACTOR);
     let mut buf = BytesMut::with_capacity(chunk);
     loop {
+        // A client that does not read what we send (returns, confirms, replies) is not
+        // read either: its outbound buffer stays bounded.
+        while shard
+            .state
+            .borrow()
+            .conn(conn)
+            .is_some_and(|c| c.out.queued_bytes() > pause_above && c.phase != Phase::Closed)
+        {
+            progress.wait().await;
+        }
         if buf.capacity() - buf.len() < chunk / 2 {
             buf.reserve(chunk);
         }

@@ -24,14 +24,22 @@ pub async fn run(
     stream: Rc<TcpStream>,
     conn: ConnId,
     signal: Rc<Signal>,
+    progress: Rc<Signal>,
     done: Rc<Signal>,
 ) {
-    write_loop(&shard, &stream, conn, &signal).await;
+    write_loop(&shard, &stream, conn, &signal, &progress).await;
     let _ = stream.shutdown(std::net::Shutdown::Both);
     done.notify();
+    progress.notify();
 }
 
-async fn write_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, signal: &Signal) {
+async fn write_loop(
+    shard: &Rc<Shard>,
+    stream: &TcpStream,
+    conn: ConnId,
+    signal: &Signal,
+    progress: &Signal,
+) {
     let low_water = shard.config.net.write_low_water;
     loop {
         signal.wait().await;
@@ -76,6 +84,7 @@ async fn write_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, signal:
             if drained {
                 shard.flush();
             }
+            progress.notify();
         }
     }
 }

@@ -22,6 +22,25 @@ pub use properties::{BasicProperties, ContentHeader};
 pub use reply::ReplyCode;
 pub use table::{FieldTable, FieldValue};
 
+/// Runs arbitrary peer input through every decoder a peer's bytes reach: the frame
+/// splitter, then each frame's payload through the method, content-header, property and
+/// field-table decoders. Used by the fuzz target and the corpus replay test; it must never
+/// panic, whatever the input.
+pub fn check_input(data: &[u8]) {
+    let mut buf = bytes::BytesMut::from(data);
+    while let Ok(Some(frame)) = frame::split_frame(&mut buf, 131_072) {
+        let payload = frame.payload;
+        let _ = Method::decode(payload.clone());
+        if let Ok(header) = ContentHeader::decode(payload.clone()) {
+            let _ = BasicProperties::decode(&header.raw_properties);
+            let _ = properties::raw_delivery_mode(&header.raw_properties);
+            let _ = properties::raw_expiration(&header.raw_properties);
+            let _ = properties::raw_headers(&header.raw_properties);
+        }
+        let _ = FieldTable::decode(&mut codec::Reader::new(payload));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::{Bytes, BytesMut};

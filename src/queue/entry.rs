@@ -6,14 +6,14 @@
 
 use std::time::Instant;
 
-use crate::model::message::Message;
+use crate::model::message::LocalMessage;
 
 /// One message in one queue.
 #[derive(Clone, Debug)]
 pub struct Entry {
     /// Position in the queue; increases with every enqueue and orders requeues.
     pub seq: u64,
-    pub msg: Message,
+    pub msg: LocalMessage,
     pub enqueued_at: Instant,
     /// Earliest of the queue's `x-message-ttl` and the message's `expiration`.
     pub expires_at: Option<Instant>,

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::model::ids::{ConsumerTarget, IdMap, QueueId};
-use crate::model::message::Message;
+use crate::model::message::LocalMessage;
 use crate::protocol::{FieldTable, ShortStr};
 
 pub use entry::Entry;
@@ -50,7 +50,7 @@ pub struct ConsumerSlot {
 pub struct Dispatch {
     pub target: ConsumerTarget,
     pub seq: u64,
-    pub msg: Message,
+    pub msg: LocalMessage,
     pub redelivered: bool,
     /// No-ack consumers settle on dispatch; the entry is already gone from the queue.
     pub no_ack: bool,
@@ -126,7 +126,7 @@ impl Queue {
     }
 
     /// Appends a published message. Returns its sequence number.
-    pub fn enqueue(&mut self, msg: Message, now: Instant) -> u64 {
+    pub fn enqueue(&mut self, msg: LocalMessage, now: Instant) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         let queue_ttl = self.settings.message_ttl;

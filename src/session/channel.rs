@@ -144,6 +144,11 @@ impl Channel {
         id
     }
 
+    /// The tag the next delivery will get.
+    pub fn next_delivery_tag(&self) -> u64 {
+        self.next_tag
+    }
+
     /// Assigns the next delivery tag and, unless `no_ack`, remembers the delivery.
     pub fn record_delivery(
         &mut self,

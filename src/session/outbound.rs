@@ -105,6 +105,8 @@ impl Outbound {
     }
 
     /// Appends `basic.deliver` plus the message's content, encoded by hand on this hot path.
+    /// A small message's invariant part (exchange, routing key, content frames) was
+    /// encoded once at publish; it is copied in one piece and its channel numbers patched.
     pub fn deliver(
         &mut self,
         channel: u16,
@@ -113,21 +115,52 @@ impl Outbound {
         redelivered: bool,
         msg: &Message,
     ) {
-        let arena = self.arena();
-        let before = arena.len();
+        let tag = consumer_tag.as_bytes();
         let exchange = msg.exchange().as_bytes();
         let key = msg.routing_key().as_bytes();
-        let tag = consumer_tag.as_bytes();
         let size = 4 + 1 + tag.len() + 8 + 1 + 1 + exchange.len() + 1 + key.len();
-        arena.put_u8(1);
-        arena.put_u16(channel);
-        arena.put_u32(size as u32);
-        arena.put_u16(60);
-        arena.put_u16(60);
-        arena.put_u8(tag.len() as u8);
-        arena.put_slice(tag);
-        arena.put_u64(delivery_tag);
-        arena.put_u8(u8::from(redelivered));
+        let small = msg.body_size() <= self.inline_max as u64;
+        let arena = self.arena();
+        let before = arena.len();
+        // Frame header, class/method, consumer tag, delivery tag and redelivered flag are
+        // assembled on the stack and copied once (server-generated tags are ~20 bytes).
+        const SHORT_TAG: usize = 56;
+        if tag.len() <= SHORT_TAG {
+            let mut head = [0u8; 12 + SHORT_TAG + 9];
+            head[0] = 1;
+            head[1..3].copy_from_slice(&channel.to_be_bytes());
+            head[3..7].copy_from_slice(&(size as u32).to_be_bytes());
+            head[7..11].copy_from_slice(&[0, 60, 0, 60]);
+            head[11] = tag.len() as u8;
+            let at = 12 + tag.len();
+            head[12..at].copy_from_slice(tag);
+            head[at..at + 8].copy_from_slice(&delivery_tag.to_be_bytes());
+            head[at + 8] = u8::from(redelivered);
+            arena.extend_from_slice(&head[..at + 9]);
+        } else {
+            arena.put_u8(1);
+            arena.put_u16(channel);
+            arena.put_u32(size as u32);
+            arena.put_slice(&[0, 60, 0, 60]);
+            arena.put_u8(tag.len() as u8);
+            arena.put_slice(tag);
+            arena.put_u64(delivery_tag);
+            arena.put_u8(u8::from(redelivered));
+        }
+        if let Some(tail) = msg.wire_tail().filter(|_| small) {
+            let at = arena.len();
+            arena.extend_from_slice(&tail.bytes);
+            let ch = channel.to_be_bytes();
+            arena[at + tail.header_channel_at..at + tail.header_channel_at + 2]
+                .copy_from_slice(&ch);
+            if msg.body_size() > 0 {
+                arena[at + tail.body_channel_at..at + tail.body_channel_at + 2]
+                    .copy_from_slice(&ch);
+            }
+            let added = arena.len() - before;
+            self.queued += added;
+            return;
+        }
         arena.put_u8(exchange.len() as u8);
         arena.put_slice(exchange);
         arena.put_u8(key.len() as u8);
@@ -189,5 +222,86 @@ impl Outbound {
         self.chunks.clear();
         self.pending.clear();
         self.queued = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::message::BodyChunks;
+    use crate::protocol::method::BasicDeliver;
+
+    fn message(body: &[u8]) -> Message {
+        let mut chunks = BodyChunks::new();
+        if !body.is_empty() {
+            chunks.push(Bytes::copy_from_slice(body));
+        }
+        let props = crate::protocol::BasicProperties {
+            content_type: Some("text/plain".into()),
+            delivery_mode: Some(2),
+            ..Default::default()
+        };
+        Message::new(
+            "amq.topic".into(),
+            "a.b.c".into(),
+            props.to_bytes(),
+            chunks,
+            body.len() as u64,
+        )
+    }
+
+    fn expected(channel: u16, msg: &Message, body: &[u8], frame_max: u32) -> Vec<u8> {
+        let mut want = BytesMut::new();
+        frame::encode_method(
+            &mut want,
+            channel,
+            &Method::BasicDeliver(BasicDeliver {
+                consumer_tag: "ctag".into(),
+                delivery_tag: 42,
+                redelivered: true,
+                exchange: "amq.topic".into(),
+                routing_key: "a.b.c".into(),
+            }),
+        );
+        frame::encode_content(
+            &mut want,
+            channel,
+            60,
+            msg.raw_properties(),
+            body,
+            frame_max,
+        );
+        want.to_vec()
+    }
+
+    fn written(out: &mut Outbound) -> Vec<u8> {
+        out.take(1024)
+            .iter()
+            .flat_map(|b| b.iter().copied())
+            .collect()
+    }
+
+    #[test]
+    fn prebuilt_tail_matches_the_generic_encoding() {
+        for body in [&b""[..], b"x", &[7u8; 300][..]] {
+            let msg = message(body);
+            assert!(msg.wire_tail().is_some());
+            let mut out = Outbound::new(512, 4096);
+            out.deliver(9, &"ctag".into(), 42, true, &msg);
+            assert_eq!(written(&mut out), expected(9, &msg, body, 4096));
+        }
+    }
+
+    #[test]
+    fn large_bodies_are_split_to_frame_max_without_copy() {
+        let body = vec![5u8; 10_000];
+        let msg = message(&body);
+        assert!(msg.wire_tail().is_none());
+        let mut out = Outbound::new(512, 4096);
+        out.deliver(3, &"ctag".into(), 42, true, &msg);
+        let queued = out.queued_bytes();
+        let bytes = written(&mut out);
+        assert_eq!(bytes.len(), queued);
+        assert_eq!(bytes, expected(3, &msg, &body, 4096));
     }
 }

@@ -17,7 +17,7 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use crate::model::exchange::headers::HeadersRule;
-use crate::model::exchange::{Binding, ExchangeDef};
+use crate::model::exchange::Binding;
 use crate::model::ids::{ConnOwner, QueueId, QueueRef, ShardId};
 use crate::model::routing::{DirectoryChange, QueueMeta, VhostDirectory, VhostIdx};
 use crate::ops::event::OpsEvent;
@@ -272,12 +272,13 @@ fn plan(
             exclusive_owner,
             auto_delete,
             arguments,
+            requester,
         } => {
             validate_queue_args(&arguments)?;
             let next_id = st.next_queue_id;
             let dir = vhost_dir(st, vhost)?;
             if let Some(meta) = dir.queue(&name) {
-                check_exclusive(meta, exclusive_owner, &dir.name)?;
+                check_exclusive(meta, Some(requester), &dir.name)?;
                 let ie = |field, r: bool, c: bool| {
                     Err(inequivalent(
                         ObjectKind::Queue,
@@ -526,9 +527,4 @@ impl State {
             _ => {}
         }
     }
-}
-
-#[allow(dead_code)]
-fn _def_is_send(d: ExchangeDef) -> impl Send {
-    d
 }

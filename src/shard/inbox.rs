@@ -28,16 +28,20 @@ pub struct Routed {
     pub msg: Message,
 }
 
-/// A message a queue hands to a consumer on another shard.
+/// A message a queue hands to a consumer. `M` is the message handle: `Message` (an
+/// `Arc`) when it crosses to another shard, `LocalMessage` (an `Rc`) on the queue's own.
 #[derive(Debug)]
-pub struct RemoteDelivery {
+pub struct Delivery<M> {
     pub target: ConsumerTarget,
     pub queue: QueueRef,
     pub seq: u64,
-    pub msg: Message,
+    pub msg: M,
     pub redelivered: bool,
     pub no_ack: bool,
 }
+
+/// A delivery to a consumer on another shard.
+pub type RemoteDelivery = Delivery<Message>;
 
 /// What a consumer's channel tells a queue.
 #[derive(Debug, Clone, Copy)]
@@ -140,6 +144,8 @@ pub enum ControlRequest {
         exclusive_owner: Option<ConnOwner>,
         auto_delete: bool,
         arguments: FieldTable,
+        /// The declaring connection (another connection's exclusive queue is 405).
+        requester: ConnOwner,
     },
     DeleteQueue {
         vhost: VhostIdx,

@@ -40,6 +40,8 @@ use inbox::{Peers, RemoteDelivery, Routed, Settlement, ShardMsg};
 pub enum TimerKey {
     /// Heartbeat send/check for a connection.
     Heartbeat(ConnId),
+    /// A connection must finish the handshake by now.
+    Handshake(ConnId),
     /// TTL and `x-expires` housekeeping of a home queue.
     QueueHousekeeping(QueueId),
 }

@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use crate::model::ids::{ConsumerTarget, QueueId, QueueRef};
-use crate::model::message::Message;
+use crate::model::message::{LocalMessage, Message};
 use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::protocol::method::BasicCancel;
@@ -19,13 +19,14 @@ use crate::queue::{Queue, QueueSettings};
 use crate::session::channel::ChannelPhase;
 
 use super::inbox::{
-    DeleteRefused, GotMessage, QueueReply, QueueRequest, RemoteDelivery, SettleOp, Settlement,
+    DeleteRefused, Delivery, GotMessage, QueueReply, QueueRequest, RemoteDelivery, SettleOp,
+    Settlement,
 };
 use super::{Shard, State, TimerKey};
 
 impl State {
     /// Appends a routed message to a home queue.
-    pub fn enqueue(&mut self, queue: QueueId, msg: Message, now: Instant) {
+    pub fn enqueue(&mut self, queue: QueueId, msg: LocalMessage, now: Instant) {
         let Some(q) = self.queues.get_mut(&queue) else {
             return;
         };
@@ -43,11 +44,11 @@ impl State {
     /// Dispatches every dirty queue as far as consumer credit allows.
     pub fn run_dispatch(&mut self, shard: &Shard, now: Instant) {
         let budget = shard.config.shard.dispatch_budget;
+        let mut local = Vec::new();
         while !self.dirty_queues.is_empty() {
             let round = std::mem::take(&mut self.dirty_queues);
             for qid in round {
                 let mut out = std::mem::take(&mut self.scratch);
-                let home = shard.id;
                 let more = match self.queues.get_mut(&qid) {
                     Some(q) => {
                         q.dispatch(now, budget, &mut out);
@@ -55,24 +56,34 @@ impl State {
                     }
                     None => false,
                 };
-                let queue = QueueRef { id: qid, home };
+                let queue = QueueRef {
+                    id: qid,
+                    home: shard.id,
+                };
                 for d in out.drain(..) {
-                    let delivery = RemoteDelivery {
-                        target: d.target,
-                        queue,
-                        seq: d.seq,
-                        msg: d.msg,
-                        redelivered: d.redelivered,
-                        no_ack: d.no_ack,
-                    };
                     if d.target.shard == shard.id {
-                        self.deliver_local(shard, delivery);
+                        local.push(Delivery {
+                            target: d.target,
+                            queue,
+                            seq: d.seq,
+                            msg: d.msg,
+                            redelivered: d.redelivered,
+                            no_ack: d.no_ack,
+                        });
                     } else if let Some(v) = self.outbox.deliver.get_mut(usize::from(d.target.shard))
                     {
-                        v.push(delivery);
+                        v.push(RemoteDelivery {
+                            target: d.target,
+                            queue,
+                            seq: d.seq,
+                            msg: Message::clone(&d.msg),
+                            redelivered: d.redelivered,
+                            no_ack: d.no_ack,
+                        });
                     }
                 }
                 self.scratch = out;
+                self.deliver_local(shard, &mut local);
                 if more {
                     self.mark_dirty(qid);
                 }
@@ -80,58 +91,81 @@ impl State {
         }
     }
 
-    /// Writes a delivery to a consumer on this shard. A delivery for a consumer that is
-    /// gone goes back to its queue.
-    pub fn deliver_local(&mut self, shard: &Shard, d: RemoteDelivery) {
-        let target = d.target;
+    /// Writes deliveries to consumers on this shard. Consecutive deliveries to the same
+    /// consumer from the same queue (the common case: a queue dispatches a run to its
+    /// consumer) look the connection, channel and consumer up once. A delivery for a
+    /// consumer that is gone goes back to its queue.
+    pub fn deliver_local<M: std::borrow::Borrow<Message>>(
+        &mut self,
+        shard: &Shard,
+        batch: &mut Vec<Delivery<M>>,
+    ) {
         let window = shard.config.shard.no_ack_window;
         let high_water = shard.config.net.write_high_water;
-        let mut grant = None;
-        let delivered = match self.conn_mut(target.conn) {
-            Some(conn) => {
-                let has_room = conn.out.queued_bytes() < high_water;
-                match conn.channels.get_mut(&target.channel) {
-                    Some(ch) if ch.phase == ChannelPhase::Open => {
-                        match ch.consumers.get_mut(&target.consumer) {
-                            Some(c) => {
-                                c.credit = c.credit.saturating_sub(1);
-                                let tag = c.tag.clone();
-                                let unlimited = c.no_ack || c.prefetch == 0;
-                                let dtag = ch.record_delivery(
-                                    d.queue,
-                                    d.seq,
-                                    Some(target.consumer),
-                                    d.no_ack,
-                                );
-                                conn.out
-                                    .deliver(target.channel, &tag, dtag, d.redelivered, &d.msg);
-                                if unlimited && ch.flow_active {
-                                    let global = ch.global_room();
-                                    if let Some(c) = ch.consumers.get_mut(&target.consumer) {
-                                        let n = c.top_up(has_room, window, global);
-                                        if n > 0 {
-                                            c.credit += n;
-                                            grant = Some((c.queue, c.queue_key, n));
-                                        }
-                                    }
-                                }
-                                true
-                            }
-                            None => false,
-                        }
+        let mut requeue = Vec::new();
+        let mut grants = Vec::new();
+        let mut wrote = Vec::new();
+        let mut start = 0;
+        while start < batch.len() {
+            let (target, queue) = (batch[start].target, batch[start].queue);
+            let mut end = start + 1;
+            while end < batch.len() && batch[end].target == target && batch[end].queue == queue {
+                end += 1;
+            }
+            let run = &batch[start..end];
+            start = end;
+            let conn = self
+                .conns
+                .get_mut(target.conn.slot as usize)
+                .filter(|c| c.id.generation == target.conn.generation);
+            let Some(conn) = conn else {
+                requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
+                continue;
+            };
+            let has_room = conn.out.queued_bytes() < high_water;
+            let out = &mut conn.out;
+            let ch = conn
+                .channels
+                .get_mut(&target.channel)
+                .filter(|ch| ch.phase == ChannelPhase::Open);
+            let Some(ch) = ch.filter(|ch| ch.consumers.contains_key(&target.consumer)) else {
+                requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
+                continue;
+            };
+            let first_tag = ch.next_delivery_tag();
+            for d in run {
+                ch.record_delivery(queue, d.seq, Some(target.consumer), d.no_ack);
+            }
+            let global = if ch.global_prefetch > 0 {
+                ch.global_room()
+            } else {
+                None
+            };
+            let flow_active = ch.flow_active;
+            if let Some(c) = ch.consumers.get_mut(&target.consumer) {
+                c.credit = c.credit.saturating_sub(run.len() as u32);
+                for (d, tag) in run.iter().zip(first_tag..) {
+                    out.deliver(target.channel, &c.tag, tag, d.redelivered, d.msg.borrow());
+                }
+                if (c.no_ack || c.prefetch == 0) && flow_active {
+                    let n = c.top_up(has_room, window, global);
+                    if n > 0 {
+                        c.credit += n;
+                        grants.push((c.queue, c.queue_key, n));
                     }
-                    _ => false,
                 }
             }
-            None => false,
-        };
-        if delivered {
-            self.mark_writer(target.conn);
-            if let Some((queue, key, credit)) = grant {
-                self.settle_to(shard, queue, SettleOp::Grant { key, credit });
-            }
-        } else if !d.no_ack {
-            self.settle_to(shard, d.queue, SettleOp::Requeue(d.seq));
+            wrote.push(target.conn);
+        }
+        batch.clear();
+        for conn in wrote {
+            self.mark_writer(conn);
+        }
+        for (queue, key, credit) in grants {
+            self.settle_to(shard, queue, SettleOp::Grant { key, credit });
+        }
+        for (queue, seq) in requeue {
+            self.settle_to(shard, queue, SettleOp::Requeue(seq));
         }
     }
 
@@ -221,7 +255,7 @@ impl State {
             QueueRequest::Get { no_ack, .. } => {
                 QueueReply::Got(q.get(now, no_ack).map(|(e, remaining)| GotMessage {
                     seq: e.seq,
-                    msg: e.msg,
+                    msg: Message::clone(&e.msg),
                     redelivered: e.redelivered,
                     remaining,
                 }))

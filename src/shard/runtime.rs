@@ -122,16 +122,14 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
         ShardMsg::Publish(batch) => {
             let mut st = shard.state.borrow_mut();
             for routed in batch {
+                let local = std::rc::Rc::new(routed.msg);
                 for queue in routed.queues {
-                    st.enqueue(queue, routed.msg.clone(), now);
+                    st.enqueue(queue, std::rc::Rc::clone(&local), now);
                 }
             }
         }
-        ShardMsg::Deliver(batch) => {
-            let mut st = shard.state.borrow_mut();
-            for d in batch {
-                st.deliver_local(shard, d);
-            }
+        ShardMsg::Deliver(mut batch) => {
+            shard.state.borrow_mut().deliver_local(shard, &mut batch);
         }
         ShardMsg::Settle(batch) => {
             let mut st = shard.state.borrow_mut();
@@ -181,6 +179,7 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
             for key in expired.drain(..) {
                 match key {
                     TimerKey::Heartbeat(conn) => st.heartbeat_tick(&shard, conn, now),
+                    TimerKey::Handshake(conn) => st.handshake_deadline(&shard, conn),
                     TimerKey::QueueHousekeeping(queue) => st.queue_housekeeping(queue, now),
                 }
             }

@@ -1,31 +1,28 @@
 //! Owns: the methods of an open channel — exchange, queue, basic, tx and confirm — and
-//! publish assembly and routing (the hot path: method, header and body frames become one
-//! shared [`Message`] that is enqueued locally or batched to other shards).
+//! content assembly (method, header and body frames become one publish, handed to
+//! `publish`). Settlement lives in `settle`.
 //!
 //! Does not: wait. Anything that needs another shard's answer is returned as a
 //! [`Pending`] for the reader to await.
 
-use smallvec::SmallVec;
-
-use crate::model::exchange::{ExchangeDef, ExchangeKind, Targets};
+use crate::model::exchange::{ExchangeDef, ExchangeKind};
 use crate::model::ids::{ConnId, ConnOwner, QueueRef};
-use crate::model::message::{BodyChunks, Message};
-use crate::model::routing::RouteError;
+use crate::model::message::BodyChunks;
 use crate::protocol::frame::{Frame, FrameKind};
 use crate::protocol::method::{
-    AccessRequestOk, BasicAck, BasicPublish, BasicQosOk, BasicRecoverOk, BasicReturn,
-    ChannelCloseOk, ChannelFlowOk, ConfirmSelectOk, TxCommitOk, TxRollbackOk, TxSelectOk,
+    AccessRequestOk, BasicQosOk, BasicRecoverOk, ChannelCloseOk, ChannelFlowOk, ConfirmSelectOk,
+    TxCommitOk, TxRollbackOk, TxSelectOk,
 };
-use crate::protocol::properties::raw_headers;
 use crate::protocol::{ContentHeader, Method, ShortStr};
 use crate::session::channel::{Content, TxOp};
 use crate::session::consumer::ChannelConsumer;
 use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
 
 use super::super::control::check_exclusive;
-use super::super::inbox::{ControlRequest, Routed, SettleOp};
+use super::super::inbox::ControlRequest;
 use super::super::{placement, Shard, State};
 use super::pending::{Pending, PendingOp, Then};
+use super::settle::Settle;
 use super::Flow;
 
 type HardError = (ConnectionError, u16, u16);
@@ -344,6 +341,7 @@ impl State {
                         exclusive_owner: decl.exclusive.then(|| owner(shard, conn)),
                         auto_delete: decl.auto_delete,
                         arguments: decl.arguments,
+                        requester: owner(shard, conn),
                     },
                     then: Then::QueueDeclareOk {
                         name,
@@ -631,7 +629,7 @@ impl State {
         }
     }
 
-    fn channel_mut(
+    pub(super) fn channel_mut(
         &mut self,
         conn: ConnId,
         number: u16,
@@ -656,296 +654,6 @@ impl State {
             vhost: dir.name.clone(),
         })
     }
-
-    /// A complete publish: in a transaction it waits for commit; otherwise it is routed.
-    fn publish(
-        &mut self,
-        shard: &Shard,
-        conn: ConnId,
-        number: u16,
-        publish: BasicPublish,
-        header: ContentHeader,
-        chunks: BodyChunks,
-    ) {
-        let msg = Message::new(
-            publish.exchange.clone(),
-            publish.routing_key.clone(),
-            header.raw_properties,
-            chunks,
-            header.body_size,
-        );
-        let max_tx = shard.config.limits.max_tx_operations;
-        let result = match self
-            .conn_mut(conn)
-            .and_then(|c| c.channels.get_mut(&number))
-        {
-            Some(ch) => match ch.tx.as_mut() {
-                Some(tx) if tx.len() >= max_tx => {
-                    Err(MethodError::Channel(ChannelError::TxTooLarge {
-                        max: max_tx,
-                    }))
-                }
-                Some(tx) => {
-                    tx.push(TxOp::Publish { publish, msg });
-                    Ok(())
-                }
-                None => self.route_message(shard, conn, number, &publish, msg),
-            },
-            None => Ok(()),
-        };
-        match result {
-            Ok(()) => {}
-            Err(MethodError::Channel(e)) => self.close_channel(shard, conn, number, &e, 60, 40),
-            Err(MethodError::Connection(e)) => self.close_connection(shard, conn, &e, 60, 40),
-        }
-    }
-
-    /// Routes a message and enqueues it: local queues directly, other shards' queues
-    /// into this turn's publish batch for that shard.
-    fn route_message(
-        &mut self,
-        shard: &Shard,
-        conn: ConnId,
-        number: u16,
-        publish: &BasicPublish,
-        msg: Message,
-    ) -> Result<(), MethodError> {
-        let now = shard.clock.now();
-        let vhost = self.conn(conn).map(|c| c.vhost).unwrap_or_default();
-        let mut targets = Targets::new();
-        {
-            let dir = self
-                .directory
-                .vhost(vhost)
-                .ok_or_else(|| MethodError::Channel(ChannelError::Internal("vhost gone".into())))?;
-            if let Some(ex) = dir.exchange(&publish.exchange) {
-                if ex.def.internal {
-                    return Err(MethodError::Channel(ChannelError::InternalExchange {
-                        name: publish.exchange.to_string(),
-                        vhost: dir.name.clone(),
-                    }));
-                }
-            }
-            let raw = msg.raw_properties();
-            dir.route(
-                &publish.exchange,
-                &publish.routing_key,
-                || raw_headers(raw),
-                &mut targets,
-            )
-            .map_err(|RouteError::NoExchange| {
-                MethodError::Channel(ChannelError::NotFound {
-                    kind: ObjectKind::Exchange,
-                    name: publish.exchange.to_string(),
-                    vhost: dir.name.clone(),
-                })
-            })?;
-        }
-        if targets.len() > 1 {
-            targets.sort_unstable();
-            targets.dedup();
-        }
-        if targets.is_empty() && publish.mandatory {
-            if let Some(c) = self.conn_mut(conn) {
-                c.out.method_with_content(
-                    number,
-                    &Method::BasicReturn(BasicReturn {
-                        reply_code: 312,
-                        reply_text: ShortStr::from_static("NO_ROUTE"),
-                        exchange: publish.exchange.clone(),
-                        routing_key: publish.routing_key.clone(),
-                    }),
-                    &msg,
-                );
-            }
-            self.mark_writer(conn);
-        }
-        for target in &targets {
-            if target.home == shard.id {
-                self.enqueue(target.id, msg.clone(), now);
-            } else if let Some(batch) = self.outbox.publish.get_mut(usize::from(target.home)) {
-                match batch.last_mut() {
-                    Some(last) if same_message(&last.msg, &msg) => last.queues.push(target.id),
-                    _ => batch.push(Routed {
-                        queues: SmallVec::from_slice(&[target.id]),
-                        msg: msg.clone(),
-                    }),
-                }
-            }
-        }
-        if let Some(ch) = self
-            .conn_mut(conn)
-            .and_then(|c| c.channels.get_mut(&number))
-        {
-            if let Some(seq) = ch.next_confirm_seq() {
-                ch.confirm_pending = seq;
-            }
-        }
-        Ok(())
-    }
-
-    /// Sends the confirms owed to a connection's channels. Called after this turn's
-    /// publishes were handed to their queues' shards.
-    pub fn flush_confirms(&mut self, conn: ConnId) {
-        let Some(c) = self.conn_mut(conn) else {
-            return;
-        };
-        let mut wrote = false;
-        for ch in c.channels.values_mut() {
-            if ch.confirm_pending > ch.confirm_acked {
-                let multiple = ch.confirm_pending - ch.confirm_acked > 1;
-                c.out.method(
-                    ch.number,
-                    &Method::BasicAck(BasicAck {
-                        delivery_tag: ch.confirm_pending,
-                        multiple,
-                    }),
-                );
-                ch.confirm_acked = ch.confirm_pending;
-                wrote = true;
-            }
-        }
-        if wrote {
-            self.mark_writer(conn);
-        }
-    }
-
-    /// ack / nack / reject from the client; buffered in a transaction.
-    fn settle_client(
-        &mut self,
-        shard: &Shard,
-        conn: ConnId,
-        number: u16,
-        tag: u64,
-        multiple: bool,
-        how: Settle,
-    ) -> Result<(), MethodError> {
-        let max_tx = shard.config.limits.max_tx_operations;
-        let ch = self.channel_mut(conn, number)?;
-        if let Some(tx) = ch.tx.as_mut() {
-            if tx.len() >= max_tx {
-                return Err(MethodError::Channel(ChannelError::TxTooLarge {
-                    max: max_tx,
-                }));
-            }
-            tx.push(match how {
-                Settle::Ack => TxOp::Ack { tag, multiple },
-                Settle::Requeue | Settle::Discard => TxOp::Reject {
-                    tag,
-                    multiple,
-                    requeue: how == Settle::Requeue,
-                },
-            });
-            return Ok(());
-        }
-        self.settle_now(shard, conn, number, tag, multiple, how)
-    }
-
-    fn settle_now(
-        &mut self,
-        shard: &Shard,
-        conn: ConnId,
-        number: u16,
-        tag: u64,
-        multiple: bool,
-        how: Settle,
-    ) -> Result<(), MethodError> {
-        let ch = self.channel_mut(conn, number)?;
-        let taken = ch
-            .take_unacked(tag, multiple)
-            .map_err(MethodError::Channel)?;
-        let mut touched: SmallVec<[u32; 4]> = SmallVec::new();
-        for u in &taken {
-            if let Some(id) = u.consumer {
-                if !touched.contains(&id) {
-                    touched.push(id);
-                }
-            }
-        }
-        for u in taken {
-            let op = match how {
-                Settle::Ack => SettleOp::Ack(u.seq),
-                Settle::Requeue => SettleOp::Requeue(u.seq),
-                Settle::Discard => SettleOp::Discard(u.seq),
-            };
-            self.settle_to(shard, u.queue, op);
-        }
-        for id in touched {
-            self.top_up(shard, conn, number, Some(id));
-        }
-        Ok(())
-    }
-
-    fn recover(&mut self, shard: &Shard, conn: ConnId, number: u16) {
-        let Some(ch) = self
-            .conn_mut(conn)
-            .and_then(|c| c.channels.get_mut(&number))
-        else {
-            return;
-        };
-        let unacked = ch.take_all_unacked();
-        for u in unacked {
-            self.settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
-        }
-        self.top_up(shard, conn, number, None);
-    }
-
-    /// Grants credit to a channel's consumers (one, or all) as the credit rule allows.
-    pub fn top_up(&mut self, shard: &Shard, conn: ConnId, number: u16, only: Option<u32>) {
-        let window = shard.config.shard.no_ack_window;
-        let high_water = shard.config.net.write_high_water;
-        let Some(c) = self.conn_mut(conn) else {
-            return;
-        };
-        let has_room = c.out.queued_bytes() < high_water;
-        let Some(ch) = c.channels.get_mut(&number) else {
-            return;
-        };
-        if !ch.flow_active {
-            return;
-        }
-        let mut grants: SmallVec<[(QueueRef, u64, u32); 4]> = SmallVec::new();
-        let ids: SmallVec<[u32; 8]> = match only {
-            Some(id) => SmallVec::from_slice(&[id]),
-            None => ch.consumers.keys().copied().collect(),
-        };
-        for id in ids {
-            let global = ch.global_room();
-            let Some(cons) = ch.consumers.get_mut(&id) else {
-                continue;
-            };
-            if cons.queue_key == 0 {
-                continue;
-            }
-            let n = cons.top_up(has_room, window, global);
-            if n > 0 {
-                cons.credit += n;
-                grants.push((cons.queue, cons.queue_key, n));
-            }
-        }
-        for (queue, key, credit) in grants {
-            self.settle_to(shard, queue, SettleOp::Grant { key, credit });
-        }
-    }
-
-    /// Tops up every consumer of a connection (its socket drained).
-    pub fn top_up_conn(&mut self, shard: &Shard, conn: ConnId) {
-        let channels: SmallVec<[u16; 8]> = match self.conn(conn) {
-            Some(c) => c.channels.keys().copied().collect(),
-            None => return,
-        };
-        for number in channels {
-            self.top_up(shard, conn, number, None);
-        }
-    }
-}
-
-/// How a client settles a delivery.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Settle {
-    Ack,
-    Requeue,
-    Discard,
 }
 
 /// A method failed: softly (channel) or hard (connection).
@@ -961,13 +669,9 @@ impl From<ChannelError> for MethodError {
     }
 }
 
-fn owner(shard: &Shard, conn: ConnId) -> ConnOwner {
+pub(super) fn owner(shard: &Shard, conn: ConnId) -> ConnOwner {
     ConnOwner {
         shard: shard.id,
         conn,
     }
-}
-
-fn same_message(a: &Message, b: &Message) -> bool {
-    a.ptr_eq(b)
 }

@@ -8,6 +8,8 @@
 
 pub mod channel;
 pub mod pending;
+pub mod publish;
+pub mod settle;
 
 use std::time::{Duration, Instant};
 
@@ -598,6 +600,26 @@ impl State {
         self.wheel.arm(now + period, TimerKey::Heartbeat(conn));
     }
 
+    /// The handshake deadline passed: a connection that has not opened is dropped (with
+    /// `connection.close` if it got as far as `connection.start`).
+    pub fn handshake_deadline(&mut self, shard: &Shard, conn: ConnId) {
+        let Some(c) = self.conn(conn) else {
+            return;
+        };
+        match c.phase {
+            Phase::Open | Phase::Closing | Phase::Closed => {}
+            Phase::AwaitHeader => self.finish_connection(conn),
+            Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
+                let err = ConnectionError::Forced(format!(
+                    "handshake not completed within {} s",
+                    HANDSHAKE_TIMEOUT.as_secs()
+                ));
+                self.close_connection(shard, conn, &err, 0, 0);
+                self.finish_connection(conn);
+            }
+        }
+    }
+
     /// Closes a connection for shutdown (320 CONNECTION_FORCED).
     pub fn force_close(&mut self, shard: &Shard, conn: ConnId, reason: &str) {
         let err = ConnectionError::Forced(format!(
@@ -636,6 +658,9 @@ impl State {
         removed.writer.notify();
     }
 }
+
+/// How long a client has from TCP accept to `connection.open`.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Heartbeats are sent at half the negotiated interval.
 fn heartbeat_period(heartbeat: u16) -> Duration {

@@ -1,0 +1,188 @@
+//! Owns: the publish path of a channel — a complete message (method, header, body) is
+//! held for `tx.commit` or routed on this shard's directory replica and enqueued: local
+//! queues directly (one `Rc` per shard), other shards' queues batched per destination for
+//! the end of the turn — plus `basic.return` for unroutable mandatory publishes and the
+//! confirms owed once the turn's publishes were handed on.
+//!
+//! Does not: wait for another shard (the reader sends the batches and awaits room).
+
+use smallvec::SmallVec;
+
+use crate::model::exchange::Targets;
+use crate::model::ids::ConnId;
+use crate::model::message::{BodyChunks, Message};
+use crate::model::routing::RouteError;
+use crate::protocol::method::{BasicAck, BasicPublish, BasicReturn};
+use crate::protocol::properties::raw_headers;
+use crate::protocol::{ContentHeader, Method, ShortStr};
+use crate::session::channel::TxOp;
+use crate::session::error::{ChannelError, ObjectKind};
+
+use super::super::inbox::Routed;
+use super::super::{Shard, State};
+use super::channel::MethodError;
+
+impl State {
+    /// A complete publish: in a transaction it waits for commit; otherwise it is routed.
+    pub(super) fn publish(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        publish: BasicPublish,
+        header: ContentHeader,
+        chunks: BodyChunks,
+    ) {
+        let msg = Message::new(
+            publish.exchange.clone(),
+            publish.routing_key.clone(),
+            header.raw_properties,
+            chunks,
+            header.body_size,
+        );
+        let max_tx = shard.config.limits.max_tx_operations;
+        let result = match self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        {
+            Some(ch) => match ch.tx.as_mut() {
+                Some(tx) if tx.len() >= max_tx => {
+                    Err(MethodError::Channel(ChannelError::TxTooLarge {
+                        max: max_tx,
+                    }))
+                }
+                Some(tx) => {
+                    tx.push(TxOp::Publish { publish, msg });
+                    Ok(())
+                }
+                None => self.route_message(shard, conn, number, &publish, msg),
+            },
+            None => Ok(()),
+        };
+        match result {
+            Ok(()) => {}
+            Err(MethodError::Channel(e)) => self.close_channel(shard, conn, number, &e, 60, 40),
+            Err(MethodError::Connection(e)) => self.close_connection(shard, conn, &e, 60, 40),
+        }
+    }
+
+    /// Routes a message and enqueues it: local queues directly, other shards' queues
+    /// into this turn's publish batch for that shard.
+    pub(super) fn route_message(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        publish: &BasicPublish,
+        msg: Message,
+    ) -> Result<(), MethodError> {
+        let now = shard.clock.now();
+        let vhost = self.conn(conn).map(|c| c.vhost).unwrap_or_default();
+        let mut targets = Targets::new();
+        {
+            let dir = self
+                .directory
+                .vhost(vhost)
+                .ok_or_else(|| MethodError::Channel(ChannelError::Internal("vhost gone".into())))?;
+            if let Some(ex) = dir.exchange(&publish.exchange) {
+                if ex.def.internal {
+                    return Err(MethodError::Channel(ChannelError::InternalExchange {
+                        name: publish.exchange.to_string(),
+                        vhost: dir.name.clone(),
+                    }));
+                }
+            }
+            let raw = msg.raw_properties();
+            dir.route(
+                &publish.exchange,
+                &publish.routing_key,
+                || raw_headers(raw),
+                &mut targets,
+            )
+            .map_err(|RouteError::NoExchange| {
+                MethodError::Channel(ChannelError::NotFound {
+                    kind: ObjectKind::Exchange,
+                    name: publish.exchange.to_string(),
+                    vhost: dir.name.clone(),
+                })
+            })?;
+        }
+        if targets.len() > 1 {
+            targets.sort_unstable();
+            targets.dedup();
+        }
+        if targets.is_empty() && publish.mandatory {
+            if let Some(c) = self.conn_mut(conn) {
+                c.out.method_with_content(
+                    number,
+                    &Method::BasicReturn(BasicReturn {
+                        reply_code: 312,
+                        reply_text: ShortStr::from_static("NO_ROUTE"),
+                        exchange: publish.exchange.clone(),
+                        routing_key: publish.routing_key.clone(),
+                    }),
+                    &msg,
+                );
+            }
+            self.mark_writer(conn);
+        }
+        let local = targets
+            .iter()
+            .any(|t| t.home == shard.id)
+            .then(|| std::rc::Rc::new(msg.clone()));
+        for target in &targets {
+            if target.home == shard.id {
+                if let Some(local) = &local {
+                    self.enqueue(target.id, std::rc::Rc::clone(local), now);
+                }
+            } else if let Some(batch) = self.outbox.publish.get_mut(usize::from(target.home)) {
+                match batch.last_mut() {
+                    Some(last) if same_message(&last.msg, &msg) => last.queues.push(target.id),
+                    _ => batch.push(Routed {
+                        queues: SmallVec::from_slice(&[target.id]),
+                        msg: msg.clone(),
+                    }),
+                }
+            }
+        }
+        if let Some(ch) = self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        {
+            if let Some(seq) = ch.next_confirm_seq() {
+                ch.confirm_pending = seq;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the confirms owed to a connection's channels. Called after this turn's
+    /// publishes were handed to their queues' shards.
+    pub fn flush_confirms(&mut self, conn: ConnId) {
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let mut wrote = false;
+        for ch in c.channels.values_mut() {
+            if ch.confirm_pending > ch.confirm_acked {
+                let multiple = ch.confirm_pending - ch.confirm_acked > 1;
+                c.out.method(
+                    ch.number,
+                    &Method::BasicAck(BasicAck {
+                        delivery_tag: ch.confirm_pending,
+                        multiple,
+                    }),
+                );
+                ch.confirm_acked = ch.confirm_pending;
+                wrote = true;
+            }
+        }
+        if wrote {
+            self.mark_writer(conn);
+        }
+    }
+}
+
+fn same_message(a: &Message, b: &Message) -> bool {
+    a.ptr_eq(b)
+}

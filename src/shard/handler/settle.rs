@@ -1,0 +1,154 @@
+//! Owns: how a channel settles deliveries — ack, nack and reject (single, multiple, tag
+//! 0 = all), `basic.recover`, the transaction buffer for them — and credit top-ups that
+//! follow (the credit rule itself lives in `session::consumer`).
+//!
+//! Does not: touch queue contents; settlements go to the queue's home shard.
+
+use smallvec::SmallVec;
+
+use crate::model::ids::{ConnId, QueueRef};
+use crate::session::channel::TxOp;
+use crate::session::error::ChannelError;
+
+use super::super::inbox::SettleOp;
+use super::super::{Shard, State};
+use super::channel::MethodError;
+
+impl State {
+    /// ack / nack / reject from the client; buffered in a transaction.
+    pub(super) fn settle_client(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        tag: u64,
+        multiple: bool,
+        how: Settle,
+    ) -> Result<(), MethodError> {
+        let max_tx = shard.config.limits.max_tx_operations;
+        let ch = self.channel_mut(conn, number)?;
+        if let Some(tx) = ch.tx.as_mut() {
+            if tx.len() >= max_tx {
+                return Err(MethodError::Channel(ChannelError::TxTooLarge {
+                    max: max_tx,
+                }));
+            }
+            tx.push(match how {
+                Settle::Ack => TxOp::Ack { tag, multiple },
+                Settle::Requeue | Settle::Discard => TxOp::Reject {
+                    tag,
+                    multiple,
+                    requeue: how == Settle::Requeue,
+                },
+            });
+            return Ok(());
+        }
+        self.settle_now(shard, conn, number, tag, multiple, how)
+    }
+
+    pub(super) fn settle_now(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        tag: u64,
+        multiple: bool,
+        how: Settle,
+    ) -> Result<(), MethodError> {
+        let ch = self.channel_mut(conn, number)?;
+        let taken = ch
+            .take_unacked(tag, multiple)
+            .map_err(MethodError::Channel)?;
+        let mut touched: SmallVec<[u32; 4]> = SmallVec::new();
+        for u in &taken {
+            if let Some(id) = u.consumer {
+                if !touched.contains(&id) {
+                    touched.push(id);
+                }
+            }
+        }
+        for u in taken {
+            let op = match how {
+                Settle::Ack => SettleOp::Ack(u.seq),
+                Settle::Requeue => SettleOp::Requeue(u.seq),
+                Settle::Discard => SettleOp::Discard(u.seq),
+            };
+            self.settle_to(shard, u.queue, op);
+        }
+        for id in touched {
+            self.top_up(shard, conn, number, Some(id));
+        }
+        Ok(())
+    }
+
+    pub(super) fn recover(&mut self, shard: &Shard, conn: ConnId, number: u16) {
+        let Some(ch) = self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        else {
+            return;
+        };
+        let unacked = ch.take_all_unacked();
+        for u in unacked {
+            self.settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
+        }
+        self.top_up(shard, conn, number, None);
+    }
+
+    /// Grants credit to a channel's consumers (one, or all) as the credit rule allows.
+    pub fn top_up(&mut self, shard: &Shard, conn: ConnId, number: u16, only: Option<u32>) {
+        let window = shard.config.shard.no_ack_window;
+        let high_water = shard.config.net.write_high_water;
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let has_room = c.out.queued_bytes() < high_water;
+        let Some(ch) = c.channels.get_mut(&number) else {
+            return;
+        };
+        if !ch.flow_active {
+            return;
+        }
+        let mut grants: SmallVec<[(QueueRef, u64, u32); 4]> = SmallVec::new();
+        let ids: SmallVec<[u32; 8]> = match only {
+            Some(id) => SmallVec::from_slice(&[id]),
+            None => ch.consumers.keys().copied().collect(),
+        };
+        for id in ids {
+            let global = ch.global_room();
+            let Some(cons) = ch.consumers.get_mut(&id) else {
+                continue;
+            };
+            if cons.queue_key == 0 {
+                continue;
+            }
+            let n = cons.top_up(has_room, window, global);
+            if n > 0 {
+                cons.credit += n;
+                grants.push((cons.queue, cons.queue_key, n));
+            }
+        }
+        for (queue, key, credit) in grants {
+            self.settle_to(shard, queue, SettleOp::Grant { key, credit });
+        }
+    }
+
+    /// Tops up every consumer of a connection (its socket drained).
+    pub fn top_up_conn(&mut self, shard: &Shard, conn: ConnId) {
+        let channels: SmallVec<[u16; 8]> = match self.conn(conn) {
+            Some(c) => c.channels.keys().copied().collect(),
+            None => return,
+        };
+        for number in channels {
+            self.top_up(shard, conn, number, None);
+        }
+    }
+}
+
+/// How a client settles a delivery.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Settle {
+    Ack,
+    Requeue,
+    Discard,
+}
