@@ -775,3 +775,80 @@ async fn flow_control_holds_warns_and_times_out() {
     .expect("bounded");
     server.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchange_bindings_and_recover() {
+    let (broker, url) = broker();
+    timeout(LIMIT, async {
+        let conn = Connection::connect(&url).await.unwrap();
+        let ch = conn.open_channel().await.unwrap();
+        ch.exchange_declare("eb.src", "direct", ExchangeDeclareOptions::default())
+            .await
+            .unwrap();
+        ch.exchange_declare("eb.dst", "fanout", ExchangeDeclareOptions::default())
+            .await
+            .unwrap();
+        ch.queue_declare("eb.q", QueueDeclareOptions::default())
+            .await
+            .unwrap();
+        ch.queue_bind("eb.q", "eb.dst", "", FieldTable::new())
+            .await
+            .unwrap();
+        // sluice answers exchange-to-exchange bindings with 540 NOT_IMPLEMENTED (a
+        // connection error); where a broker supports them, they must route.
+        let (conn, ch) = match ch
+            .exchange_bind("eb.dst", "eb.src", "k", FieldTable::new())
+            .await
+        {
+            Ok(()) => {
+                ch.basic_publish("eb.src", "k", false, NO_PROPERTIES, body("via e2e"))
+                    .await
+                    .unwrap();
+                let m = loop {
+                    if let Some(m) = ch.basic_get("eb.q", true).await.unwrap() {
+                        break m;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                };
+                assert_eq!(&m.body[..], b"via e2e");
+                ch.exchange_unbind("eb.dst", "eb.src", "k", FieldTable::new())
+                    .await
+                    .unwrap();
+                (conn, ch)
+            }
+            Err(ClientError::ConnectionClosed { code: 540, .. }) => {
+                assert!(matches!(
+                    conn.error(),
+                    Some(ClientError::ConnectionClosed { code: 540, .. })
+                ));
+                let conn = Connection::connect(&url).await.unwrap();
+                let ch = conn.open_channel().await.unwrap();
+                (conn, ch)
+            }
+            Err(e) => panic!("exchange.bind: {e}"),
+        };
+        // recover(requeue) hands back an unacknowledged delivery
+        ch.basic_qos(1, false).await.unwrap();
+        let mut c = ch
+            .basic_consume("eb.q", ConsumeOptions::default())
+            .await
+            .unwrap();
+        ch.basic_publish("", "eb.q", false, NO_PROPERTIES, body("again"))
+            .await
+            .unwrap();
+        let d = c.recv().await.unwrap();
+        assert!(!d.redelivered);
+        ch.basic_recover(true).await.unwrap();
+        let d2 = c.recv().await.unwrap();
+        assert_eq!(&d2.body[..], b"again");
+        assert!(d2.redelivered);
+        ch.basic_ack(d2.delivery_tag, false).await.unwrap();
+        ch.queue_delete("eb.q", false, false).await.unwrap();
+        ch.exchange_delete("eb.dst", false).await.unwrap();
+        ch.exchange_delete("eb.src", false).await.unwrap();
+        conn.close().await.unwrap();
+    })
+    .await
+    .expect("bounded");
+    broker.shutdown();
+}
