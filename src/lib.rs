@@ -21,6 +21,7 @@
 //! - [`server`]: starts N shards and coordinates shutdown.
 //! - [`config`]: the immutable configuration (defaults, TOML file, CLI).
 //! - [`ops`]: operational events with Qpid-style codes.
+//! - [`client`]: sluice's own async AMQP client (used by the tests and `sluice-bench`).
 //!
 //! # Data path
 //!
@@ -32,6 +33,7 @@
 
 #![deny(clippy::await_holding_refcell_ref)]
 
+pub mod client;
 pub mod config;
 pub mod model;
 pub mod net;

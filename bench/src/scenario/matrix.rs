@@ -1,0 +1,172 @@
+//! Owns: the `matrix` scenario — seed 000's "Testing Spec" as one run: ack mode
+//! (no-ack, auto, client, dups-ok, transacted) × consume mode (async, sync) × topic
+//! type (durable, non-durable). Each cell is a short fanout on `amq.topic` with one
+//! slow subscriber and fast ones, and reports whether the slow-consumer policy fired
+//! as configured and what the fast subscribers received.
+//! Does not: configure the policy itself; the broker's configuration or
+//! `--queue-arg` does, and `--policy` says what to expect.
+
+use serde::Serialize;
+
+use super::{execute, fanout, AckMode, ConsumeMode, Opts};
+use crate::broker::BrokerUnderTest;
+use crate::report::RunReport;
+
+/// The policy the run expects the broker to apply to the slow subscriber.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Close the slow subscriber's channel with 506 (and delete its queue).
+    Delete,
+    /// Discard the oldest messages for the slow subscriber (ring).
+    Cycle,
+    /// No policy: the slow subscriber just lags.
+    None,
+}
+
+/// One cell of the matrix.
+#[derive(Clone, Debug, Serialize)]
+pub struct MatrixCell {
+    pub ack: AckMode,
+    pub consume: ConsumeMode,
+    pub durable: bool,
+    pub published: u64,
+    pub fast_subscribers: usize,
+    /// Fewest and most messages a fast subscriber received.
+    pub fast_min_delivered: u64,
+    pub fast_max_delivered: u64,
+    /// Every fast subscriber received every published message.
+    pub fast_complete: bool,
+    pub slow_delivered: u64,
+    pub slow_gaps: u64,
+    pub slow_closed_code: Option<u16>,
+    pub slow_closed_text: Option<String>,
+    /// What the broker did to the slow subscriber: "delete" (506 close), "cycle"
+    /// (messages skipped), or "none".
+    pub policy_fired: Policy,
+    /// The policy expected for this cell (durable cells expect none unless
+    /// `--policy-durable`).
+    pub policy_expected: Policy,
+    pub as_configured: bool,
+    pub p99_ns: u64,
+    pub error: Option<String>,
+}
+
+pub const ACKS: [AckMode; 5] = [
+    AckMode::NoAck,
+    AckMode::Auto,
+    AckMode::Client,
+    AckMode::DupsOk,
+    AckMode::Transacted,
+];
+
+pub async fn run(
+    broker: &BrokerUnderTest,
+    opts: &Opts,
+    policy: Policy,
+    policy_durable: bool,
+    interrupted: &tokio::sync::watch::Receiver<bool>,
+) -> Result<RunReport, String> {
+    let mut cells = Vec::new();
+    let mut reports = Vec::new();
+    'outer: for ack in ACKS {
+        for consume in [ConsumeMode::Async, ConsumeMode::Sync] {
+            for durable in [true, false] {
+                if *interrupted.borrow() {
+                    break 'outer;
+                }
+                let mut o = opts.clone();
+                o.ack = ack;
+                o.consume = consume;
+                o.durable = durable;
+                o.subscribers = o.subscribers.max(2);
+                o.slow = 1;
+                o.quiet = true;
+                let prefix = format!(
+                    "sluice.bench.matrix.{}.{}",
+                    serde_json::to_value(ack)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default(),
+                    if consume == ConsumeMode::Async {
+                        "async"
+                    } else {
+                        "sync"
+                    }
+                );
+                let plan = fanout::plan(&o, "amq.topic", 1, durable.then_some(prefix.as_str()));
+                let expected = if durable && !policy_durable {
+                    Policy::None
+                } else {
+                    policy
+                };
+                eprintln!(
+                    "matrix cell: ack={ack:?} consume={consume:?} {}",
+                    if durable { "durable" } else { "non-durable" }
+                );
+                let cell = match execute("matrix-cell", broker, &o, plan, interrupted).await {
+                    Ok(r) => {
+                        let fast: Vec<_> = r.subscribers.iter().filter(|s| !s.slow).collect();
+                        let slow = r.subscribers.iter().find(|s| s.slow);
+                        let fmin = fast.iter().map(|s| s.delivered).min().unwrap_or(0);
+                        let fmax = fast.iter().map(|s| s.delivered).max().unwrap_or(0);
+                        let fired = match slow {
+                            Some(s) if s.closed_code == Some(506) => Policy::Delete,
+                            Some(s) if s.gaps > 0 => Policy::Cycle,
+                            _ => Policy::None,
+                        };
+                        let complete = fmin == r.published;
+                        let c = MatrixCell {
+                            ack,
+                            consume,
+                            durable,
+                            published: r.published,
+                            fast_subscribers: fast.len(),
+                            fast_min_delivered: fmin,
+                            fast_max_delivered: fmax,
+                            fast_complete: complete,
+                            slow_delivered: slow.map_or(0, |s| s.delivered),
+                            slow_gaps: slow.map_or(0, |s| s.gaps),
+                            slow_closed_code: slow.and_then(|s| s.closed_code),
+                            slow_closed_text: slow.and_then(|s| s.closed_text.clone()),
+                            policy_fired: fired,
+                            policy_expected: expected,
+                            as_configured: fired == expected && complete,
+                            p99_ns: r.latency.p99_ns,
+                            error: None,
+                        };
+                        reports.push(r);
+                        c
+                    }
+                    Err(e) => MatrixCell {
+                        ack,
+                        consume,
+                        durable,
+                        published: 0,
+                        fast_subscribers: 0,
+                        fast_min_delivered: 0,
+                        fast_max_delivered: 0,
+                        fast_complete: false,
+                        slow_delivered: 0,
+                        slow_gaps: 0,
+                        slow_closed_code: None,
+                        slow_closed_text: None,
+                        policy_fired: Policy::None,
+                        policy_expected: expected,
+                        as_configured: false,
+                        p99_ns: 0,
+                        error: Some(e),
+                    },
+                };
+                cells.push(cell);
+            }
+        }
+    }
+    let mut combined = RunReport::combine("matrix", opts, reports, *interrupted.borrow());
+    combined.notes.push(format!(
+        "policy expected: {policy:?} (durable cells: {})",
+        if policy_durable { "same" } else { "exempt" }
+    ));
+    combined.cells = cells;
+    Ok(combined)
+}

@@ -1,0 +1,41 @@
+//! Owns: the `workq` scenario: P publishers → one shared named queue ← C consumers
+//! (each message delivered once, to one of them).
+//! Does not: bind anything (publishes go through the default exchange).
+
+use super::{Opts, Plan, PubSpec, QueueSetup, SubSpec};
+
+/// The shared queue.
+pub const QUEUE: &str = "sluice.bench.workq";
+
+pub fn plan(opts: &Opts, queue: &str) -> Plan {
+    let subs = (0..opts.consumers)
+        .map(|i| SubSpec {
+            id: i,
+            setup: QueueSetup::Shared(queue.into()),
+            slow_rate: (i < opts.slow).then_some(opts.slow_rate),
+            ack: opts.ack,
+            consume: opts.consume,
+            prefetch: opts.prefetch,
+            publishers: opts.publishers,
+        })
+        .collect();
+    let pubs = (0..opts.publishers)
+        .map(|i| PubSpec {
+            id: i as u32,
+            exchange: "".into(),
+            routing_key: queue.into(),
+            mandatory: false,
+            persistent: opts.persistent,
+            confirm: opts.confirm,
+            rate: opts.rate,
+            size: opts.size,
+            max_messages: opts.max_messages,
+        })
+        .collect();
+    Plan {
+        subs,
+        pubs,
+        fanout_factor: 1,
+        notes: Vec::new(),
+    }
+}

@@ -1,0 +1,289 @@
+//! Each scenario runs for about two seconds against an embedded (in-process) sluice
+//! through the real command line, and its `--json` has every field filled and
+//! internally consistent. Bounded in time; never asserts speed.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn run(name: &str, args: &[&str]) -> Value {
+    let dir = std::env::temp_dir().join(format!("sluice-bench-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("out.json");
+    let html = dir.join("out.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-bench"))
+        .args(args)
+        .args(["--embedded", "inproc", "--quiet", "--shards", "2"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--report")
+        .arg(&html)
+        .output()
+        .expect("run sluice-bench");
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        summary.contains("delivered/s"),
+        "summary table printed: {summary}"
+    );
+    let html_text = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        html_text.contains("<svg") && html_text.contains("<polyline"),
+        "plots in the report"
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(PathBuf::from(&dir));
+    v
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing or not a number in {v}"))
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64()
+        .unwrap_or_else(|| panic!("{k} missing or not a number"))
+}
+
+/// The fields every report has, filled and consistent.
+fn common(v: &Value, with_latency: bool) {
+    for k in ["tool", "version", "scenario", "date_utc"] {
+        assert!(!v[k].as_str().unwrap_or("").is_empty(), "{k}");
+    }
+    assert!(u(v, "machine_cores") >= 1);
+    assert!(!v["broker"]["label"].as_str().unwrap().is_empty());
+    assert!(v["config"].is_object());
+    assert!(u(v, "published") > 0, "published");
+    assert!(u(v, "delivered") > 0, "delivered");
+    assert!(f(v, "window_s") > 0.0);
+    assert!(u(v, "published_in_window") <= u(v, "published"));
+    assert!(u(v, "delivered_in_window") <= u(v, "delivered"));
+    assert!(f(v, "publish_rate") > 0.0 && f(v, "deliver_rate") > 0.0);
+    assert!(
+        v["broker_cpu_ns"].as_u64().is_some(),
+        "broker CPU measured (in-process shards)"
+    );
+    assert!(f(v, "broker_cpu_ns_per_delivered") >= 0.0);
+    assert!(u(v, "broker_rss_max_bytes") > 0, "broker RSS");
+    assert!(f(v, "tool_cpu_ns_per_message") >= 0.0);
+    assert!(!v["timeline"].as_array().unwrap().is_empty(), "timeline");
+    let subs: u64 = v["subscribers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| u(s, "delivered"))
+        .sum();
+    assert_eq!(subs, u(v, "delivered"), "subscriber counts add up");
+    let pubs: u64 = v["publishers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| u(p, "published"))
+        .sum();
+    assert_eq!(pubs, u(v, "published"), "publisher counts add up");
+    if with_latency {
+        let l = &v["latency"];
+        assert!(u(l, "count") > 0);
+        let (p50, p90, p99, p999, max) = (
+            u(l, "p50_ns"),
+            u(l, "p90_ns"),
+            u(l, "p99_ns"),
+            u(l, "p999_ns"),
+            u(l, "max_ns"),
+        );
+        assert!(
+            p50 > 0 && p50 <= p90 && p90 <= p99 && p99 <= p999 && p999 <= max,
+            "{l}"
+        );
+        assert!(!v["latency_distribution"].as_array().unwrap().is_empty());
+    }
+}
+
+const SHORT: [&str; 6] = [
+    "--duration",
+    "2",
+    "--warmup",
+    "0.5",
+    "--drain-timeout",
+    "20",
+];
+
+#[test]
+fn fanout_delivers_every_message_to_every_subscriber() {
+    let v = run(
+        "fanout",
+        &[
+            &["fanout", "--subscribers", "4", "--rate", "3000"][..],
+            &SHORT,
+        ]
+        .concat(),
+    );
+    common(&v, true);
+    assert_eq!(u(&v, "expected_delivered"), u(&v, "published") * 4);
+    assert_eq!(
+        u(&v, "delivered"),
+        u(&v, "published") * 4,
+        "delivered = published x subscribers"
+    );
+    assert!(v["latency"]["from_intended_send_time"].as_bool().unwrap());
+    for s in v["subscribers"].as_array().unwrap() {
+        assert_eq!(u(s, "delivered"), u(&v, "published"));
+        assert_eq!(u(s, "gaps"), 0);
+    }
+}
+
+#[test]
+fn fanout_manual_ack_with_prefetch() {
+    let v = run(
+        "fanout-ack",
+        &[
+            &[
+                "fanout",
+                "--subscribers",
+                "2",
+                "--ack",
+                "client",
+                "--prefetch",
+                "100",
+                "--rate",
+                "5000",
+            ][..],
+            &SHORT,
+        ]
+        .concat(),
+    );
+    common(&v, true);
+    assert_eq!(u(&v, "delivered"), u(&v, "published") * 2);
+}
+
+#[test]
+fn workq_delivers_each_message_once() {
+    let v = run(
+        "workq",
+        &[
+            &[
+                "workq",
+                "--publishers",
+                "2",
+                "--consumers",
+                "2",
+                "--rate",
+                "2000",
+            ][..],
+            &SHORT,
+        ]
+        .concat(),
+    );
+    common(&v, true);
+    assert_eq!(u(&v, "delivered"), u(&v, "published"));
+}
+
+#[test]
+fn slowsub_reports_the_slow_subscriber() {
+    let v = run(
+        "slowsub",
+        &[
+            &[
+                "slowsub",
+                "--subscribers",
+                "3",
+                "--rate",
+                "1000",
+                "--slow-rate",
+                "50",
+            ][..],
+            &SHORT,
+        ]
+        .concat(),
+    );
+    common(&v, true);
+    let subs = v["subscribers"].as_array().unwrap();
+    let slow: Vec<_> = subs
+        .iter()
+        .filter(|s| s["slow"].as_bool().unwrap())
+        .collect();
+    assert_eq!(slow.len(), 1);
+    for s in subs.iter().filter(|s| !s["slow"].as_bool().unwrap()) {
+        assert_eq!(
+            u(s, "delivered"),
+            u(&v, "published"),
+            "fast subscribers get everything"
+        );
+    }
+    assert!(u(slow[0], "delivered") < u(&v, "published"));
+}
+
+#[test]
+fn flow_reports_publishers_and_flow_fields() {
+    let v = run(
+        "flow",
+        &[
+            &["flow", "--rate", "2000", "--slow-rate", "1000"][..],
+            &SHORT,
+        ]
+        .concat(),
+    );
+    common(&v, true);
+    let _ = u(&v, "flow_held_ms");
+    assert_eq!(u(&v, "flow_timeouts"), 0);
+}
+
+#[test]
+fn persistent_confirms_every_message() {
+    let v = run(
+        "persistent",
+        &[
+            &["persistent", "--rate", "2000", "--confirm", "50"][..],
+            &SHORT,
+        ]
+        .concat(),
+    );
+    common(&v, true);
+    assert_eq!(u(&v, "confirmed") + u(&v, "nacked"), u(&v, "published"));
+    assert_eq!(u(&v, "delivered"), u(&v, "published"));
+    assert!(v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("no disk store")));
+}
+
+#[test]
+fn matrix_has_every_cell() {
+    let v = run(
+        "matrix",
+        &[
+            "matrix",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--rate",
+            "500",
+            "--slow-rate",
+            "50",
+            "--drain-timeout",
+            "1",
+        ],
+    );
+    common(&v, false);
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(
+        cells.len(),
+        20,
+        "5 ack modes x 2 consume modes x 2 topic types"
+    );
+    for c in cells {
+        assert!(c["error"].is_null(), "{c}");
+        assert!(u(c, "published") > 0, "{c}");
+        assert!(c["policy_fired"].is_string() && c["as_configured"].is_boolean());
+        assert!(u(c, "fast_subscribers") >= 1);
+    }
+}

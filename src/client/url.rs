@@ -1,0 +1,138 @@
+//! Owns: parsing `amqp://user:pass@host:port/vhost` into [`AmqpUrl`], with the
+//! defaults guest/guest, 127.0.0.1, 5672 and `/`, and percent-decoding of user,
+//! password and vhost (`%2f` is `/`).
+//! Does not: resolve names or open sockets.
+
+use super::error::ClientError;
+
+/// A parsed `amqp://` URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AmqpUrl {
+    /// User name for PLAIN authentication.
+    pub user: String,
+    /// Password for PLAIN authentication.
+    pub password: String,
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Virtual host.
+    pub vhost: String,
+}
+
+impl Default for AmqpUrl {
+    fn default() -> Self {
+        AmqpUrl {
+            user: "guest".into(),
+            password: "guest".into(),
+            host: "127.0.0.1".into(),
+            port: 5672,
+            vhost: "/".into(),
+        }
+    }
+}
+
+fn percent_decode(s: &str, url: &str) -> Result<String, ClientError> {
+    let bad = || ClientError::InvalidUrl {
+        url: url.into(),
+        reason: "bad percent-encoding",
+    };
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
+            let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad())
+}
+
+impl AmqpUrl {
+    /// Parses `amqp://[user[:pass]@]host[:port][/vhost]`. An empty path means `/`;
+    /// a path of `/name` means vhost `name` (use `%2f` for a vhost containing `/`).
+    pub fn parse(url: &str) -> Result<AmqpUrl, ClientError> {
+        let invalid = |reason| ClientError::InvalidUrl {
+            url: url.into(),
+            reason,
+        };
+        let rest = url
+            .strip_prefix("amqp://")
+            .ok_or_else(|| invalid("scheme must be amqp://"))?;
+        let mut parsed = AmqpUrl::default();
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+            None => (rest, None),
+        };
+        let hostport = match authority.rfind('@') {
+            Some(i) => {
+                let userinfo = &authority[..i];
+                let (user, pass) = match userinfo.find(':') {
+                    Some(j) => (&userinfo[..j], Some(&userinfo[j + 1..])),
+                    None => (userinfo, None),
+                };
+                parsed.user = percent_decode(user, url)?;
+                if let Some(p) = pass {
+                    parsed.password = percent_decode(p, url)?;
+                }
+                &authority[i + 1..]
+            }
+            None => authority,
+        };
+        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+            let end = v6.find(']').ok_or_else(|| invalid("unclosed [ in host"))?;
+            let port = v6[end + 1..].strip_prefix(':');
+            (&v6[..end], port)
+        } else {
+            match hostport.rfind(':') {
+                Some(i) => (&hostport[..i], Some(&hostport[i + 1..])),
+                None => (hostport, None),
+            }
+        };
+        if !host.is_empty() {
+            parsed.host = host.into();
+        }
+        if let Some(p) = port.filter(|p| !p.is_empty()) {
+            parsed.port = p.parse().map_err(|_| invalid("port is not a number"))?;
+        }
+        if let Some(p) = path.filter(|p| !p.is_empty()) {
+            let p = p.split('?').next().unwrap_or("");
+            parsed.vhost = percent_decode(p, url)?;
+        }
+        Ok(parsed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_full() {
+        assert_eq!(AmqpUrl::parse("amqp://").unwrap(), AmqpUrl::default());
+        let u = AmqpUrl::parse("amqp://a:b%40c@example:5673/v%2fh").unwrap();
+        assert_eq!(
+            (
+                u.user.as_str(),
+                u.password.as_str(),
+                u.host.as_str(),
+                u.port,
+                u.vhost.as_str()
+            ),
+            ("a", "b@c", "example", 5673, "v/h")
+        );
+        let u = AmqpUrl::parse("amqp://[::1]:9/").unwrap();
+        assert_eq!((u.host.as_str(), u.port, u.vhost.as_str()), ("::1", 9, "/"));
+        let u = AmqpUrl::parse("amqp://h/prod").unwrap();
+        assert_eq!(u.vhost, "prod");
+        assert!(AmqpUrl::parse("http://x").is_err());
+        assert!(AmqpUrl::parse("amqp://h:x").is_err());
+        assert!(AmqpUrl::parse("amqp://h/%zz").is_err());
+    }
+}
