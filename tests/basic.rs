@@ -58,6 +58,7 @@ shard_tests!(
     confirms_cover_every_queue,
     publishes_before_abrupt_disconnect_are_kept,
     ack_multiple_spans_queues,
+    queued_small_messages_survive_buffer_reuse,
 );
 
 async fn publish_consume_order(shards: usize) {
@@ -1566,5 +1567,62 @@ async fn ack_multiple_spans_queues(shards: usize) {
             .filter(|(t, i)| *i == qi && *t > cut)
             .count() as u32;
         check.wait_message_count(q, unacked).await;
+    }
+}
+
+/// Small messages parked in a queue keep their own bytes while the publisher's connection
+/// goes on to read megabytes of other traffic (its read buffers get reused).
+async fn queued_small_messages_survive_buffer_reuse(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let parked = unique("q-parked");
+    let busy = unique("q-busy");
+    ch.declare_queue(&parked).await;
+    ch.declare_queue(&busy).await;
+    let (_, mut busy_rx) = ch.consume_auto(&busy).await;
+
+    let mut p = broker.raw();
+    p.channel_open(1);
+    const N: usize = 3000;
+    let props = |i: usize| Props {
+        message_id: Some(format!("id-{i}")),
+        headers: Some(vec![("n".into(), Val::I64(i as i64))]),
+        ..Props::default()
+    };
+    for i in 0..N {
+        p.publish(
+            1,
+            "",
+            &parked,
+            &props(i),
+            format!("parked-{i:05}").as_bytes(),
+        )
+        .unwrap();
+    }
+    // Ten megabytes of other traffic through the same connection.
+    let filler = vec![0xA5u8; 64 * 1024];
+    for _ in 0..160 {
+        p.publish(1, "", &busy, &Props::default(), &filler).unwrap();
+    }
+    for _ in 0..160 {
+        assert!(next_delivery(&mut busy_rx).await.body == filler);
+    }
+    ch.wait_message_count(&parked, N as u32).await;
+    let mut sub = broker.raw();
+    sub.channel_open(1);
+    sub.basic_consume(1, &parked, true);
+    for i in 0..N {
+        let d = sub.read_delivery(1);
+        assert_eq!(
+            d.body,
+            format!("parked-{i:05}").as_bytes(),
+            "parked message {i} changed"
+        );
+        assert_eq!(
+            d.props,
+            props(i),
+            "properties of parked message {i} changed"
+        );
     }
 }
