@@ -59,6 +59,7 @@ shard_tests!(
     publishes_before_abrupt_disconnect_are_kept,
     ack_multiple_spans_queues,
     queued_small_messages_survive_buffer_reuse,
+    properties_on_get_and_return,
 );
 
 async fn publish_consume_order(shards: usize) {
@@ -347,6 +348,7 @@ async fn mandatory_unroutable_returned(shards: usize) {
                 exchange: x,
                 routing_key,
                 body: b,
+                ..
             } => {
                 assert_eq!(code, 312);
                 assert_eq!(text, "NO_ROUTE");
@@ -1624,5 +1626,56 @@ async fn queued_small_messages_survive_buffer_reuse(shards: usize) {
             props(i),
             "properties of parked message {i} changed"
         );
+    }
+}
+
+/// The full property set also survives basic.get-ok and basic.return.
+async fn properties_on_get_and_return(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let mut ch = conn.channel().await;
+    let q = unique("q-props-get");
+    ch.declare_queue(&q).await;
+    let props = BasicProperties::default()
+        .with_content_type("text/x-get")
+        .with_headers(full_headers())
+        .with_message_id("get-1")
+        .with_priority(3)
+        .with_timestamp(99)
+        .with_app_id("itests")
+        .finish();
+    let check = |got: &BasicProperties| {
+        assert_eq!(got.content_type(), props.content_type());
+        assert_eq!(got.message_id(), props.message_id());
+        assert_eq!(got.priority(), Some(3));
+        assert_eq!(got.timestamp(), Some(99));
+        assert_eq!(got.app_id(), props.app_id());
+        assert_eq!(
+            canon_table(got.headers().expect("headers missing")),
+            canon_table(&full_headers())
+        );
+    };
+    ch.publish_props("", &q, props.clone(), b"via get").await;
+    let (_, got, body) = ch.get_eventually(&q, true).await;
+    assert_eq!(body, b"via get");
+    check(&got);
+
+    ch.basic_publish(
+        props.clone(),
+        b"via return".to_vec(),
+        BasicPublishArguments::new("amq.direct", "nobody")
+            .mandatory(true)
+            .finish(),
+    )
+    .await
+    .unwrap();
+    match ch.next_event().await {
+        Event::Return {
+            props: got, body, ..
+        } => {
+            assert_eq!(body, b"via return");
+            check(&got);
+        }
+        other => panic!("expected basic.return, got {other:?}"),
     }
 }

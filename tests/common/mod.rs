@@ -404,6 +404,7 @@ pub enum Event {
         text: String,
         exchange: String,
         routing_key: String,
+        props: Box<BasicProperties>,
         body: Vec<u8>,
     },
     Flow {
@@ -806,7 +807,7 @@ impl ChannelCallback for ChanEvents {
         &'a mut self,
         _c: &'b Channel,
         ret: Return,
-        _props: BasicProperties,
+        props: BasicProperties,
         body: Vec<u8>,
     ) -> BoxFut<'c, ()>
     where
@@ -819,6 +820,7 @@ impl ChannelCallback for ChanEvents {
             text: ret.reply_text().clone(),
             exchange: ret.exchange().clone(),
             routing_key: ret.routing_key().clone(),
+            props: Box::new(props),
             body,
         });
         Box::pin(async {})
