@@ -82,6 +82,7 @@ shard_tests!(
     declare_ok_counts,
     purge_spares_unacked,
     vhosts_are_isolated,
+    concurrent_control_plane,
 );
 
 async fn exchange_declare_all_types(shards: usize) {
@@ -802,4 +803,93 @@ async fn vhosts_are_isolated(shards: usize) {
         .await
         .unwrap();
     assert!(queue_exists(&root, &q).await);
+}
+
+/// Declares, binds, unbinds and deletes from several connections at once leave one
+/// consistent routing table: each key reaches exactly the queues still bound to it.
+async fn concurrent_control_plane(shards: usize) {
+    let broker = Broker::start(shards);
+    const TASKS: usize = 6;
+    const EACH: usize = 60;
+    let prefix = unique("cp");
+    let mut handles = Vec::new();
+    for t in 0..TASKS {
+        let conn = broker.connect().await;
+        let prefix = prefix.clone();
+        handles.push(tokio::spawn(async move {
+            let ch = conn.channel().await;
+            for k in 0..EACH {
+                let q = format!("{prefix}-{t}-{k}");
+                ch.declare_queue(&q).await;
+                ch.queue_bind(QueueBindArguments::new(
+                    &q,
+                    "amq.topic",
+                    &format!("cp.{t}.{k}"),
+                ))
+                .await
+                .unwrap();
+                // Every queue also listens to its task's wildcard.
+                ch.queue_bind(QueueBindArguments::new(
+                    &q,
+                    "amq.topic",
+                    &format!("all.{t}.#"),
+                ))
+                .await
+                .unwrap();
+                if k % 2 == 1 {
+                    ch.queue_unbind(QueueUnbindArguments::new(
+                        &q,
+                        "amq.topic",
+                        &format!("cp.{t}.{k}"),
+                    ))
+                    .await
+                    .unwrap();
+                }
+                if k % 3 == 0 {
+                    ch.queue_delete(QueueDeleteArguments::new(&q))
+                        .await
+                        .unwrap();
+                }
+            }
+            conn
+        }));
+    }
+    let mut conns = Vec::new();
+    for h in handles {
+        conns.push(h.await.expect("control-plane task failed"));
+    }
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    for t in 0..TASKS {
+        for k in 0..EACH {
+            pch.publish("amq.topic", &format!("cp.{t}.{k}"), b"direct")
+                .await;
+        }
+        pch.publish("amq.topic", &format!("all.{t}.x"), b"wildcard")
+            .await;
+    }
+    let ch = conns[0].channel().await;
+    for t in 0..TASKS {
+        for k in 0..EACH {
+            let q = format!("{prefix}-{t}-{k}");
+            if k % 3 == 0 {
+                assert!(
+                    !queue_exists(&conns[0], &q).await,
+                    "deleted queue {q} exists"
+                );
+                continue;
+            }
+            let want = if k % 2 == 1 { 1 } else { 2 };
+            ch.wait_message_count(&q, want).await;
+        }
+    }
+    // No stragglers arrive later.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for t in 0..TASKS {
+        for k in (0..EACH).filter(|k| k % 3 != 0) {
+            let q = format!("{prefix}-{t}-{k}");
+            let want = if k % 2 == 1 { 1 } else { 2 };
+            assert_eq!(ch.message_count(&q).await, want, "queue {q}");
+        }
+    }
 }

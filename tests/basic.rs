@@ -57,6 +57,7 @@ shard_tests!(
     ack_after_queue_deleted,
     confirms_cover_every_queue,
     publishes_before_abrupt_disconnect_are_kept,
+    ack_multiple_spans_queues,
 );
 
 async fn publish_consume_order(shards: usize) {
@@ -750,7 +751,6 @@ async fn per_message_expiration(shards: usize) {
     let ch = conn.channel().await;
     let q = unique("q-expiration");
     ch.declare_queue(&q).await;
-    let published = Instant::now();
     ch.publish_props(
         "",
         &q,
@@ -766,9 +766,11 @@ async fn per_message_expiration(shards: usize) {
         b"long-lived",
     )
     .await;
+    // A round trip on the same channel: the publishes have reached the broker.
+    ch.message_count(&q).await;
+    let enqueued = Instant::now();
     // Let the short TTL run out (this is the behaviour under test, not synchronisation).
-    let wait = Duration::from_millis(300).saturating_sub(published.elapsed());
-    tokio::time::sleep(wait).await;
+    tokio::time::sleep(Duration::from_millis(300).saturating_sub(enqueued.elapsed())).await;
     let (_, _, body) = ch.get_eventually(&q, true).await;
     assert_eq!(body, b"durable-ish", "expired message delivered");
     let (_, _, body) = ch.get(&q, true).await.expect("unexpired message");
@@ -779,7 +781,6 @@ async fn per_message_expiration(shards: usize) {
     );
 
     // An expired message is not delivered to a consumer either.
-    let published = Instant::now();
     ch.publish_props(
         "",
         &q,
@@ -787,7 +788,9 @@ async fn per_message_expiration(shards: usize) {
         b"short-lived-2",
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300).saturating_sub(published.elapsed())).await;
+    ch.message_count(&q).await;
+    let enqueued = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300).saturating_sub(enqueued.elapsed())).await;
     let (_, mut rx) = ch.consume_auto(&q).await;
     ch.publish("", &q, b"marker").await;
     assert_eq!(
@@ -807,10 +810,11 @@ async fn queue_message_ttl(shards: usize) {
     ch.queue_declare(QueueDeclareArguments::new(&q).arguments(args).finish())
         .await
         .unwrap();
-    let published = Instant::now();
     ch.publish("", &q, b"a").await;
     ch.publish("", &q, b"b").await;
-    tokio::time::sleep(Duration::from_millis(300).saturating_sub(published.elapsed())).await;
+    ch.message_count(&q).await;
+    let enqueued = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300).saturating_sub(enqueued.elapsed())).await;
     assert!(
         ch.get(&q, true).await.is_none(),
         "message outlived x-message-ttl 100 ms"
@@ -1514,5 +1518,53 @@ async fn publishes_before_abrupt_disconnect_are_kept(shards: usize) {
     for i in 0..200 {
         let (_, _, body) = ch.get(&q, true).await.expect("message");
         assert_eq!(body, format!("{i}").as_bytes());
+    }
+}
+
+/// A multiple ack settles every delivery up to its tag on the channel, whichever queue (and
+/// shard) each came from; the rest are requeued to their own queues when the channel closes.
+async fn ack_multiple_spans_queues(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let queues: Vec<String> = (0..4).map(|_| unique("q-span")).collect();
+    let mut rxs = Vec::new();
+    for q in &queues {
+        ch.declare_queue(q).await;
+        rxs.push(ch.consume_manual(q).await.1);
+    }
+    let publisher = broker.connect().await;
+    let pch = publisher.channel().await;
+    for i in 0..10 {
+        for q in &queues {
+            pch.publish("", q, format!("{i}").as_bytes()).await;
+        }
+    }
+    // (tag, queue index)
+    let mut deliveries = Vec::new();
+    for (qi, rx) in rxs.iter_mut().enumerate() {
+        for _ in 0..10 {
+            deliveries.push((next_delivery(rx).await.delivery_tag, qi));
+        }
+    }
+    deliveries.sort();
+    let tags: Vec<u64> = deliveries.iter().map(|(t, _)| *t).collect();
+    assert_eq!(
+        tags,
+        (1..=40).collect::<Vec<u64>>(),
+        "channel delivery tags"
+    );
+    let cut = 23u64;
+    ch.basic_ack(BasicAckArguments::new(cut, true))
+        .await
+        .unwrap();
+    ch.ch.clone().close().await.unwrap();
+    let check = conn.channel().await;
+    for (qi, q) in queues.iter().enumerate() {
+        let unacked = deliveries
+            .iter()
+            .filter(|(t, i)| *i == qi && *t > cut)
+            .count() as u32;
+        check.wait_message_count(q, unacked).await;
     }
 }

@@ -51,12 +51,15 @@ struct MessageInner {
 ///
 /// # Invariants
 /// Only built when the body fits one body frame of the smallest legal frame size
-/// (4096), so it is valid for every connection.
+/// (4096), so it is valid for every connection. The message's properties and body are
+/// slices of the same allocation.
 #[derive(Debug)]
 pub struct WireTail {
     pub bytes: Bytes,
     pub header_channel_at: usize,
     pub body_channel_at: usize,
+    props_at: usize,
+    body_at: usize,
 }
 
 /// Largest body for which a [`WireTail`] is built, bytes.
@@ -88,11 +91,14 @@ fn build_wire_tail(
         body_size,
         raw_properties.len(),
     );
+    let props_at = out.len();
     out.put_slice(raw_properties);
     out.put_u8(crate::protocol::method::FRAME_END);
     let body_channel_at = out.len() + 1;
+    let mut body_at = out.len();
     if body_size > 0 {
         crate::protocol::frame::encode_body_prefix(&mut out, 0, body_size as u32);
+        body_at = out.len();
         for chunk in body {
             out.put_slice(chunk);
         }
@@ -102,6 +108,8 @@ fn build_wire_tail(
         bytes: out.freeze(),
         header_channel_at,
         body_channel_at,
+        props_at,
+        body_at,
     })
 }
 
@@ -119,6 +127,24 @@ impl Message {
             .and_then(|raw| std::str::from_utf8(raw).ok())
             .and_then(|text| text.trim().parse::<u64>().ok());
         let wire_tail = build_wire_tail(&exchange, &routing_key, &raw_properties, &body, body_size);
+        // A small message's properties and body are re-pointed into its own tail, so a
+        // queued message does not keep the publisher's whole read buffer alive.
+        let (raw_properties, body) = match &wire_tail {
+            Some(tail) => {
+                let props = tail
+                    .bytes
+                    .slice(tail.props_at..tail.props_at + raw_properties.len());
+                let mut chunks = BodyChunks::new();
+                if body_size > 0 {
+                    chunks.push(
+                        tail.bytes
+                            .slice(tail.body_at..tail.body_at + body_size as usize),
+                    );
+                }
+                (props, chunks)
+            }
+            None => (raw_properties, body),
+        };
         Message(Arc::new(MessageInner {
             wire_tail,
             exchange,
@@ -180,5 +206,44 @@ impl Message {
     /// How many handles (queues, in-flight deliveries) share this message.
     pub fn share_count(&self) -> usize {
         Arc::strong_count(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn within(inner: &[u8], outer: &[u8]) -> bool {
+        let (a, b) = (inner.as_ptr() as usize, outer.as_ptr() as usize);
+        a >= b && a + inner.len() <= b + outer.len()
+    }
+
+    #[test]
+    fn small_messages_release_the_read_buffer() {
+        let read_buffer = Bytes::from(vec![9u8; 4096]);
+        let mut chunks = BodyChunks::new();
+        chunks.push(read_buffer.slice(100..164));
+        let msg = Message::new(
+            "ex".into(),
+            "k".into(),
+            Bytes::from_static(&[0, 0]),
+            chunks,
+            64,
+        );
+        let tail = msg.wire_tail().expect("small message has a tail");
+        assert!(within(&msg.body()[0], &tail.bytes));
+        assert!(!within(&msg.body()[0], &read_buffer));
+        assert_eq!(&msg.body()[0][..], &read_buffer[100..164]);
+        assert_eq!(&msg.raw_properties()[..], &[0, 0]);
+    }
+
+    #[test]
+    fn large_messages_stay_zero_copy() {
+        let read_buffer = Bytes::from(vec![7u8; 8192]);
+        let mut chunks = BodyChunks::new();
+        chunks.push(read_buffer.slice(0..4000));
+        let msg = Message::new("ex".into(), "k".into(), Bytes::new(), chunks, 4000);
+        assert!(msg.wire_tail().is_none());
+        assert!(within(&msg.body()[0], &read_buffer));
     }
 }
