@@ -104,9 +104,11 @@ for entry in "${SCENARIOS[@]}"; do
   fi
 done
 
-python3 - "$OUT" "$HAVE_RABBIT" "${RABBIT_VERSION:-}" > "$OUT/table.md" <<'PY'
+REV="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo -dirty)"
+LOAD="$(cut -d" " -f1-3 /proc/loadavg)"
+python3 - "$OUT" "$HAVE_RABBIT" "${RABBIT_VERSION:-}" "$REV" "$LOAD" > "$OUT/table.md" <<'PY'
 import json, os, sys, glob
-out, have_rabbit, rv = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+out, have_rabbit, rv, rev, load = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4], sys.argv[5]
 def rate(r): return f"{r/1e6:.2f}M" if r >= 1e6 else (f"{r/1e3:.1f}k" if r >= 1e3 else f"{r:.0f}")
 def ns(v): return f"{v/1e6:.2f} ms" if v >= 1e6 else (f"{v/1e3:.0f} µs" if v >= 1e3 else f"{v} ns")
 rows = []
@@ -118,7 +120,7 @@ for f in sorted(glob.glob(os.path.join(out, "*.json"))):
     first = first or j
     cpu = j.get("broker_cpu_ns_per_delivered")
     rows.append((name, broker, j))
-print(f"Run {first['date_utc'] if first else '?'} on a {first['machine_cores'] if first else '?'}-core machine"
+print(f"Run {first['date_utc'] if first else '?'} at sluice {rev} on a {first['machine_cores'] if first else '?'}-core machine (load average at the end: {load})"
       f"{'; RabbitMQ ' + rv if have_rabbit else '; RabbitMQ not installed (apt-get install -y rabbitmq-server), sluice only'}.\n")
 print("| scenario | broker | published/s | delivered/s | p50 | p99 | broker CPU ns/delivered | broker RSS max | tool CPU ns/msg | delivered/expected |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")

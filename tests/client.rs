@@ -852,3 +852,38 @@ async fn exchange_bindings_and_recover() {
     .expect("bounded");
     broker.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_deleted_under_a_consumer_cancels_it() {
+    let (broker, url) = broker();
+    timeout(LIMIT, async {
+        let conn = Connection::connect(&url).await.unwrap();
+        let ch = conn.open_channel().await.unwrap();
+        let admin = conn.open_channel().await.unwrap();
+        ch.queue_declare("cc.q", QueueDeclareOptions::default())
+            .await
+            .unwrap();
+        let mut c = ch
+            .basic_consume("cc.q", ConsumeOptions::default())
+            .await
+            .unwrap();
+        admin.queue_delete("cc.q", false, false).await.unwrap();
+        // consumer_cancel_notify: the server's basic.cancel ends the consumer, the
+        // channel stays open.
+        match c.recv().await {
+            Err(ClientError::ConsumerCancelled { consumer_tag }) => {
+                assert_eq!(consumer_tag, c.tag().to_string())
+            }
+            other => panic!("expected a server cancel, got {other:?}"),
+        }
+        assert!(ch.error().is_none());
+        ch.queue_declare("cc.q2", QueueDeclareOptions::default())
+            .await
+            .unwrap();
+        ch.queue_delete("cc.q2", false, false).await.unwrap();
+        conn.close().await.unwrap();
+    })
+    .await
+    .expect("bounded");
+    broker.shutdown();
+}

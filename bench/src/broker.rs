@@ -148,6 +148,9 @@ impl BrokerUnderTest {
                 cmd.args(["--pin-cores", p]);
             }
             cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+            // Its own process group: a terminal's Ctrl-C reaches the tool only, which
+            // prints its summary and then stops the broker itself.
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
             let mut child = cmd
                 .spawn()
                 .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;

@@ -23,6 +23,9 @@ use crate::protocol::frame::{encode_method, split_frame, FrameKind, PROTOCOL_HEA
 use crate::protocol::method::*;
 use crate::protocol::{FieldTable, FieldValue, LongStr, Method, ShortStr};
 
+/// How long [`Connection::close`] waits for the server's close-ok.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Connection settings beyond the URL.
 #[derive(Clone, Debug)]
 pub struct ConnectionOptions {
@@ -331,7 +334,14 @@ impl Connection {
             })
             .await
             .map_err(|_| self.gone())?;
-        rx.await.map_err(|_| self.gone())?
+        // A server that never answers close-ok must not hang the application.
+        match tokio::time::timeout(CLOSE_TIMEOUT, rx).await {
+            Ok(r) => r.map_err(|_| self.gone())?,
+            Err(_) => Err(ClientError::io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no connection.close-ok from the server",
+            ))),
+        }
     }
 
     /// The negotiated frame-max, channel-max and heartbeat.

@@ -4,7 +4,6 @@
 //! consumer was opened on) or buffer without bound (its queue is bounded; when full
 //! the connection task stops reading the socket).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -18,8 +17,8 @@ use crate::protocol::ShortStr;
 pub struct Consumer {
     tag: ShortStr,
     rx: mpsc::Receiver<Vec<Delivery>>,
-    /// The rest of the batch last received.
-    local: VecDeque<Delivery>,
+    /// The rest of the batch last received (taken by value: no copy on receipt).
+    local: std::vec::IntoIter<Delivery>,
     chan: Arc<ChanShared>,
     conn: Arc<ConnShared>,
 }
@@ -34,7 +33,7 @@ impl Consumer {
         Consumer {
             tag,
             rx,
-            local: VecDeque::new(),
+            local: Vec::new().into_iter(),
             chan,
             conn,
         }
@@ -42,9 +41,9 @@ impl Consumer {
 
     /// Refills the local batch, waiting for the next one.
     async fn refill(&mut self) -> Result<(), ClientError> {
-        while self.local.is_empty() {
+        while self.local.len() == 0 {
             match self.rx.recv().await {
-                Some(batch) => self.local.extend(batch),
+                Some(batch) => self.local = batch.into_iter(),
                 None => return Err(self.ended()),
             }
         }
@@ -70,7 +69,7 @@ impl Consumer {
     /// [`ClientError::ConnectionClosed`], or [`ClientError::ConsumerCancelled`].
     pub async fn recv(&mut self) -> Result<Delivery, ClientError> {
         self.refill().await?;
-        self.local.pop_front().ok_or_else(|| self.ended())
+        self.local.next().ok_or_else(|| self.ended())
     }
 
     /// Appends up to `limit` deliveries to `buf`, waiting for at least one.
@@ -81,19 +80,19 @@ impl Consumer {
     ) -> Result<usize, ClientError> {
         self.refill().await?;
         let n = self.local.len().min(limit.max(1));
-        buf.extend(self.local.drain(..n));
+        buf.extend(self.local.by_ref().take(n));
         Ok(n)
     }
 
     /// A delivery if one is buffered, without waiting. `Ok(None)`: none yet.
     pub fn try_recv(&mut self) -> Result<Option<Delivery>, ClientError> {
-        if let Some(d) = self.local.pop_front() {
+        if let Some(d) = self.local.next() {
             return Ok(Some(d));
         }
         match self.rx.try_recv() {
             Ok(batch) => {
-                self.local.extend(batch);
-                Ok(self.local.pop_front())
+                self.local = batch.into_iter();
+                Ok(self.local.next())
             }
             Err(mpsc::error::TryRecvError::Empty) => Ok(None),
             Err(mpsc::error::TryRecvError::Disconnected) => Err(self.ended()),

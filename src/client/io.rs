@@ -180,7 +180,7 @@ impl Slot {
         if self.batch.is_empty() {
             return;
         }
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(self.batch_max.min(64)));
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(self.batch_max.min(128)));
         if !overflow.is_empty() {
             overflow.push_back((self.tx.clone(), batch));
             return;
@@ -957,7 +957,12 @@ impl ConnTask {
                     }) => {
                         if let Method::BasicConsumeOk(ok) = &reply {
                             ch.consumers.push(Slot {
-                                tag: ok.consumer_tag.clone(),
+                                // Its own allocation: a slice would pin the read
+                                // buffer the consume-ok arrived in for the
+                                // consumer's lifetime.
+                                tag: ShortStr::from(Bytes::copy_from_slice(
+                                    ok.consumer_tag.as_bytes(),
+                                )),
                                 tx: deliveries,
                                 batch: Vec::new(),
                                 batch_max,

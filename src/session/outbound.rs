@@ -49,8 +49,12 @@ impl Outbound {
         self.queued == 0
     }
 
+    /// The buffer small frames are encoded into, with at least 1 KiB free. A full arena is
+    /// sealed into the chunk list first, so growing never copies what was already encoded
+    /// (a frame split across two chunks is fine: the writer sends chunks in order).
     fn arena(&mut self) -> &mut BytesMut {
         if self.pending.capacity() - self.pending.len() < 1024 {
+            self.seal_pending();
             self.pending.reserve(ARENA);
         }
         &mut self.pending
@@ -290,6 +294,25 @@ mod tests {
             out.deliver(9, &"ctag".into(), 42, true, &msg);
             assert_eq!(written(&mut out), expected(9, &msg, body, 4096));
         }
+    }
+
+    #[test]
+    fn many_deliveries_span_arenas_intact() {
+        let msg = message(b"payload");
+        let mut out = Outbound::new(512, 4096);
+        let mut want = Vec::new();
+        for _ in 0..2000 {
+            out.deliver(1, &"ctag".into(), 42, true, &msg);
+            want.extend(expected(1, &msg, b"payload", 4096));
+        }
+        assert!(
+            out.chunks.len() >= 2,
+            "the arena is sealed as it fills, not regrown: {} chunks for {} bytes",
+            out.chunks.len(),
+            want.len()
+        );
+        assert_eq!(out.queued_bytes(), want.len());
+        assert_eq!(written(&mut out), want);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::protocol::method::{
     AccessRequestOk, BasicQosOk, BasicRecoverOk, ChannelCloseOk, ChannelFlowOk, ConfirmSelectOk,
     TxCommitOk, TxRollbackOk, TxSelectOk,
 };
-use crate::protocol::{ContentHeader, Method, ShortStr};
+use crate::protocol::{ContentHeader, FieldTable, Method, ShortStr};
 use crate::session::channel::{Content, TxOp};
 use crate::session::consumer::ChannelConsumer;
 use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
@@ -352,39 +352,14 @@ impl State {
             }
             Method::QueueBind(bind) => {
                 let queue = self.queue_name(conn, number, bind.queue);
-                pending(PendingOp::Control {
-                    req: ControlRequest::Bind {
-                        vhost,
-                        exchange: bind.exchange,
-                        queue,
-                        routing_key: bind.routing_key,
-                        arguments: bind.arguments,
-                        requester: owner(shard, conn),
-                        unbind: false,
-                    },
-                    then: Then::BindOk {
-                        nowait: bind.nowait,
-                        unbind: false,
-                    },
-                })
+                let binding = (bind.exchange, queue, bind.routing_key, bind.arguments);
+                pending(bind_op(shard, conn, vhost, binding, bind.nowait, false))
             }
             Method::QueueUnbind(bind) => {
+                // queue.unbind has no nowait flag: it is always answered.
                 let queue = self.queue_name(conn, number, bind.queue);
-                pending(PendingOp::Control {
-                    req: ControlRequest::Bind {
-                        vhost,
-                        exchange: bind.exchange,
-                        queue,
-                        routing_key: bind.routing_key,
-                        arguments: bind.arguments,
-                        requester: owner(shard, conn),
-                        unbind: true,
-                    },
-                    then: Then::BindOk {
-                        nowait: false,
-                        unbind: true,
-                    },
-                })
+                let binding = (bind.exchange, queue, bind.routing_key, bind.arguments);
+                pending(bind_op(shard, conn, vhost, binding, false, true))
             }
             Method::QueuePurge(purge) => {
                 let name = self.queue_name(conn, number, purge.queue);
@@ -666,6 +641,30 @@ pub(super) enum MethodError {
 impl From<ChannelError> for MethodError {
     fn from(e: ChannelError) -> Self {
         MethodError::Channel(e)
+    }
+}
+
+/// The control request for `queue.bind` / `queue.unbind`: (exchange, queue, routing key,
+/// arguments).
+fn bind_op(
+    shard: &Shard,
+    conn: ConnId,
+    vhost: usize,
+    (exchange, queue, routing_key, arguments): (ShortStr, ShortStr, ShortStr, FieldTable),
+    nowait: bool,
+    unbind: bool,
+) -> PendingOp {
+    PendingOp::Control {
+        req: ControlRequest::Bind {
+            vhost,
+            exchange,
+            queue,
+            routing_key,
+            arguments,
+            requester: owner(shard, conn),
+            unbind,
+        },
+        then: Then::BindOk { nowait, unbind },
     }
 }
 
