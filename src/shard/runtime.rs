@@ -100,7 +100,7 @@ async fn inbox_loop(shard: Rc<Shard>, mut inbox: Inbox) {
             return;
         };
         shard.clock.refresh();
-        on_message(&shard, first);
+        on_inbox_message(&shard, &mut inbox, first);
         for _ in 1..INBOX_BATCH {
             let next = inbox
                 .control
@@ -108,12 +108,28 @@ async fn inbox_loop(shard: Rc<Shard>, mut inbox: Inbox) {
                 .ok()
                 .or_else(|| inbox.publish.try_recv().ok());
             match next {
-                Some(m) => on_message(&shard, m),
+                Some(m) => on_inbox_message(&shard, &mut inbox, m),
                 None => break,
             }
         }
         shard.flush();
     }
+}
+
+/// Handles one message from either inbox. A request to a queue (or a directory change)
+/// first takes every publish already waiting in the publish inbox: its sender finished
+/// sending those publishes before it sent the request, so the request must see them
+/// (publish then `basic.get`, a confirmed publish then a count).
+fn on_inbox_message(shard: &Rc<Shard>, inbox: &mut Inbox, msg: ShardMsg) {
+    if matches!(
+        msg,
+        ShardMsg::Queue(..) | ShardMsg::Apply(..) | ShardMsg::Control(..)
+    ) {
+        while let Ok(publish) = inbox.publish.try_recv() {
+            on_message(shard, publish);
+        }
+    }
+    on_message(shard, msg);
 }
 
 fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
