@@ -274,13 +274,13 @@ impl<T: Copy + Eq + Hash> TopicTrie<T> {
     /// unless some value has two bindings; then it is O(r²) for r ≤ 32
     /// results (no hashing) and expected O(r) above. Recursion depth is
     /// bounded by the longest pattern's word count.
-    pub fn match_into(&self, key: &[u8], out: &mut Vec<T>) {
+    pub fn match_into<O: MatchOut<T>>(&self, key: &[u8], out: &mut O) {
         self.match_counting(key, out);
     }
 
     /// [`match_into`](Self::match_into) that also returns the number of
     /// states visited (for tests of the complexity bound).
-    fn match_counting(&self, key: &[u8], out: &mut Vec<T>) -> u64 {
+    fn match_counting<O: MatchOut<T>>(&self, key: &[u8], out: &mut O) -> u64 {
         let words = split_words(key);
         let start = out.len();
         let mut walk = Walk {
@@ -299,21 +299,46 @@ impl<T: Copy + Eq + Hash> TopicTrie<T> {
     }
 }
 
+/// Where match results go: a `Vec`, or a caller's `SmallVec` so that routing a publish
+/// allocates nothing when it reaches few queues.
+pub trait MatchOut<T>: std::ops::DerefMut<Target = [T]> {
+    fn append_slice(&mut self, values: &[T]);
+    fn truncate_to(&mut self, len: usize);
+}
+
+impl<T: Copy> MatchOut<T> for Vec<T> {
+    fn append_slice(&mut self, values: &[T]) {
+        self.extend_from_slice(values);
+    }
+    fn truncate_to(&mut self, len: usize) {
+        self.truncate(len);
+    }
+}
+
+impl<T: Copy, const N: usize> MatchOut<T> for SmallVec<[T; N]> {
+    fn append_slice(&mut self, values: &[T]) {
+        self.extend_from_slice(values);
+    }
+    fn truncate_to(&mut self, len: usize) {
+        self.truncate(len);
+    }
+}
+
 /// One match in progress.
 ///
 /// # Invariants
 ///
 /// For each `(node, low)` in `hash_low`, `node` is the target of a `#` edge
 /// and has already been visited at every word index in `low..=words.len()`.
-struct Walk<'t, 'k, 'o, T: Copy + Eq + Hash> {
+struct Walk<'t, 'k, 'o, T: Copy + Eq + Hash, O: MatchOut<T>> {
     trie: &'t TopicTrie<T>,
     words: &'k [&'k [u8]],
-    out: &'o mut Vec<T>,
+    out: &'o mut O,
     hash_low: SmallVec<[(NodeId, usize); 8]>,
     steps: u64,
 }
 
-impl<T: Copy + Eq + Hash> Walk<'_, '_, '_, T> {
+impl<T: Copy + Eq + Hash, O: MatchOut<T>> Walk<'_, '_, '_, T, O> {
     /// We stand at `id` having consumed the first `i` words.
     fn visit(&mut self, id: NodeId, i: usize) {
         self.steps += 1;
@@ -328,7 +353,7 @@ impl<T: Copy + Eq + Hash> Walk<'_, '_, '_, T> {
                     self.visit(child, i + 1);
                 }
             }
-            None => self.out.extend_from_slice(&node.values),
+            None => self.out.append_slice(&node.values),
         }
         if let Some(child) = node.hash {
             self.enter_hash(child, i);
@@ -352,7 +377,7 @@ impl<T: Copy + Eq + Hash> Walk<'_, '_, '_, T> {
             // A trailing `#` absorbs everything left: it matches once.
             self.steps += 1;
             if end == self.words.len() + 1 {
-                self.out.extend_from_slice(&node.values);
+                self.out.append_slice(&node.values);
             }
             return;
         }
@@ -363,7 +388,7 @@ impl<T: Copy + Eq + Hash> Walk<'_, '_, '_, T> {
 }
 
 /// Removes duplicates from `out[start..]`, keeping first occurrences.
-fn dedup_tail<T: Copy + Eq + Hash>(out: &mut Vec<T>, start: usize) {
+fn dedup_tail<T: Copy + Eq + Hash, O: MatchOut<T>>(out: &mut O, start: usize) {
     let n = out.len() - start;
     let mut write = start;
     if n <= SMALL_DEDUP {
@@ -384,7 +409,7 @@ fn dedup_tail<T: Copy + Eq + Hash>(out: &mut Vec<T>, start: usize) {
             }
         }
     }
-    out.truncate(write);
+    out.truncate_to(write);
 }
 
 /// Bounded cache of match results keyed by (exchange id, routing key).

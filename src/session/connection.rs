@@ -62,8 +62,6 @@ pub struct Conn {
     pub closing_since: Option<Instant>,
     /// Exclusive queues this connection declared (deleted when it goes).
     pub exclusive_queues: Vec<ShortStr>,
-    /// The connection had room in its outbound buffer at the last check.
-    pub had_room: bool,
 }
 
 impl Conn {
@@ -96,7 +94,6 @@ impl Conn {
             last_send: now,
             closing_since: None,
             exclusive_queues: Vec::new(),
-            had_room: true,
         }
     }
 

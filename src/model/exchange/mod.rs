@@ -20,8 +20,8 @@ use crate::protocol::{FieldTable, ShortStr};
 
 use headers::HeadersRule;
 
-/// Queues one publish routes to; most publishes reach few queues.
-pub type Targets = SmallVec<[QueueRef; 8]>;
+/// Queues one publish routes to, inline up to a 16-way fan-out.
+pub type Targets = SmallVec<[QueueRef; 16]>;
 
 /// The four AMQP 0-9-1 exchange types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -196,8 +196,8 @@ impl Exchange {
         }
     }
 
-    /// Appends the queues a message routes to. `headers` is needed only by headers
-    /// exchanges and is computed lazily by the caller's closure.
+    /// Appends the queues a message routes to, each at most once. `headers` is needed
+    /// only by headers exchanges and is computed lazily by the caller's closure.
     pub fn route(
         &self,
         routing_key: &[u8],
@@ -211,11 +211,7 @@ impl Exchange {
                 }
             }
             Matcher::Fanout(list) => out.extend_from_slice(list),
-            Matcher::Topic(trie) => {
-                let mut found = Vec::new();
-                trie.match_into(routing_key, &mut found);
-                out.extend(found);
-            }
+            Matcher::Topic(trie) => trie.match_into(routing_key, out),
             Matcher::Headers(rules) => {
                 if rules.is_empty() {
                     return;

@@ -107,10 +107,8 @@ impl State {
                 })
             })?;
         }
-        if targets.len() > 1 {
-            targets.sort_unstable();
-            targets.dedup();
-        }
+        // Every exchange type yields each queue at most once (see `model::exchange`), so
+        // there is nothing to de-duplicate here.
         if targets.is_empty() && publish.mandatory {
             if let Some(c) = self.conn_mut(conn) {
                 c.out.method_with_content(
