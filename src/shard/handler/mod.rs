@@ -108,13 +108,7 @@ impl State {
         }
         match Method::decode(frame.payload) {
             Ok(Method::ConnectionCloseOk(_)) => self.finish_connection(conn),
-            Ok(Method::ConnectionClose(_)) => {
-                if let Some(c) = self.conn_mut(conn) {
-                    c.out
-                        .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
-                }
-                self.finish_connection(conn);
-            }
+            Ok(Method::ConnectionClose(_)) => self.answer_close(conn),
             _ => {}
         }
     }
@@ -253,11 +247,7 @@ impl State {
                 Ok(Flow::Continue)
             }
             (_, Method::ConnectionClose(_)) => {
-                if let Some(c) = self.conn_mut(conn) {
-                    c.out
-                        .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
-                }
-                self.finish_connection(conn);
+                self.answer_close(conn);
                 Ok(Flow::Continue)
             }
             (_, other) => fail(ConnectionError::CommandInvalid(format!(
@@ -309,15 +299,10 @@ impl State {
             .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
         match method {
             Method::ConnectionClose(_) => {
-                if let Some(c) = self.conn_mut(conn) {
-                    c.out
-                        .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
-                }
-                self.finish_connection(conn);
+                self.answer_close(conn);
                 Ok(Flow::Continue)
             }
-            // A client may answer our blocked notifications or send update-secret; the
-            // former needs nothing, the latter is not supported.
+            // A close-ok without our close: the client is done either way.
             Method::ConnectionCloseOk(_) => {
                 self.finish_connection(conn);
                 Ok(Flow::Continue)
@@ -549,6 +534,15 @@ impl State {
             self.release_channel(shard, conn, number);
         }
         self.mark_writer(conn);
+    }
+
+    /// The client closed: answer `close-ok` and finish.
+    fn answer_close(&mut self, conn: ConnId) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.out
+                .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+        }
+        self.finish_connection(conn);
     }
 
     /// The close handshake is done: the writer flushes and shuts the socket.
