@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::config::{Config, ConfigError};
 use crate::ops::event::OpsEvent;
 use crate::shard::inbox::{self, ShardMsg};
+use crate::shard::memory::MemoryBoard;
 use crate::shard::runtime::{self, ShardSeed};
 
 /// Why the broker could not start.
@@ -69,7 +70,26 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     .emit();
     let (listeners, addresses) =
         crate::net::listener::bind_all(&config.listen, config.shards).map_err(StartError::Bind)?;
-    let (peers, inboxes) = inbox::mesh(config.shards, config.shard.inbox_capacity);
+    let (peers, inboxes) = inbox::mesh(
+        config.shards,
+        config.shard.inbox_capacity,
+        config.shard.inbox_bytes,
+    );
+    let available = crate::shard::memory::available_memory();
+    let (low, high) = config.policies.watermarks(available);
+    if low > high {
+        return Err(StartError::Config(ConfigError::Invalid {
+            key: "memory.low_watermark".into(),
+            reason: format!("{low} bytes is above the high watermark, {high} bytes"),
+        }));
+    }
+    OpsEvent::MemoryWatermarks {
+        high,
+        low,
+        available,
+    }
+    .emit();
+    let memory = Arc::new(MemoryBoard::new(config.shards, low, high));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::with_capacity(config.shards);
     for (i, (inbox, listeners)) in inboxes.into_iter().zip(listeners).enumerate() {
@@ -77,6 +97,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
             id: i as u16,
             config: Arc::clone(&config),
             peers: peers.clone(),
+            memory: Arc::clone(&memory),
             inbox,
             listeners,
             core: config.pin_cores.as_ref().and_then(|c| c.get(i).copied()),

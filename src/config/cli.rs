@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+use crate::policy::watermark::MemoryLimit;
+
 use super::{parse_core_list, Config, ConfigError};
 
 /// sluice — an AMQP 0-9-1 broker for heavy topic fan-out, one io_uring event loop per core.
@@ -37,6 +39,16 @@ pub struct Cli {
     /// Log filter: error, warn, info, debug, trace, or a tracing directive [default: info].
     #[arg(long = "log-level", value_name = "LEVEL")]
     pub log_level: Option<String>,
+
+    /// Message memory above which every publisher is blocked: bytes, a fraction of the
+    /// machine's memory (0.4), a percentage (40%) or a size (512MiB) [default: 0.4].
+    #[arg(long = "memory-high-watermark", value_name = "LIMIT")]
+    pub memory_high_watermark: Option<String>,
+
+    /// Message memory below which blocked publishers resume, same forms
+    /// [default: 90% of the high watermark].
+    #[arg(long = "memory-low-watermark", value_name = "LIMIT")]
+    pub memory_low_watermark: Option<String>,
 }
 
 impl Cli {
@@ -62,6 +74,18 @@ impl Cli {
         }
         if let Some(level) = &self.log_level {
             config.log_level = level.clone();
+        }
+        let limit = |flag: &str, text: &str| {
+            MemoryLimit::parse(text).map_err(|reason| ConfigError::Invalid {
+                key: flag.to_owned(),
+                reason,
+            })
+        };
+        if let Some(text) = &self.memory_high_watermark {
+            config.policies.memory.high_watermark = limit("--memory-high-watermark", text)?;
+        }
+        if let Some(text) = &self.memory_low_watermark {
+            config.policies.memory.low_watermark = Some(limit("--memory-low-watermark", text)?);
         }
         Ok(())
     }

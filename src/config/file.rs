@@ -3,12 +3,18 @@
 //!
 //! Does not: decide defaults (that is `Config::default`) or read the command line.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::policy::capacity::CapacitySettings;
+use crate::policy::slow_consumer::{Action, SlowConsumerSettings};
+use crate::policy::watermark::MemoryLimit;
+
+use super::policy::{QueueEntry, TopicEntry, VhostDefaults};
 use super::{parse_core_list, Config, ConfigError, User};
 
 #[derive(Deserialize, Default)]
@@ -20,6 +26,135 @@ struct FileConfig {
     limits: Option<LimitsSection>,
     net: Option<NetSection>,
     shard: Option<ShardSection>,
+    policy: Option<PolicySection>,
+    flow: Option<FlowSection>,
+    memory: Option<MemorySection>,
+    vhost: Option<BTreeMap<String, VhostSection>>,
+    topic: Option<Vec<TopicSection>>,
+    queue: Option<Vec<QueueSection>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicySection {
+    housekeeping_interval_ms: Option<u64>,
+    rate_window_ms: Option<u64>,
+    warn_horizon_ms: Option<u64>,
+    alert_repeat_gap_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlowSection {
+    grace_bytes: Option<u64>,
+    enforcement_timeout_ms: Option<u64>,
+}
+
+/// A memory limit: an integer (bytes), a float (fraction of memory) or a string
+/// ("512MiB", "40%").
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LimitValue {
+    Bytes(u64),
+    Fraction(f64),
+    Text(String),
+}
+
+impl LimitValue {
+    fn parse(self, key: &str) -> Result<MemoryLimit, String> {
+        match self {
+            LimitValue::Bytes(b) => Ok(MemoryLimit::Bytes(b)),
+            LimitValue::Fraction(f) => MemoryLimit::fraction(f),
+            LimitValue::Text(t) => MemoryLimit::parse(&t),
+        }
+        .map_err(|e| format!("{key}: {e}"))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemorySection {
+    high_watermark: Option<LimitValue>,
+    low_watermark: Option<LimitValue>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct SlowConsumerSection {
+    policy: Option<String>,
+    max_depth: Option<u64>,
+    max_count: Option<u64>,
+    max_age_ms: Option<u64>,
+    min_rate: Option<f64>,
+    include_persistent: Option<bool>,
+    include_durable: Option<bool>,
+}
+
+impl SlowConsumerSection {
+    fn settings(self, key: &str) -> Result<SlowConsumerSettings, String> {
+        let action = match self.policy.as_deref() {
+            None => None,
+            Some(text) => Some(
+                Action::CHOICES
+                    .iter()
+                    .find(|(name, _)| name.eq_ignore_ascii_case(text))
+                    .map(|(_, a)| *a)
+                    .ok_or_else(|| {
+                        format!("{key}.policy: expected \"delete\" or \"cycle\", got \"{text}\"")
+                    })?,
+            ),
+        };
+        if let Some(rate) = self.min_rate {
+            if !rate.is_finite() || rate < 0.0 {
+                return Err(format!("{key}.min_rate: expected a non-negative number"));
+            }
+        }
+        Ok(SlowConsumerSettings {
+            action,
+            max_depth: self.max_depth,
+            max_count: self.max_count,
+            max_age: self.max_age_ms.map(Duration::from_millis),
+            min_rate: self.min_rate,
+            include_persistent: self.include_persistent,
+            include_durable: self.include_durable,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VhostSection {
+    capacity: Option<u64>,
+    flow_resume_capacity: Option<u64>,
+    slow_consumer: Option<SlowConsumerSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopicSection {
+    vhost: Option<String>,
+    exchange: Option<String>,
+    binding: Option<String>,
+    queue: Option<String>,
+    slow_consumer: SlowConsumerSection,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueueSection {
+    vhost: Option<String>,
+    name: String,
+    capacity: u64,
+    flow_resume_capacity: Option<u64>,
+}
+
+/// Capacity settings from a file section: 0 means unlimited, a resume capacity of 0 (or
+/// none) means "the capacity".
+fn capacity(capacity: Option<u64>, resume: Option<u64>) -> CapacitySettings {
+    CapacitySettings {
+        capacity,
+        flow_resume_capacity: resume.filter(|r| *r > 0),
+    }
 }
 
 #[derive(Deserialize)]
@@ -75,8 +210,10 @@ struct NetSection {
 #[serde(deny_unknown_fields)]
 struct ShardSection {
     inbox_capacity: Option<usize>,
+    inbox_bytes: Option<u64>,
     dispatch_budget: Option<usize>,
     no_ack_window: Option<u32>,
+    no_ack_window_bytes: Option<u64>,
     tick_ms: Option<u64>,
 }
 
@@ -100,7 +237,15 @@ pub fn apply_file(config: &mut Config, path: &Path) -> Result<(), ConfigError> {
 
 /// Applies TOML text onto `config`. The error names the offending key and line.
 pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
-    let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+    let mut file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+    let policies = PolicyFile {
+        policy: file.policy.take(),
+        flow: file.flow.take(),
+        memory: file.memory.take(),
+        vhost: file.vhost.take(),
+        topic: file.topic.take(),
+        queue: file.queue.take(),
+    };
     if let Some(b) = file.broker {
         set(&mut config.listen, b.listen);
         set(&mut config.shards, b.shards);
@@ -143,7 +288,84 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         set(&mut config.shard.inbox_capacity, s.inbox_capacity);
         set(&mut config.shard.dispatch_budget, s.dispatch_budget);
         set(&mut config.shard.no_ack_window, s.no_ack_window);
+        set(&mut config.shard.inbox_bytes, s.inbox_bytes);
+        set(&mut config.shard.no_ack_window_bytes, s.no_ack_window_bytes);
         set(&mut config.shard.tick, s.tick_ms.map(Duration::from_millis));
+    }
+    apply_policies(config, policies)
+}
+
+/// The policy sections of a file, taken out of it.
+struct PolicyFile {
+    policy: Option<PolicySection>,
+    flow: Option<FlowSection>,
+    memory: Option<MemorySection>,
+    vhost: Option<BTreeMap<String, VhostSection>>,
+    topic: Option<Vec<TopicSection>>,
+    queue: Option<Vec<QueueSection>>,
+}
+
+fn apply_policies(config: &mut Config, file: PolicyFile) -> Result<(), String> {
+    let p = &mut config.policies;
+    let ms = |v: Option<u64>| v.map(Duration::from_millis);
+    if let Some(s) = file.policy {
+        let t = &mut p.tuning;
+        set(&mut t.housekeeping_interval, ms(s.housekeeping_interval_ms));
+        set(&mut t.rate_window, ms(s.rate_window_ms));
+        set(&mut t.warn_horizon, ms(s.warn_horizon_ms));
+        set(&mut t.alert_repeat_gap, ms(s.alert_repeat_gap_ms));
+    }
+    if let Some(f) = file.flow {
+        set(&mut p.flow.grace_bytes, f.grace_bytes);
+        set(
+            &mut p.flow.enforcement_timeout,
+            ms(f.enforcement_timeout_ms),
+        );
+    }
+    if let Some(m) = file.memory {
+        if let Some(v) = m.high_watermark {
+            p.memory.high_watermark = v.parse("memory.high_watermark")?;
+        }
+        if let Some(v) = m.low_watermark {
+            p.memory.low_watermark = Some(v.parse("memory.low_watermark")?);
+        }
+    }
+    for (name, v) in file.vhost.unwrap_or_default() {
+        let key = format!("vhost.\"{name}\"");
+        let defaults = VhostDefaults {
+            capacity: capacity(v.capacity, v.flow_resume_capacity),
+            slow_consumer: v
+                .slow_consumer
+                .unwrap_or_default()
+                .settings(&format!("{key}.slow_consumer"))?,
+        };
+        p.vhosts.retain(|(n, _)| *n != name);
+        // A section that only repeats the defaults changes nothing.
+        let unlimited = VhostDefaults {
+            capacity: capacity(Some(0), None),
+            ..VhostDefaults::default()
+        };
+        if defaults != VhostDefaults::default() && defaults != unlimited {
+            p.vhosts.push((name, defaults));
+        }
+    }
+    for (i, t) in file.topic.unwrap_or_default().into_iter().enumerate() {
+        p.topics.push(TopicEntry {
+            vhost: t.vhost.unwrap_or_else(|| "/".to_owned()),
+            exchange: t.exchange.unwrap_or_else(|| "amq.topic".to_owned()),
+            binding: t.binding,
+            queue: t.queue,
+            slow_consumer: t
+                .slow_consumer
+                .settings(&format!("topic[{i}].slow_consumer"))?,
+        });
+    }
+    for q in file.queue.unwrap_or_default() {
+        p.queues.push(QueueEntry {
+            vhost: q.vhost.unwrap_or_else(|| "/".to_owned()),
+            name: q.name,
+            capacity: capacity(Some(q.capacity), q.flow_resume_capacity),
+        });
     }
     Ok(())
 }

@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod file;
+pub mod policy;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use cli::Cli;
+pub use policy::Policies;
 
 /// A user allowed to log in.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,17 +58,22 @@ pub struct NetTuning {
 pub struct ShardTuning {
     /// Publish batches a shard's inbox holds before senders wait.
     pub inbox_capacity: usize,
+    /// Bytes of message data in flight to one shard's publish inbox before senders wait.
+    pub inbox_bytes: u64,
     /// Messages one queue dispatches per turn before others get a go.
     pub dispatch_budget: usize,
     /// Messages in flight to a no-ack (or unlimited-prefetch) consumer before the queue
     /// waits for the consumer's socket to drain.
     pub no_ack_window: u32,
+    /// Bytes of message data in flight to such a consumer (the same window, in bytes:
+    /// a window of messages is unbounded when messages are large).
+    pub no_ack_window_bytes: u64,
     /// Timer wheel tick.
     pub tick: Duration,
 }
 
 /// The whole broker configuration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub listen: Vec<SocketAddr>,
     pub shards: usize,
@@ -80,6 +87,8 @@ pub struct Config {
     pub limits: Limits,
     pub net: NetTuning,
     pub shard: ShardTuning,
+    /// Slow-consumer and flow-control settings, memory watermark.
+    pub policies: Policies,
 }
 
 /// A configuration problem, naming where it came from.
@@ -139,10 +148,13 @@ impl Default for Config {
             },
             shard: ShardTuning {
                 inbox_capacity: 256,
+                inbox_bytes: 4 * 1024 * 1024,
                 dispatch_budget: 256,
                 no_ack_window: 2000,
+                no_ack_window_bytes: 1024 * 1024,
                 tick: Duration::from_millis(10),
             },
+            policies: Policies::default(),
         }
     }
 }
@@ -220,6 +232,90 @@ impl Config {
         }
         if self.shard.tick.is_zero() {
             return invalid("shard.tick_ms", "must be at least 1 ms".into());
+        }
+        if self.shard.inbox_bytes < 64 * 1024 {
+            return invalid("shard.inbox_bytes", "must be at least 65536".into());
+        }
+        if self.shard.no_ack_window_bytes == 0 {
+            return invalid("shard.no_ack_window_bytes", "must be at least 1".into());
+        }
+        self.validate_policies()
+    }
+
+    fn validate_policies(&self) -> Result<(), ConfigError> {
+        let invalid = |key: String, reason: String| Err(ConfigError::Invalid { key, reason });
+        let p = &self.policies;
+        if p.tuning.housekeeping_interval < Duration::from_millis(10) {
+            return invalid(
+                "policy.housekeeping_interval_ms".into(),
+                "must be at least 10 ms".into(),
+            );
+        }
+        if p.tuning.rate_window < p.tuning.housekeeping_interval {
+            return invalid(
+                "policy.rate_window_ms".into(),
+                "must be at least policy.housekeeping_interval_ms".into(),
+            );
+        }
+        if p.tuning.alert_repeat_gap.is_zero() {
+            return invalid(
+                "policy.alert_repeat_gap_ms".into(),
+                "must be at least 1 ms".into(),
+            );
+        }
+        for (name, defaults) in &p.vhosts {
+            if !self.vhosts.contains(name) {
+                return invalid(
+                    format!("vhost.\"{name}\""),
+                    format!("'{name}' is not in vhosts.names {:?}", self.vhosts),
+                );
+            }
+            if let Err(reason) = defaults.capacity.check() {
+                return invalid(format!("vhost.\"{name}\".flow_resume_capacity"), reason);
+            }
+        }
+        for (i, q) in p.queues.iter().enumerate() {
+            if !self.vhosts.contains(&q.vhost) {
+                return invalid(
+                    format!("queue[{i}].vhost"),
+                    format!("'{}' is not in vhosts.names", q.vhost),
+                );
+            }
+            if let Err(reason) = q.capacity.check() {
+                return invalid(format!("queue[{i}].flow_resume_capacity"), reason);
+            }
+        }
+        for (i, t) in p.topics.iter().enumerate() {
+            if !self.vhosts.contains(&t.vhost) {
+                return invalid(
+                    format!("topic[{i}].vhost"),
+                    format!("'{}' is not in vhosts.names", t.vhost),
+                );
+            }
+            if t.binding.is_some() == t.queue.is_some() {
+                return invalid(
+                    format!("topic[{i}]"),
+                    "give exactly one of 'binding' (with 'exchange') or 'queue'".into(),
+                );
+            }
+            if t.slow_consumer.resolve().is_none() {
+                return invalid(
+                    format!("topic[{i}].slow_consumer"),
+                    "sets no threshold (max_depth, max_count, max_age_ms or min_rate)".into(),
+                );
+            }
+        }
+        if let (
+            crate::policy::watermark::MemoryLimit::Bytes(high),
+            Some(crate::policy::watermark::MemoryLimit::Bytes(low)),
+        ) = (p.memory.high_watermark, p.memory.low_watermark)
+        {
+            if low > high {
+                return invalid(
+                    "memory.low_watermark".into(),
+                    format!("{low} is above memory.high_watermark {high}"),
+                );
+            }
         }
         Ok(())
     }

@@ -45,6 +45,16 @@ pub struct ConsumerTarget {
     pub consumer: u32,
 }
 
+/// One channel of one connection, anywhere in the broker. `epoch` tells a channel apart
+/// from a later one that reuses its number on the same connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChannelRef {
+    pub shard: ShardId,
+    pub conn: ConnId,
+    pub channel: u16,
+    pub epoch: u32,
+}
+
 /// A `Hasher` for keys that are already well-distributed integers (sequence numbers, ids).
 #[derive(Default, Clone, Copy)]
 pub struct IdHasher(u64);

@@ -42,7 +42,19 @@ struct MessageInner {
     /// For small messages: everything a delivery writes after the delivery tag and
     /// redelivered flag, encoded once at publish for every subscriber to copy.
     wire_tail: Option<WireTail>,
+    /// Bytes this message occupies, as counted in the memory ledger.
+    memory: u64,
 }
+
+impl Drop for MessageInner {
+    fn drop(&mut self) {
+        super::ledger::messages(-(self.memory as i64));
+    }
+}
+
+/// What a message costs beyond its bytes: the shared record itself, its reference
+/// counts, the exchange and routing key (an estimate used by the memory ledger).
+pub const MESSAGE_OVERHEAD: u64 = 256;
 
 /// The invariant tail of a delivery of a small message: the exchange and routing key of
 /// `basic.deliver` with its frame end, the content-header frame and the single body
@@ -145,7 +157,14 @@ impl Message {
             }
             None => (raw_properties, body),
         };
+        let memory = MESSAGE_OVERHEAD
+            + match &wire_tail {
+                Some(tail) => tail.bytes.len() as u64,
+                None => body_size + raw_properties.len() as u64,
+            };
+        super::ledger::messages(memory as i64);
         Message(Arc::new(MessageInner {
+            memory,
             wire_tail,
             exchange,
             routing_key,
@@ -191,6 +210,12 @@ impl Message {
     /// Bytes this message accounts for in a queue's depth: body plus properties.
     pub fn accounted_size(&self) -> u64 {
         self.0.body_size
+    }
+
+    /// Bytes of memory this message occupies (body, properties, prebuilt delivery tail
+    /// and a fixed overhead), counted once however many queues share it.
+    pub fn memory_size(&self) -> u64 {
+        self.0.memory
     }
 
     /// The prebuilt delivery tail, for small messages.

@@ -7,6 +7,7 @@
 
 pub mod exchange;
 pub mod ids;
+pub mod ledger;
 pub mod message;
 pub mod routing;
 pub mod topic_trie;

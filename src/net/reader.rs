@@ -1,8 +1,9 @@
 //! Owns: one connection's reader task — the owned read buffer, protocol-header check,
 //! frame splitting (zero copy: frame payloads are slices of the buffer), handing frames to
-//! the shard's handler, awaiting operations that need another shard, and pausing while
-//! this connection's publishes wait for room at another shard. When the socket ends, it
-//! releases the connection.
+//! the shard's handler, awaiting operations that need another shard, pausing while this
+//! connection's publishes wait for room at another shard, and holding (not reading) a
+//! connection that goes on publishing after flow control stopped it. When the socket
+//! ends, it releases the connection.
 //!
 //! Does not: interpret methods, or read while an earlier read is in flight.
 
@@ -91,13 +92,19 @@ async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress
     loop {
         // A client that does not read what we send (returns, confirms, replies) is not
         // read either: its outbound buffer stays bounded.
-        while shard
-            .state
-            .borrow()
-            .conn(conn)
-            .is_some_and(|c| c.out.queued_bytes() > pause_above && c.phase != Phase::Closed)
-        {
-            progress.wait().await;
+        let full = |shard: &Shard| {
+            shard
+                .state
+                .borrow()
+                .conn(conn)
+                .is_some_and(|c| c.out.queued_bytes() > pause_above && c.phase != Phase::Closed)
+        };
+        if full(shard) {
+            set_paused(shard, conn, true);
+            while full(shard) {
+                progress.wait().await;
+            }
+            set_paused(shard, conn, false);
         }
         if buf.capacity() - buf.len() < chunk / 2 {
             buf.reserve(chunk);
@@ -127,14 +134,19 @@ async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress
             }
             Some(_) => {}
         }
-        if !process_frames(shard, conn, &mut buf).await {
+        if !process_frames(shard, stream, conn, &mut buf).await {
             return;
         }
     }
 }
 
 /// Handles every complete frame in `buf`. Returns false when the connection is done.
-async fn process_frames(shard: &Rc<Shard>, conn: ConnId, buf: &mut BytesMut) -> bool {
+async fn process_frames(
+    shard: &Rc<Shard>,
+    stream: &TcpStream,
+    conn: ConnId,
+    buf: &mut BytesMut,
+) -> bool {
     loop {
         let step = {
             let mut st = shard.state.borrow_mut();
@@ -143,7 +155,12 @@ async fn process_frames(shard: &Rc<Shard>, conn: ConnId, buf: &mut BytesMut) -> 
             loop {
                 match split_frame(buf, frame_max) {
                     Ok(Some(frame)) => match st.on_frame(shard, conn, frame) {
-                        Flow::Continue => {}
+                        Flow::Continue => {
+                            if st.conn(conn).is_some_and(|c| c.hold_requested) {
+                                step = Step::Hold;
+                                break;
+                            }
+                        }
                         Flow::Stop => {
                             step = Step::Stop;
                             break;
@@ -172,6 +189,11 @@ async fn process_frames(shard: &Rc<Shard>, conn: ConnId, buf: &mut BytesMut) -> 
         match step {
             Step::NeedMore => return !matches!(phase(shard, conn), None | Some(Phase::Closed)),
             Step::Stop => return false,
+            Step::Hold => {
+                if !hold(shard, stream, conn).await {
+                    return false;
+                }
+            }
             Step::Await(p) => {
                 let resolved = pending::resolve(shard, conn, p.channel, p.op).await;
                 shard.clock.refresh();
@@ -186,19 +208,109 @@ async fn process_frames(shard: &Rc<Shard>, conn: ConnId, buf: &mut BytesMut) -> 
 }
 
 /// Finishes a batch of frames: dispatch, hand publishes to other shards (waiting for
-/// room), then confirm them.
+/// room), then send the confirms that are ready.
 async fn end_of_batch(shard: &Rc<Shard>, conn: ConnId) {
     shard.flush();
     let publishes = shard.take_publishes();
     if !publishes.is_empty() {
+        set_paused(shard, conn, true);
         shard.send_publishes(publishes).await;
+        set_paused(shard, conn, false);
     }
     shard.state.borrow_mut().flush_confirms(conn);
     shard.flush();
 }
 
+/// Marks the connection as deliberately unread (its liveness is not judged meanwhile),
+/// or as read again (the silence does not count against it).
+fn set_paused(shard: &Shard, conn: ConnId, paused: bool) {
+    let now = shard.clock.now();
+    if let Some(c) = shard.state.borrow_mut().conn_mut(conn) {
+        if paused {
+            c.read_paused_since.get_or_insert(now);
+        } else {
+            c.read_paused_since = None;
+            c.last_recv = now;
+        }
+    }
+}
+
+/// How often a held reader re-checks its connection (new unacked deliveries, the
+/// enforcement timeout).
+const HOLD_RECHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Producer flow control enforcement: a channel went on publishing past its grace after
+/// it was told to stop, so this connection is not read until it may publish again. A
+/// connection that holds unacknowledged deliveries needs its acks read: after the
+/// enforcement timeout the offending channels are closed and reading resumes. A peer
+/// that goes away meanwhile is noticed without reading (returns false).
+async fn hold(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) -> bool {
+    let timeout = shard.config.policies.flow.enforcement_timeout;
+    set_paused(shard, conn, true);
+    let mut unacked_since: Option<std::time::Instant> = None;
+    loop {
+        shard.clock.refresh();
+        let now = shard.clock.now();
+        let (wanted, unacked, resume) = {
+            let st = shard.state.borrow();
+            match st.conn(conn) {
+                Some(c) if c.phase == Phase::Open => (
+                    st.hold_wanted(shard, conn),
+                    c.holds_unacked(),
+                    Rc::clone(&c.resume),
+                ),
+                _ => break,
+            }
+        };
+        if !wanted {
+            break;
+        }
+        if peer_gone(stream) {
+            set_paused(shard, conn, false);
+            return false;
+        }
+        if unacked {
+            let since = *unacked_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= timeout {
+                shard.state.borrow_mut().enforce_flow_timeout(shard, conn);
+                shard.flush();
+                continue;
+            }
+        } else {
+            unacked_since = None;
+        }
+        let _ = tokio::time::timeout(HOLD_RECHECK, resume.wait()).await;
+    }
+    let subject = {
+        let mut st = shard.state.borrow_mut();
+        st.conn_mut(conn).map(|c| {
+            c.hold_requested = false;
+            c.log_subject()
+        })
+    };
+    set_paused(shard, conn, false);
+    if let Some(subject) = subject {
+        crate::ops::event::OpsEvent::ReadingResumed { subject }.emit();
+    }
+    true
+}
+
+/// Whether the peer closed or reset the socket, found without reading from it.
+fn peer_gone(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for an fd this task owns; a zero timeout never blocks.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
 enum Step {
     NeedMore,
     Stop,
+    Hold,
     Await(crate::shard::handler::Pending),
 }

@@ -1,7 +1,8 @@
 //! Owns: one connection's writer task — it waits for its signal, takes the queued
 //! buffers (at most `IOV_MAX` per call), writes them with `writev`, accounts for what was
-//! written, and tops up consumer credit once the buffer has drained below the low-water
-//! mark. After the close handshake it flushes and shuts the socket.
+//! written (no-ack deliveries on the wire are reported to their queues), and tops up
+//! consumer credit once the buffer has drained below the low-water mark. After the close
+//! handshake it flushes and shuts the socket.
 //!
 //! Does not: grow the outbound buffer (the shard fills it, bounded by credit), or read.
 
@@ -65,7 +66,7 @@ async fn write_loop(
                     return;
                 }
             };
-            let drained = {
+            {
                 let mut st = shard.state.borrow_mut();
                 let now = shard.clock.now();
                 let drained = match st.conn_mut(conn) {
@@ -76,14 +77,14 @@ async fn write_loop(
                     }
                     None => false,
                 };
+                // No-ack runs now on the wire stop counting against their queues.
+                st.settle_written(shard, conn);
                 if drained {
                     st.top_up_conn(shard, conn);
                 }
-                drained
-            };
-            if drained {
-                shard.flush();
             }
+            // The settlements and grants go out now, not at some later turn's end.
+            shard.flush();
             progress.notify();
         }
     }

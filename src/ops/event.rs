@@ -58,6 +58,112 @@ pub enum OpsEvent {
     },
     /// EXH-1002: exchange deleted.
     ExchangeDeleted { vhost: String, exchange: String },
+    /// BRK-1007: message memory went above the high watermark; publishers are blocked.
+    MemoryAlarmSet { used: u64, high: u64 },
+    /// BRK-1008: message memory fell below the low watermark; publishers resume.
+    MemoryAlarmCleared { used: u64, low: u64 },
+    /// BRK-1009: the memory watermarks in force (at start).
+    MemoryWatermarks { high: u64, low: u64, available: u64 },
+    /// CON-1003: the broker stopped reading a connection that kept publishing after it
+    /// was told to stop (flow control enforcement).
+    ReadingSuspended {
+        subject: String,
+        channel: u16,
+        excess: u64,
+        grace: u64,
+    },
+    /// CON-1004: the broker reads that connection again.
+    ReadingResumed { subject: String },
+    /// CHN-1005: a publishing channel is flow-controlled, because of an overfull queue or
+    /// the memory alarm.
+    FlowEnforced {
+        subject: String,
+        channel: u16,
+        cause: FlowCause,
+    },
+    /// CHN-1006: the channel may publish again.
+    FlowRemoved { subject: String, channel: u16 },
+    /// QUE-1003: the queue's size went above its capacity.
+    QueueOverfull {
+        vhost: String,
+        queue: String,
+        size: u64,
+        capacity: u64,
+    },
+    /// QUE-1004: the queue's size fell below its resume capacity.
+    QueueUnderfull {
+        vhost: String,
+        queue: String,
+        size: u64,
+        resume: u64,
+    },
+    /// QUE-1005: a ring discarded its oldest messages (at most one line per alert gap).
+    QueueDiscarded {
+        vhost: String,
+        queue: String,
+        discarded: u64,
+        reason: &'static str,
+        count: u64,
+        bytes: u64,
+    },
+    /// QUE-1006: `x-overflow = reject-publish` refused publishes (one line per alert gap).
+    QueueRejected {
+        vhost: String,
+        queue: String,
+        rejected: u64,
+        count: u64,
+        bytes: u64,
+    },
+    /// SUB-1003: a subscription crossed a slow-consumer threshold.
+    SlowConsumerDetected(Box<SlowReport>),
+    /// SUB-1004: a subscription is predicted to cross a threshold soon.
+    SlowConsumerPredicted(Box<SlowReport>),
+    /// SUB-1005: a subscription over a threshold is exempt and left alone.
+    SlowConsumerExempt(Box<SlowReport>),
+}
+
+/// Why a channel is flow-controlled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlowCause {
+    Queue(String),
+    Memory,
+}
+
+/// The numbers behind a slow-consumer line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlowReport {
+    pub vhost: String,
+    pub queue: String,
+    /// The threshold crossed (or predicted), e.g. "count".
+    pub threshold: &'static str,
+    /// Its limit, rendered with its unit.
+    pub limit: String,
+    /// "delete" or "cycle".
+    pub policy: &'static str,
+    pub count: u64,
+    pub bytes: u64,
+    pub age_ms: Option<u64>,
+    /// Consumption rate (msg/s): the judged window rate when known, else the estimate.
+    pub rate: f64,
+    /// Arrival rate (msg/s).
+    pub arrival: f64,
+    /// Seconds to the predicted breach (SUB-1004).
+    pub in_seconds: Option<f64>,
+    /// Why it is left alone (SUB-1005).
+    pub exempt: Option<&'static str>,
+}
+
+/// `1234567` as `1,234,567`, as Qpid writes sizes.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl OpsEvent {
@@ -77,6 +183,20 @@ impl OpsEvent {
             OpsEvent::QueueDeleted { .. } => "QUE-1002",
             OpsEvent::ExchangeCreate { .. } => "EXH-1001",
             OpsEvent::ExchangeDeleted { .. } => "EXH-1002",
+            OpsEvent::MemoryAlarmSet { .. } => "BRK-1007",
+            OpsEvent::MemoryAlarmCleared { .. } => "BRK-1008",
+            OpsEvent::MemoryWatermarks { .. } => "BRK-1009",
+            OpsEvent::ReadingSuspended { .. } => "CON-1003",
+            OpsEvent::ReadingResumed { .. } => "CON-1004",
+            OpsEvent::FlowEnforced { .. } => "CHN-1005",
+            OpsEvent::FlowRemoved { .. } => "CHN-1006",
+            OpsEvent::QueueOverfull { .. } => "QUE-1003",
+            OpsEvent::QueueUnderfull { .. } => "QUE-1004",
+            OpsEvent::QueueDiscarded { .. } => "QUE-1005",
+            OpsEvent::QueueRejected { .. } => "QUE-1006",
+            OpsEvent::SlowConsumerDetected(_) => "SUB-1003",
+            OpsEvent::SlowConsumerPredicted(_) => "SUB-1004",
+            OpsEvent::SlowConsumerExempt(_) => "SUB-1005",
         }
     }
 
@@ -86,6 +206,13 @@ impl OpsEvent {
             OpsEvent::ChannelCreate { .. } | OpsEvent::ChannelClose { reason: None, .. } => {
                 tracing::debug!(target: "sluice::ops", "{self}");
             }
+            OpsEvent::MemoryAlarmSet { .. }
+            | OpsEvent::QueueDiscarded { .. }
+            | OpsEvent::QueueRejected { .. }
+            | OpsEvent::ReadingSuspended { .. }
+            | OpsEvent::SlowConsumerDetected(_)
+            | OpsEvent::SlowConsumerPredicted(_)
+            | OpsEvent::SlowConsumerExempt(_) => tracing::warn!(target: "sluice::ops", "{self}"),
             _ => tracing::info!(target: "sluice::ops", "{self}"),
         }
     }
@@ -162,7 +289,163 @@ impl fmt::Display for OpsEvent {
             OpsEvent::ExchangeDeleted { vhost, exchange } => {
                 write!(f, "[vh({vhost})/ex({exchange})] {code} : Deleted")
             }
+            OpsEvent::MemoryAlarmSet { used, high } => write!(
+                f,
+                "{code} : Memory high watermark exceeded : Used : {} bytes, High watermark : {} : every publisher is blocked",
+                thousands(*used),
+                thousands(*high)
+            ),
+            OpsEvent::MemoryAlarmCleared { used, low } => write!(
+                f,
+                "{code} : Memory alarm cleared : Used : {} bytes, Low watermark : {} : publishers resume",
+                thousands(*used),
+                thousands(*low)
+            ),
+            OpsEvent::MemoryWatermarks {
+                high,
+                low,
+                available,
+            } => write!(
+                f,
+                "{code} : Memory watermarks : High : {} bytes, Low : {} bytes, Available : {} bytes",
+                thousands(*high),
+                thousands(*low),
+                thousands(*available)
+            ),
+            OpsEvent::ReadingSuspended {
+                subject,
+                channel,
+                excess,
+                grace,
+            } => write!(
+                f,
+                "[{subject}] {code} : Reading suspended : channel {channel} published {} bytes after it was told to stop (grace {} bytes)",
+                thousands(*excess),
+                thousands(*grace)
+            ),
+            OpsEvent::ReadingResumed { subject } => {
+                write!(f, "[{subject}] {code} : Reading resumed")
+            }
+            OpsEvent::FlowEnforced {
+                subject,
+                channel,
+                cause,
+            } => match cause {
+                FlowCause::Queue(queue) => write!(
+                    f,
+                    "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Queue {queue})"
+                ),
+                FlowCause::Memory => write!(
+                    f,
+                    "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Memory high watermark)"
+                ),
+            },
+            OpsEvent::FlowRemoved { subject, channel } => {
+                write!(f, "[{subject}/ch:{channel}] {code} : Flow Control Removed")
+            }
+            OpsEvent::QueueOverfull {
+                vhost,
+                queue,
+                size,
+                capacity,
+            } => write!(
+                f,
+                "[vh({vhost})/qu({queue})] {code} : Overfull : Size : {} bytes, Capacity : {}",
+                thousands(*size),
+                thousands(*capacity)
+            ),
+            OpsEvent::QueueUnderfull {
+                vhost,
+                queue,
+                size,
+                resume,
+            } => write!(
+                f,
+                "[vh({vhost})/qu({queue})] {code} : Underfull : Size : {} bytes, Resume Capacity : {}",
+                thousands(*size),
+                thousands(*resume)
+            ),
+            OpsEvent::QueueDiscarded {
+                vhost,
+                queue,
+                discarded,
+                reason,
+                count,
+                bytes,
+            } => write!(
+                f,
+                "[vh({vhost})/qu({queue})] {code} : Discarded : {} messages since the last report, oldest first ({reason}) : Count : {}, Depth : {} bytes",
+                thousands(*discarded),
+                thousands(*count),
+                thousands(*bytes)
+            ),
+            OpsEvent::QueueRejected {
+                vhost,
+                queue,
+                rejected,
+                count,
+                bytes,
+            } => write!(
+                f,
+                "[vh({vhost})/qu({queue})] {code} : Rejected : {} publishes since the last report (x-overflow reject-publish) : Count : {}, Depth : {} bytes",
+                thousands(*rejected),
+                thousands(*count),
+                thousands(*bytes)
+            ),
+            OpsEvent::SlowConsumerDetected(r) => {
+                write!(f, "[vh({})/qu({})] {code} : Slow consumer detected : ", r.vhost, r.queue)?;
+                r.numbers(f)?;
+                write!(f, " threshold={} (limit {}) policy={}", r.threshold, r.limit, r.policy)
+            }
+            OpsEvent::SlowConsumerPredicted(r) => {
+                write!(
+                    f,
+                    "[vh({})/qu({})] {code} : Slow consumer predicted : threshold={} (limit {}) in {:.1} s : ",
+                    r.vhost,
+                    r.queue,
+                    r.threshold,
+                    r.limit,
+                    r.in_seconds.unwrap_or(0.0)
+                )?;
+                r.numbers(f)?;
+                write!(
+                    f,
+                    " arrival={:.1} msg/s growth={:+.1} msg/s policy={}",
+                    r.arrival,
+                    r.arrival - r.rate,
+                    r.policy
+                )
+            }
+            OpsEvent::SlowConsumerExempt(r) => {
+                write!(f, "[vh({})/qu({})] {code} : Slow consumer exempt : ", r.vhost, r.queue)?;
+                r.numbers(f)?;
+                write!(
+                    f,
+                    " threshold={} (limit {}) reason={}",
+                    r.threshold,
+                    r.limit,
+                    r.exempt.unwrap_or("exempt")
+                )
+            }
         }
+    }
+}
+
+impl SlowReport {
+    /// `queue=q depth=1,234 bytes count=12 age=1,500 ms rate=3.5 msg/s`
+    fn numbers(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "queue={} depth={} bytes count={} age=",
+            self.queue,
+            thousands(self.bytes),
+            thousands(self.count)
+        )?;
+        match self.age_ms {
+            Some(ms) => write!(f, "{} ms", thousands(ms))?,
+            None => f.write_str("none")?,
+        }
+        write!(f, " rate={:.1} msg/s", self.rate)
     }
 }
 
@@ -189,6 +472,77 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "[vh(/)/qu(q)] QUE-1001 : Create Durable AutoDelete"
+        );
+    }
+
+    #[test]
+    fn flow_lines_read_like_the_seed() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1200), "1,200");
+        assert_eq!(thousands(10_485_760), "10,485,760");
+        let e = OpsEvent::QueueOverfull {
+            vhost: "/test".into(),
+            queue: "MyQueue".into(),
+            size: 1200,
+            capacity: 1000,
+        };
+        assert_eq!(
+            e.to_string(),
+            "[vh(/test)/qu(MyQueue)] QUE-1003 : Overfull : Size : 1,200 bytes, Capacity : 1,000"
+        );
+        let e = OpsEvent::QueueUnderfull {
+            vhost: "/test".into(),
+            queue: "MyQueue".into(),
+            size: 600,
+            resume: 800,
+        };
+        assert_eq!(
+            e.to_string(),
+            "[vh(/test)/qu(MyQueue)] QUE-1004 : Underfull : Size : 600 bytes, Resume Capacity : 800"
+        );
+        let e = OpsEvent::FlowEnforced {
+            subject: "con:2(guest@127.0.0.1:5000/test)".into(),
+            channel: 1,
+            cause: FlowCause::Queue("MyQueue".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "[con:2(guest@127.0.0.1:5000/test)/ch:1] CHN-1005 : Flow Control Enforced (Queue MyQueue)"
+        );
+        let e = OpsEvent::FlowRemoved {
+            subject: "con:2(guest@127.0.0.1:5000/test)".into(),
+            channel: 1,
+        };
+        assert_eq!(
+            e.to_string(),
+            "[con:2(guest@127.0.0.1:5000/test)/ch:1] CHN-1006 : Flow Control Removed"
+        );
+    }
+
+    #[test]
+    fn slow_consumer_lines_carry_their_numbers() {
+        let r = SlowReport {
+            vhost: "/".into(),
+            queue: "sub".into(),
+            threshold: "count",
+            limit: "10".into(),
+            policy: "delete",
+            count: 11,
+            bytes: 704,
+            age_ms: Some(1500),
+            rate: 2.0,
+            arrival: 50.0,
+            in_seconds: Some(4.25),
+            exempt: None,
+        };
+        assert_eq!(
+            OpsEvent::SlowConsumerDetected(Box::new(r.clone())).to_string(),
+            "[vh(/)/qu(sub)] SUB-1003 : Slow consumer detected : queue=sub depth=704 bytes count=11 age=1,500 ms rate=2.0 msg/s threshold=count (limit 10) policy=delete"
+        );
+        assert_eq!(
+            OpsEvent::SlowConsumerPredicted(Box::new(r)).to_string(),
+            "[vh(/)/qu(sub)] SUB-1004 : Slow consumer predicted : threshold=count (limit 10) in 4.2 s : queue=sub depth=704 bytes count=11 age=1,500 ms rate=2.0 msg/s arrival=50.0 msg/s growth=+48.0 msg/s policy=delete"
         );
     }
 }

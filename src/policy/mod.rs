@@ -1,8 +1,17 @@
 //! Overload policy inputs and decisions.
 //!
-//! Owns: the pure calculations behind slow-consumer and flow decisions
-//! (today the consumption-rate estimator). Does not: read the clock (callers
-//! pass `now`), perform a verdict (the shard does), or touch sockets and
-//! other shards.
+//! Owns: the pure calculations behind the broker's overload policies — slow consumers
+//! (seed 000: thresholds, exemptions, prediction), queue capacity flow control (seed
+//! 001: overfull/underfull hysteresis), RabbitMQ's length limits, the broker-wide memory
+//! watermark, consumption-rate estimation — and reading their settings from declare
+//! arguments.
+//!
+//! Does not: read the clock (callers pass `now`), perform a verdict (the shard does), or
+//! touch sockets and other shards.
 
+pub mod args;
+pub mod capacity;
+pub mod max_length;
 pub mod rate;
+pub mod slow_consumer;
+pub mod watermark;

@@ -83,6 +83,65 @@ impl RateEstimator {
     }
 }
 
+/// Consumption counted over whole windows, for judging the minimum-rate threshold.
+///
+/// A window runs only while the subscription is *eligible* to be judged (it has a
+/// backlog and a consumer); any check at which it is not restarts the measurement, so a
+/// new or idle subscriber is never judged on a partial or idle window. After a full
+/// eligible window, [`WindowMeter::observe`] returns the rate measured over it, and a
+/// new window begins.
+#[derive(Clone, Debug)]
+pub struct WindowMeter {
+    window: Duration,
+    started: Option<Instant>,
+    count: u64,
+    last: Option<f64>,
+}
+
+impl WindowMeter {
+    pub fn new(window: Duration) -> WindowMeter {
+        WindowMeter {
+            window,
+            started: None,
+            count: 0,
+            last: None,
+        }
+    }
+
+    /// Counts `n` consumed messages.
+    pub fn record(&mut self, n: u64) {
+        self.count = self.count.saturating_add(n);
+    }
+
+    /// A periodic check: returns the rate over the last complete eligible window, if
+    /// there is one.
+    pub fn observe(&mut self, now: Instant, eligible: bool) -> Option<f64> {
+        if !eligible {
+            self.started = None;
+            self.last = None;
+            self.count = 0;
+            return None;
+        }
+        let Some(start) = self.started else {
+            self.started = Some(now);
+            self.count = 0;
+            return None;
+        };
+        let elapsed = now.saturating_duration_since(start);
+        if elapsed >= self.window && !elapsed.is_zero() {
+            self.last = Some(self.count as f64 / elapsed.as_secs_f64());
+            self.started = Some(now);
+            self.count = 0;
+        }
+        self.last
+    }
+
+    /// The rate over the last complete eligible window.
+    pub fn last(&self) -> Option<f64> {
+        self.last
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +157,25 @@ mod tests {
             *now += step;
             r.tick(*now);
         }
+    }
+
+    #[test]
+    fn window_meter_judges_only_full_eligible_windows() {
+        let t0 = Instant::now();
+        let mut m = WindowMeter::new(Duration::from_secs(2));
+        assert_eq!(m.observe(t0, true), None);
+        m.record(10);
+        assert_eq!(m.observe(t0 + ms(1000), true), None);
+        m.record(10);
+        assert_eq!(m.observe(t0 + ms(2000), true), Some(10.0));
+        // An idle check restarts the measurement: nothing to judge until a full window.
+        m.record(1);
+        assert_eq!(m.observe(t0 + ms(2500), false), None);
+        assert_eq!(m.observe(t0 + ms(3000), true), None);
+        m.record(4);
+        assert_eq!(m.observe(t0 + ms(4000), true), None);
+        assert_eq!(m.observe(t0 + ms(5000), true), Some(2.0));
+        assert_eq!(m.last(), Some(2.0));
     }
 
     #[test]

@@ -1,25 +1,39 @@
 //! Owns: a queue's contents and consumers on its home shard — the ready list in delivery
-//! order, the unacknowledged entries, O(1) accounting (message count, depth in bytes,
-//! oldest entry's age), consumer rotation with per-consumer credit, message TTL at the head.
+//! order, the unacknowledged entries, the no-ack deliveries not yet written, O(1)
+//! accounting of everything the queue holds (messages, bytes, persistent messages, the
+//! oldest entry's age), consumer rotation with per-consumer credit in messages and
+//! bytes (`consumers`), message TTL at the head, the recent `basic.get` channels, and
+//! the policy state the queue carries (`limits`).
 //!
 //! Does not: touch sockets, other shards or the clock (every time-dependent call takes
-//! `now`). It produces [`Dispatch`] records; the shard turns them into deliveries.
+//! `now`), or decide policy. It produces [`Dispatch`] records; the shard turns them into
+//! deliveries and acts on the policies.
 //!
 //! # Invariants
-//! - `ready` is sorted by `seq`; `ready_bytes` is the sum of `accounted_size` over `ready`.
+//! - `ready` is sorted by `seq`; `ready_bytes` is the sum of entry sizes over `ready`,
+//!   `unacked_bytes` over `unacked`.
 //! - An entry is in exactly one of `ready` and `unacked`, or gone.
-//! - A consumer receives a dispatch only while its `credit > 0`; each dispatch spends one.
+//! - `inflight` / `inflight_bytes` count no-ack dispatches not yet reported written, and
+//!   equal the sums over the consumer slots.
+//! - `persistent` counts the persistent entries in `ready` and `unacked`.
 
+pub mod consumers;
 pub mod entry;
+pub mod limits;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::model::ids::{ConsumerTarget, IdMap, QueueId};
+use smallvec::SmallVec;
+
+use crate::model::ids::{ChannelRef, QueueId};
 use crate::model::message::LocalMessage;
+use crate::policy::slow_consumer::Holdings;
 use crate::protocol::{FieldTable, ShortStr};
 
+pub use consumers::{ConsumeRefused, ConsumerSlot, Dispatch};
 pub use entry::Entry;
+pub use limits::QueueLimits;
 
 /// Queue properties fixed at declaration.
 #[derive(Clone, Debug)]
@@ -34,36 +48,6 @@ pub struct QueueSettings {
     pub expires: Option<Duration>,
 }
 
-/// A consumer as its queue sees it.
-#[derive(Clone, Debug)]
-pub struct ConsumerSlot {
-    /// Unique within the queue; the consumer's channel uses it to grant credit and cancel.
-    pub key: u64,
-    pub target: ConsumerTarget,
-    pub credit: u32,
-    pub no_ack: bool,
-    pub exclusive: bool,
-}
-
-/// One message handed to one consumer, produced by [`Queue::dispatch`].
-#[derive(Clone, Debug)]
-pub struct Dispatch {
-    pub target: ConsumerTarget,
-    pub seq: u64,
-    pub msg: LocalMessage,
-    pub redelivered: bool,
-    /// No-ack consumers settle on dispatch; the entry is already gone from the queue.
-    pub no_ack: bool,
-}
-
-/// Why a consumer could not be added.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsumeRefused {
-    /// The queue has an exclusive consumer, or an exclusive consumer was asked for while
-    /// others exist.
-    ExclusiveInUse,
-}
-
 /// Counters for `queue.declare-ok`, `basic.get-ok` and the management view.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueStats {
@@ -71,7 +55,27 @@ pub struct QueueStats {
     pub consumers: u32,
     pub unacked: u32,
     pub depth_bytes: u64,
+    /// Everything held: ready, unacknowledged and no-ack deliveries not yet written.
+    pub held_bytes: u64,
 }
+
+/// Totals since the queue was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueCounters {
+    pub enqueued: u64,
+    pub delivered: u64,
+    /// Messages the subscription finished with: acked, rejected, written for no-ack,
+    /// taken by `basic.get` without ack. The consumption rate counts these.
+    pub consumed: u64,
+    pub expired: u64,
+    /// Dropped by a ring (cycle policy, `x-max-length` drop-head).
+    pub discarded: u64,
+    /// Refused by `x-overflow = reject-publish`.
+    pub rejected: u64,
+}
+
+/// How many `basic.get` channels a queue remembers (for the slow-consumer close).
+const GETTERS: usize = 16;
 
 /// A queue on its home shard.
 pub struct Queue {
@@ -82,7 +86,11 @@ pub struct Queue {
     pub settings: QueueSettings,
     ready: VecDeque<Entry>,
     ready_bytes: u64,
-    unacked: IdMap<u64, Entry>,
+    unacked: BTreeMap<u64, Entry>,
+    unacked_bytes: u64,
+    inflight: u64,
+    inflight_bytes: u64,
+    persistent: u64,
     next_seq: u64,
     consumers: Vec<ConsumerSlot>,
     next_consumer_key: u64,
@@ -90,9 +98,12 @@ pub struct Queue {
     /// Whether a consumer was ever attached (auto-delete fires only after that).
     had_consumer: bool,
     last_used: Instant,
-    pub expired_total: u64,
-    pub enqueued_total: u64,
-    pub delivered_total: u64,
+    /// Channels that recently took messages with `basic.get`, with when.
+    getters: SmallVec<[(ChannelRef, Instant); 2]>,
+    pub counters: QueueCounters,
+    pub limits: QueueLimits,
+    /// The slow-consumer policy deleted this queue; it accepts nothing more.
+    pub condemned: bool,
 }
 
 impl Queue {
@@ -102,6 +113,7 @@ impl Queue {
         vhost: String,
         name: ShortStr,
         settings: QueueSettings,
+        limits: QueueLimits,
         now: Instant,
     ) -> Queue {
         Queue {
@@ -112,16 +124,21 @@ impl Queue {
             settings,
             ready: VecDeque::new(),
             ready_bytes: 0,
-            unacked: IdMap::default(),
+            unacked: BTreeMap::new(),
+            unacked_bytes: 0,
+            inflight: 0,
+            inflight_bytes: 0,
+            persistent: 0,
             next_seq: 1,
             consumers: Vec::new(),
             next_consumer_key: 1,
             round_robin: 0,
             had_consumer: false,
             last_used: now,
-            expired_total: 0,
-            enqueued_total: 0,
-            delivered_total: 0,
+            getters: SmallVec::new(),
+            counters: QueueCounters::default(),
+            limits,
+            condemned: false,
         }
     }
 
@@ -136,14 +153,12 @@ impl Queue {
             (a, b) => a.or(b),
         };
         self.ready_bytes += msg.accounted_size();
-        self.ready.push_back(Entry {
-            seq,
-            msg,
-            enqueued_at: now,
-            expires_at: ttl.map(|ttl| now + ttl),
-            redelivered: false,
-        });
-        self.enqueued_total += 1;
+        if msg.is_persistent() {
+            self.persistent += 1;
+        }
+        self.ready
+            .push_back(Entry::new(seq, msg, now, ttl.map(|ttl| now + ttl)));
+        self.counters.enqueued += 1;
         seq
     }
 
@@ -153,6 +168,7 @@ impl Queue {
             consumers: u32::try_from(self.consumers.len()).unwrap_or(u32::MAX),
             unacked: u32::try_from(self.unacked.len()).unwrap_or(u32::MAX),
             depth_bytes: self.ready_bytes,
+            held_bytes: self.held_bytes(),
         }
     }
 
@@ -164,11 +180,40 @@ impl Queue {
         self.ready_bytes
     }
 
+    /// Messages held: ready, awaiting ack, and no-ack deliveries not yet written.
+    pub fn held_count(&self) -> u64 {
+        self.ready.len() as u64 + self.unacked.len() as u64 + self.inflight
+    }
+
+    /// Bytes held (the queue's size for capacity and the depth threshold).
+    pub fn held_bytes(&self) -> u64 {
+        self.ready_bytes + self.unacked_bytes + self.inflight_bytes
+    }
+
+    /// Whether any persistent message is held.
+    pub fn holds_persistent(&self) -> bool {
+        self.persistent > 0
+    }
+
     /// Age of the oldest ready message.
     pub fn oldest_age(&self, now: Instant) -> Option<Duration> {
         self.ready
             .front()
             .map(|e| now.saturating_duration_since(e.enqueued_at))
+    }
+
+    /// What the queue holds for its subscription, with the age of the oldest entry
+    /// ready or awaiting ack.
+    pub fn holdings(&self, now: Instant) -> Holdings {
+        let oldest = match (self.ready.front(), self.unacked.values().next()) {
+            (Some(a), Some(b)) => Some(a.enqueued_at.min(b.enqueued_at)),
+            (a, b) => a.or(b).map(|e| e.enqueued_at),
+        };
+        Holdings {
+            count: self.held_count(),
+            bytes: self.held_bytes(),
+            oldest_age: oldest.map(|t| now.saturating_duration_since(t)),
+        }
     }
 
     pub fn consumer_count(&self) -> usize {
@@ -204,180 +249,158 @@ impl Queue {
         self.ready.front().and_then(|e| e.expires_at)
     }
 
+    /// Removes the head of the ready list, keeping the accounting.
+    fn take_head(&mut self) -> Option<Entry> {
+        let entry = self.ready.pop_front()?;
+        self.ready_bytes -= entry.size();
+        if entry.msg.is_persistent() {
+            self.persistent -= 1;
+        }
+        if self.ready.is_empty() && self.ready.capacity() > 4096 {
+            // A drained backlog gives its memory back.
+            self.ready.shrink_to(64);
+        }
+        Some(entry)
+    }
+
     /// Drops expired messages from the head (TTL is applied at the head, as RabbitMQ does).
     /// Returns how many were dropped.
     pub fn expire_head(&mut self, now: Instant) -> usize {
         let mut dropped = 0;
-        while let Some(front) = self.ready.front() {
-            if !front.is_expired(now) {
-                break;
-            }
-            if let Some(entry) = self.ready.pop_front() {
-                self.ready_bytes -= entry.msg.accounted_size();
-                dropped += 1;
-            }
+        while self.ready.front().is_some_and(|e| e.is_expired(now)) {
+            self.take_head();
+            dropped += 1;
         }
-        self.expired_total += dropped as u64;
+        self.counters.expired += dropped as u64;
         dropped
     }
 
-    /// Adds a consumer with zero credit; credit arrives by [`Queue::grant`] once the
-    /// consumer's channel has told its client `consume-ok`.
-    pub fn add_consumer(
-        &mut self,
-        target: ConsumerTarget,
-        no_ack: bool,
-        exclusive: bool,
-        now: Instant,
-    ) -> Result<u64, ConsumeRefused> {
-        if self.consumers.iter().any(|c| c.exclusive) || (exclusive && !self.consumers.is_empty()) {
-            return Err(ConsumeRefused::ExclusiveInUse);
-        }
-        let key = self.next_consumer_key;
-        self.next_consumer_key += 1;
-        self.consumers.push(ConsumerSlot {
-            key,
-            target,
-            credit: 0,
-            no_ack,
-            exclusive,
-        });
-        self.had_consumer = true;
-        self.last_used = now;
-        Ok(key)
+    /// Discards the oldest ready message (a ring making room). Returns its size.
+    pub fn discard_head(&mut self) -> Option<u64> {
+        let entry = self.take_head()?;
+        self.counters.discarded += 1;
+        Some(entry.size())
     }
 
-    /// Removes a consumer. Returns whether it existed.
-    pub fn remove_consumer(&mut self, key: u64, now: Instant) -> bool {
-        let before = self.consumers.len();
-        self.consumers.retain(|c| c.key != key);
-        self.last_used = now;
-        if self.round_robin >= self.consumers.len() {
-            self.round_robin = 0;
+    /// Discards ready messages enqueued before `cutoff` (a ring bounded by age).
+    pub fn discard_older_than(&mut self, cutoff: Instant) -> u64 {
+        let mut n = 0;
+        while self.ready.front().is_some_and(|e| e.enqueued_at < cutoff) {
+            self.discard_head();
+            n += 1;
         }
-        before != self.consumers.len()
+        n
     }
 
-    /// Removes every consumer of one connection (on connection loss).
-    pub fn remove_consumers_where(&mut self, mut pred: impl FnMut(&ConsumerTarget) -> bool) {
-        self.consumers.retain(|c| !pred(&c.target));
-        if self.round_robin >= self.consumers.len() {
-            self.round_robin = 0;
-        }
-    }
-
-    /// All consumers, for cancel notifications when the queue is deleted.
-    pub fn consumers(&self) -> &[ConsumerSlot] {
-        &self.consumers
-    }
-
-    /// Adds credit to a consumer. Unknown keys (consumer already gone) are ignored.
-    pub fn grant(&mut self, key: u64, credit: u32) {
-        if let Some(c) = self.consumers.iter_mut().find(|c| c.key == key) {
-            c.credit = c.credit.saturating_add(credit);
-        }
-    }
-
-    /// Whether a dispatch now could deliver anything.
-    pub fn can_dispatch(&self) -> bool {
-        !self.ready.is_empty() && self.consumers.iter().any(|c| c.credit > 0)
-    }
-
-    /// Hands up to `budget` ready messages to consumers with credit, in rotation. Expired
-    /// head messages are dropped on the way. Returns how many were dispatched.
-    pub fn dispatch(&mut self, now: Instant, budget: usize, out: &mut Vec<Dispatch>) -> usize {
-        let n = self.consumers.len();
-        let mut sent = 0;
-        let mut pick = self.round_robin;
-        while sent < budget && !self.ready.is_empty() {
-            // Next consumer with credit, starting at the rotation point.
-            let Some(found) = (0..n)
-                .map(|i| {
-                    let at = pick + i;
-                    if at >= n {
-                        at - n
-                    } else {
-                        at
-                    }
-                })
-                .find(|&i| self.consumers[i].credit > 0)
-            else {
-                break;
-            };
-            let Some(entry) = self.pop_ready(now) else {
-                break;
-            };
-            let consumer = &mut self.consumers[found];
-            consumer.credit -= 1;
-            pick = if found + 1 == n { 0 } else { found + 1 };
-            let (target, no_ack) = (consumer.target, consumer.no_ack);
-            let (seq, redelivered) = (entry.seq, entry.redelivered);
-            let msg = if no_ack {
-                entry.msg
-            } else {
-                let msg = entry.msg.clone();
-                self.unacked.insert(seq, entry);
-                msg
-            };
-            out.push(Dispatch {
-                target,
-                seq,
-                msg,
-                redelivered,
-                no_ack,
-            });
-            sent += 1;
-        }
-        self.round_robin = pick;
-        self.delivered_total += sent as u64;
-        if sent > 0 {
-            self.last_used = now;
-        }
-        sent
+    /// Counts a message refused by `reject-publish`.
+    pub fn count_rejected(&mut self) {
+        self.counters.rejected += 1;
     }
 
     /// `basic.get`: takes the head message. With `no_ack` it is gone; otherwise it waits
     /// in the unacked set. Returns the entry and the count of messages still ready.
-    pub fn get(&mut self, now: Instant, no_ack: bool) -> Option<(Entry, u32)> {
+    pub fn get(
+        &mut self,
+        now: Instant,
+        no_ack: bool,
+        from: Option<ChannelRef>,
+    ) -> Option<(Entry, u32)> {
         self.last_used = now;
-        let entry = self.pop_ready(now)?;
-        if !no_ack {
-            self.unacked.insert(entry.seq, entry.clone());
+        if let Some(channel) = from {
+            self.note_getter(channel, now);
         }
-        self.delivered_total += 1;
+        let entry = self.pop_ready(now)?;
+        if no_ack {
+            self.counters.consumed += 1;
+        } else {
+            self.hold_unacked(entry.clone());
+        }
+        self.counters.delivered += 1;
         let remaining = u32::try_from(self.ready.len()).unwrap_or(u32::MAX);
         Some((entry, remaining))
     }
 
+    fn note_getter(&mut self, channel: ChannelRef, now: Instant) {
+        if let Some(slot) = self.getters.iter_mut().find(|(c, _)| *c == channel) {
+            slot.1 = now;
+            return;
+        }
+        if self.getters.len() >= GETTERS {
+            if let Some(oldest) = (0..self.getters.len()).min_by_key(|&i| self.getters[i].1) {
+                self.getters.swap_remove(oldest);
+            }
+        }
+        self.getters.push((channel, now));
+    }
+
+    /// Channels that took messages with `basic.get` within `window` before `now`.
+    pub fn recent_getters(&self, now: Instant, window: Duration) -> Vec<ChannelRef> {
+        self.getters
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(*at) <= window)
+            .map(|(c, _)| *c)
+            .collect()
+    }
+
+    /// Whether a `basic.get` channel was active within `window`.
+    pub fn has_recent_getter(&self, now: Instant, window: Duration) -> bool {
+        self.getters
+            .iter()
+            .any(|(_, at)| now.saturating_duration_since(*at) <= window)
+    }
+
     fn pop_ready(&mut self, now: Instant) -> Option<Entry> {
         loop {
-            let entry = self.ready.pop_front()?;
-            self.ready_bytes -= entry.msg.accounted_size();
+            let entry = self.take_head()?;
             if entry.is_expired(now) {
-                self.expired_total += 1;
+                self.counters.expired += 1;
                 continue;
             }
             return Some(entry);
         }
     }
 
+    fn hold_unacked(&mut self, entry: Entry) {
+        self.unacked_bytes += entry.size();
+        if entry.msg.is_persistent() {
+            self.persistent += 1;
+        }
+        self.unacked.insert(entry.seq, entry);
+    }
+
+    fn release_unacked(&mut self, seq: u64) -> Option<Entry> {
+        let entry = self.unacked.remove(&seq)?;
+        self.unacked_bytes -= entry.size();
+        if entry.msg.is_persistent() {
+            self.persistent -= 1;
+        }
+        Some(entry)
+    }
+
     /// Positive acknowledgement: the entry is done. Returns whether it was outstanding.
     pub fn ack(&mut self, seq: u64) -> bool {
-        self.unacked.remove(&seq).is_some()
+        let done = self.release_unacked(seq).is_some();
+        if done {
+            self.counters.consumed += 1;
+        }
+        done
     }
 
     /// Negative acknowledgement without requeue: the entry is dropped (no dead-lettering).
     pub fn discard(&mut self, seq: u64) -> bool {
-        self.unacked.remove(&seq).is_some()
+        self.ack(seq)
     }
 
     /// Puts an unacknowledged entry back in its original position, marked redelivered.
     pub fn requeue(&mut self, seq: u64) -> bool {
-        let Some(mut entry) = self.unacked.remove(&seq) else {
+        let Some(mut entry) = self.release_unacked(seq) else {
             return false;
         };
         entry.redelivered = true;
-        self.ready_bytes += entry.msg.accounted_size();
+        self.ready_bytes += entry.size();
+        if entry.msg.is_persistent() {
+            self.persistent += 1;
+        }
         let at = self.ready.partition_point(|e| e.seq < entry.seq);
         self.ready.insert(at, entry);
         true
@@ -386,9 +409,18 @@ impl Queue {
     /// Removes all ready messages. Returns how many.
     pub fn purge(&mut self) -> u32 {
         let n = u32::try_from(self.ready.len()).unwrap_or(u32::MAX);
-        self.ready.clear();
-        self.ready_bytes = 0;
+        while self.take_head().is_some() {}
+        self.ready = VecDeque::new();
         n
+    }
+
+    /// Releases everything the queue holds (it is being deleted): ready and unacked
+    /// entries are dropped, so shared messages no other queue holds are freed now.
+    pub fn release_all(&mut self) {
+        self.purge();
+        self.unacked.clear();
+        self.unacked_bytes = 0;
+        self.persistent = 0;
     }
 }
 

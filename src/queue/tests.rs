@@ -43,7 +43,15 @@ fn target(consumer: u32) -> ConsumerTarget {
 }
 
 fn queue(ttl_ms: Option<u64>, now: Instant) -> Queue {
-    Queue::new(QueueId(1), 0, "/".into(), "q".into(), settings(ttl_ms), now)
+    Queue::new(
+        QueueId(1),
+        0,
+        "/".into(),
+        "q".into(),
+        settings(ttl_ms),
+        QueueLimits::new(Duration::from_secs(5)),
+        now,
+    )
 }
 
 #[test]
@@ -73,8 +81,8 @@ fn dispatch_needs_credit_and_rotates() {
     let b = q.add_consumer(target(2), false, false, now).expect("b");
     let mut out = Vec::new();
     assert_eq!(q.dispatch(now, 100, &mut out), 0, "no credit, no dispatch");
-    q.grant(a, 10);
-    q.grant(b, 1);
+    q.grant(a, 10, u64::MAX);
+    q.grant(b, 1, u64::MAX);
     assert_eq!(q.dispatch(now, 100, &mut out), 4);
     let consumers: Vec<u32> = out.iter().map(|d| d.target.consumer).collect();
     assert_eq!(consumers, vec![1, 2, 1, 1]);
@@ -91,13 +99,13 @@ fn requeue_restores_order_and_marks_redelivered() {
         q.enqueue(msg(b"x"), now);
     }
     let c = q.add_consumer(target(1), false, false, now).expect("c");
-    q.grant(c, 2);
+    q.grant(c, 2, u64::MAX);
     let mut out = Vec::new();
     q.dispatch(now, 10, &mut out);
     assert!(q.requeue(2));
     assert!(q.requeue(1));
     assert!(!q.requeue(1), "already requeued");
-    q.grant(c, 3);
+    q.grant(c, 3, u64::MAX);
     out.clear();
     q.dispatch(now, 10, &mut out);
     let got: Vec<(u64, bool)> = out.iter().map(|d| (d.seq, d.redelivered)).collect();
@@ -115,9 +123,9 @@ fn ttl_expires_at_head() {
     assert_eq!(q.head_expiry(), Some(now + Duration::from_millis(100)));
     assert_eq!(q.expire_head(now + Duration::from_millis(150)), 1);
     assert_eq!(q.ready_count(), 1);
-    let got = q.get(now + Duration::from_millis(200), true);
+    let got = q.get(now + Duration::from_millis(200), true, None);
     assert!(got.is_none(), "the second message expired too");
-    assert_eq!(q.expired_total, 2);
+    assert_eq!(q.counters.expired, 2);
 }
 
 #[test]
@@ -162,4 +170,132 @@ fn shared_message_is_not_copied() {
     q1.purge();
     q2.purge();
     assert_eq!(std::rc::Rc::strong_count(&m), 1);
+}
+
+fn persistent_msg(body: &'static [u8]) -> LocalMessage {
+    let mut chunks = BodyChunks::new();
+    chunks.push(Bytes::from_static(body));
+    let props = crate::protocol::BasicProperties {
+        delivery_mode: Some(2),
+        ..Default::default()
+    };
+    LocalMessage::new(Message::new(
+        "ex".into(),
+        "rk".into(),
+        props.to_bytes(),
+        chunks,
+        body.len() as u64,
+    ))
+}
+
+#[test]
+fn holdings_count_ready_unacked_and_unwritten_no_ack() {
+    let t0 = Instant::now();
+    let mut q = queue(None, t0);
+    for _ in 0..3 {
+        q.enqueue(msg(b"0123456789"), t0);
+    }
+    q.enqueue(persistent_msg(b"p"), t0 + Duration::from_millis(5));
+    assert!(q.holds_persistent());
+    let manual = q.add_consumer(target(1), false, false, t0).expect("manual");
+    let no_ack = q.add_consumer(target(2), true, false, t0).expect("no-ack");
+    q.grant(manual, 1, u64::MAX);
+    q.grant(no_ack, 1, u64::MAX);
+    let mut out = Vec::new();
+    assert_eq!(q.dispatch(t0, 10, &mut out), 2);
+    let later = t0 + Duration::from_millis(50);
+    let h = q.holdings(later);
+    assert_eq!((h.count, h.bytes), (4, 31));
+    assert_eq!(h.oldest_age, Some(Duration::from_millis(50)));
+    // The no-ack delivery stops counting once written; the manual one once acked.
+    q.written(no_ack, 1, 10);
+    assert_eq!(q.held_count(), 3);
+    assert!(q.ack(1));
+    assert_eq!((q.held_count(), q.held_bytes()), (2, 11));
+    assert_eq!(q.counters.consumed, 2);
+    // A consumer that goes away stops holding what it had in flight.
+    q.grant(no_ack, 5, u64::MAX);
+    out.clear();
+    q.dispatch(t0, 10, &mut out);
+    assert_eq!(q.held_count(), 2);
+    q.remove_consumer(no_ack, later);
+    assert_eq!(q.held_count(), 0);
+    assert!(!q.holds_persistent());
+}
+
+#[test]
+fn byte_credit_bounds_a_dispatch() {
+    let now = Instant::now();
+    let mut q = queue(None, now);
+    for _ in 0..10 {
+        q.enqueue(msg(b"0123456789"), now);
+    }
+    let c = q.add_consumer(target(1), true, false, now).expect("c");
+    q.grant(c, 100, 25);
+    let mut out = Vec::new();
+    assert_eq!(
+        q.dispatch(now, 100, &mut out),
+        3,
+        "25 bytes of credit: 10+10+10"
+    );
+    assert!(!q.can_dispatch());
+    q.grant(c, 0, 1);
+    assert_eq!(q.dispatch(now, 100, &mut out), 1);
+}
+
+#[test]
+fn ring_discards_keep_accounting() {
+    let t0 = Instant::now();
+    let mut q = queue(None, t0);
+    for i in 0..5u64 {
+        q.enqueue(msg(b"abc"), t0 + Duration::from_millis(i * 10));
+    }
+    assert_eq!(q.discard_head(), Some(3));
+    assert_eq!(q.discard_older_than(t0 + Duration::from_millis(30)), 2);
+    assert_eq!((q.ready_count(), q.ready_bytes()), (2, 6));
+    assert_eq!(q.counters.discarded, 3);
+    q.release_all();
+    assert_eq!(q.held_bytes(), 0);
+}
+
+#[test]
+fn getters_are_remembered_for_a_window() {
+    let t0 = Instant::now();
+    let mut q = queue(None, t0);
+    let ch = crate::model::ids::ChannelRef {
+        shard: 0,
+        conn: ConnId {
+            slot: 3,
+            generation: 1,
+        },
+        channel: 2,
+        epoch: 1,
+    };
+    assert!(q.get(t0, true, Some(ch)).is_none());
+    assert_eq!(
+        q.recent_getters(t0 + Duration::from_secs(1), Duration::from_secs(5)),
+        vec![ch]
+    );
+    assert!(q
+        .recent_getters(t0 + Duration::from_secs(6), Duration::from_secs(5))
+        .is_empty());
+}
+
+#[test]
+fn entries_are_counted_in_the_ledger() {
+    std::thread::spawn(|| {
+        let now = Instant::now();
+        let before = crate::model::ledger::snapshot();
+        let mut q = queue(None, now);
+        q.enqueue(msg(b"abc"), now);
+        q.enqueue(msg(b"def"), now);
+        let mid = crate::model::ledger::snapshot();
+        assert_eq!(mid.entries - before.entries, 2 * entry::ENTRY_BYTES);
+        assert!(mid.messages > before.messages);
+        drop(q);
+        let after = crate::model::ledger::snapshot();
+        assert_eq!(after, before, "dropping the queue releases every byte");
+    })
+    .join()
+    .expect("thread");
 }

@@ -12,11 +12,14 @@
 use std::collections::VecDeque;
 
 use crate::model::ids::{IdMap, QueueRef};
+use crate::model::ledger::PartialBytes;
 use crate::model::message::{BodyChunks, Message};
 use crate::protocol::method::BasicPublish;
 use crate::protocol::{ContentHeader, ShortStr};
+use crate::session::confirm::ConfirmTracker;
 use crate::session::consumer::ChannelConsumer;
 use crate::session::error::ChannelError;
+use crate::session::publisher::PublisherFlow;
 
 /// Where a channel is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +40,9 @@ pub enum Content {
         header: ContentHeader,
         chunks: BodyChunks,
         received: u64,
+        /// The body bytes received so far, counted in the memory ledger until the
+        /// message is complete (or abandoned).
+        ledger: PartialBytes,
     },
 }
 
@@ -72,6 +78,8 @@ pub enum TxOp {
 #[derive(Debug)]
 pub struct Channel {
     pub number: u16,
+    /// Tells this channel apart from later ones reusing its number on the connection.
+    pub epoch: u32,
     pub phase: ChannelPhase,
     pub content: Content,
     next_tag: u64,
@@ -82,25 +90,24 @@ pub struct Channel {
     pub prefetch: u32,
     /// Channel-wide prefetch (basic.qos global=true), 0 = none.
     pub global_prefetch: u32,
-    /// Confirm mode: the sequence number of the next publish.
-    pub confirm_next: Option<u64>,
-    /// Highest publish sequence number not yet confirmed to the client.
-    pub confirm_pending: u64,
+    /// Confirm mode: the publishes awaiting `basic.ack` / `basic.nack`.
+    pub confirms: Option<ConfirmTracker>,
     pub tx: Option<Vec<TxOp>>,
+    /// Producer flow control on this channel.
+    pub publisher: PublisherFlow,
     /// `channel.flow` from the client: false stops deliveries.
     pub flow_active: bool,
     /// The queue most recently declared on this channel; an empty queue name in later
     /// methods means this one (AMQP 0-9-1).
     pub last_queue: ShortStr,
-    /// Highest publish sequence number already confirmed.
-    pub confirm_acked: u64,
     next_generated_tag: u64,
 }
 
 impl Channel {
-    pub fn new(number: u16) -> Channel {
+    pub fn new(number: u16, epoch: u32) -> Channel {
         Channel {
             number,
+            epoch,
             phase: ChannelPhase::Open,
             content: Content::Idle,
             next_tag: 1,
@@ -109,12 +116,11 @@ impl Channel {
             next_consumer: 1,
             prefetch: 0,
             global_prefetch: 0,
-            confirm_next: None,
-            confirm_pending: 0,
+            confirms: None,
             tx: None,
+            publisher: PublisherFlow::default(),
             flow_active: true,
             last_queue: ShortStr::default(),
-            confirm_acked: 0,
             next_generated_tag: 1,
         }
     }
@@ -219,14 +225,6 @@ impl Channel {
             .sum();
         Some(self.global_prefetch.saturating_sub(in_flight))
     }
-
-    /// Publish sequence number for the next message in confirm mode.
-    pub fn next_confirm_seq(&mut self) -> Option<u64> {
-        let next = self.confirm_next.as_mut()?;
-        let seq = *next;
-        *next += 1;
-        Some(seq)
-    }
 }
 
 #[cfg(test)]
@@ -243,7 +241,7 @@ mod tests {
 
     #[test]
     fn ack_single_multiple_and_unknown() {
-        let mut ch = Channel::new(1);
+        let mut ch = Channel::new(1, 1);
         for seq in 1..=5 {
             ch.record_delivery(q(), seq, None, false);
         }
@@ -263,7 +261,7 @@ mod tests {
 
     #[test]
     fn no_ack_deliveries_are_not_tracked() {
-        let mut ch = Channel::new(1);
+        let mut ch = Channel::new(1, 1);
         assert_eq!(ch.record_delivery(q(), 1, None, true), 1);
         assert_eq!(ch.record_delivery(q(), 2, None, true), 2);
         assert!(ch.unacked.is_empty());

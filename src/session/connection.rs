@@ -5,13 +5,14 @@
 //!
 //! Does not: write to the socket (the writer task drains `out`) or act on other shards.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::model::ids::{ConnId, IdMap};
+use crate::model::ids::{ConnId, IdMap, QueueRef};
 use crate::model::routing::VhostIdx;
 use crate::protocol::{FieldTable, FieldValue, LongStr, ShortStr};
 use crate::session::channel::Channel;
@@ -40,6 +41,18 @@ pub struct ClientCapabilities {
     pub consumer_cancel_notify: bool,
 }
 
+/// A run of no-ack deliveries to one consumer, on the wire once the connection has
+/// written `end` bytes in total: then its queue stops holding them, and they count as
+/// consumed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteMark {
+    pub end: u64,
+    pub queue: QueueRef,
+    pub key: u64,
+    pub count: u32,
+    pub bytes: u64,
+}
+
 /// One connection, owned by its shard's slab.
 pub struct Conn {
     pub id: ConnId,
@@ -62,6 +75,20 @@ pub struct Conn {
     pub closing_since: Option<Instant>,
     /// Exclusive queues this connection declared (deleted when it goes).
     pub exclusive_queues: Vec<ShortStr>,
+    /// No-ack deliveries queued and not yet written, in order.
+    pub write_marks: VecDeque<WriteMark>,
+    /// Epoch for the next channel opened.
+    pub next_channel_epoch: u32,
+    /// `connection.blocked` was sent (memory alarm) and not yet reversed.
+    pub blocked_sent: bool,
+    /// A channel went on publishing past its grace after being told to stop: the reader
+    /// is to stop reading this socket.
+    pub hold_requested: bool,
+    /// Since when the reader has deliberately not read this socket (flow enforcement,
+    /// backpressure): liveness is not judged meanwhile.
+    pub read_paused_since: Option<Instant>,
+    /// Woken when a reason to hold the reader may have gone.
+    pub resume: Rc<Signal>,
 }
 
 impl Conn {
@@ -94,7 +121,32 @@ impl Conn {
             last_send: now,
             closing_since: None,
             exclusive_queues: Vec::new(),
+            write_marks: VecDeque::new(),
+            next_channel_epoch: 1,
+            blocked_sent: false,
+            hold_requested: false,
+            read_paused_since: None,
+            resume: Rc::new(Signal::new()),
         }
+    }
+
+    /// An epoch for a channel being opened.
+    pub fn channel_epoch(&mut self) -> u32 {
+        let e = self.next_channel_epoch;
+        self.next_channel_epoch = self.next_channel_epoch.wrapping_add(1);
+        e
+    }
+
+    /// Whether any channel holds deliveries the client has not acknowledged (its acks
+    /// arrive on this socket, so it must not be left unread for long).
+    pub fn holds_unacked(&self) -> bool {
+        self.channels.values().any(|ch| !ch.unacked.is_empty())
+    }
+
+    /// Whether a channel has published more than `grace` bytes since it (or the
+    /// connection) was told to stop.
+    pub fn over_grace(&self, grace: u64) -> bool {
+        self.channels.values().any(|ch| ch.publisher.excess > grace)
     }
 
     /// `con:7(guest@127.0.0.1:5000/)`, the Qpid-style subject of log lines.

@@ -9,12 +9,38 @@
 //! - With a prefetch limit `p` (manual ack), the channel keeps `credit + unacked <= p`:
 //!   credit returns as the client acknowledges.
 //! - Without one (no-ack, or prefetch 0), credit is a window of `no_ack_window`
-//!   messages, topped up only while the connection's outbound buffer is below its
-//!   high-water mark: a slow socket stops the queue, and the backlog stays where the
-//!   slow-consumer policy can see it.
+//!   messages and `no_ack_window_bytes` bytes, topped up only while the connection's
+//!   outbound buffer is below its high-water mark: a slow socket stops the queue, and the
+//!   backlog stays where the slow-consumer policy can see it. Counting bytes as well keeps
+//!   the window bounded when messages are large.
+//! - A prefetch-limited consumer's byte credit is unlimited ([`UNLIMITED_BYTES`]): the
+//!   client asked for `p` messages, whatever their size.
 
 use crate::model::ids::QueueRef;
 use crate::protocol::ShortStr;
+
+/// Byte credit that never runs out in practice (prefetch-limited consumers).
+pub const UNLIMITED_BYTES: u64 = 1 << 62;
+
+/// Credit in messages and in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Credit {
+    pub messages: u32,
+    pub bytes: u64,
+}
+
+impl Credit {
+    pub fn is_zero(&self) -> bool {
+        self.messages == 0 && self.bytes == 0
+    }
+}
+
+/// The no-ack window: how much may be in flight to a consumer without a prefetch limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub messages: u32,
+    pub bytes: u64,
+}
 
 /// One consumer on one channel.
 #[derive(Debug, Clone)]
@@ -30,35 +56,52 @@ pub struct ChannelConsumer {
     pub unacked: u32,
     /// Credit granted to the queue and not yet used by a delivery.
     pub credit: u32,
+    /// Byte credit granted to the queue and not yet used.
+    pub credit_bytes: u64,
 }
 
 impl ChannelConsumer {
     /// How much credit to grant now, given whether the socket has room and the window for
     /// unlimited consumers. Small top-ups are held back so grants are batched.
-    pub fn top_up(&self, socket_has_room: bool, window: u32, global_room: Option<u32>) -> u32 {
-        let want = if self.no_ack || self.prefetch == 0 {
+    pub fn top_up(
+        &self,
+        socket_has_room: bool,
+        window: Window,
+        global_room: Option<u32>,
+    ) -> Credit {
+        let (messages, bytes) = if self.no_ack || self.prefetch == 0 {
             if !socket_has_room {
-                return 0;
+                return Credit::default();
             }
-            let want = window.saturating_sub(self.credit);
-            // Refill once half the window is used.
-            if want < window / 2 {
-                return 0;
+            let want = window.messages.saturating_sub(self.credit);
+            let want_bytes = window.bytes.saturating_sub(self.credit_bytes);
+            // Refill once half the window (in messages or in bytes) is used.
+            if want < window.messages / 2 && want_bytes < window.bytes / 2 {
+                return Credit::default();
             }
-            want
+            (want, want_bytes)
         } else {
             let in_flight = self.credit.saturating_add(self.unacked);
             let want = self.prefetch.saturating_sub(in_flight);
             let batch = (self.prefetch / 8).max(1);
+            let want_bytes = if self.credit_bytes < UNLIMITED_BYTES / 2 {
+                UNLIMITED_BYTES - self.credit_bytes
+            } else {
+                0
+            };
             if want < batch && in_flight > 0 {
-                return 0;
+                return Credit {
+                    messages: 0,
+                    bytes: want_bytes,
+                };
             }
-            want
+            (want, want_bytes)
         };
-        match global_room {
-            Some(room) => want.min(room),
-            None => want,
-        }
+        let messages = match global_room {
+            Some(room) => messages.min(room),
+            None => messages,
+        };
+        Credit { messages, bytes }
     }
 }
 
@@ -79,39 +122,62 @@ mod tests {
             prefetch,
             unacked: 0,
             credit: 0,
+            credit_bytes: 0,
         }
+    }
+
+    const W: Window = Window {
+        messages: 100,
+        bytes: 1 << 20,
+    };
+
+    fn n(c: Credit) -> u32 {
+        c.messages
     }
 
     #[test]
     fn prefetch_bounds_credit_plus_unacked() {
         let mut c = consumer(false, 10);
-        assert_eq!(c.top_up(true, 100, None), 10);
+        assert_eq!(n(c.top_up(true, W, None)), 10);
+        assert_eq!(c.top_up(true, W, None).bytes, UNLIMITED_BYTES);
         c.credit = 0;
         c.unacked = 10;
-        assert_eq!(c.top_up(true, 100, None), 0);
+        assert_eq!(n(c.top_up(true, W, None)), 0);
         c.unacked = 9;
-        assert_eq!(c.top_up(true, 100, None), 1);
+        assert_eq!(n(c.top_up(true, W, None)), 1);
         let mut c = consumer(false, 1);
         c.unacked = 0;
-        assert_eq!(c.top_up(true, 100, None), 1);
+        assert_eq!(n(c.top_up(true, W, None)), 1);
         c.credit = 1;
-        assert_eq!(c.top_up(true, 100, None), 0);
+        c.credit_bytes = UNLIMITED_BYTES;
+        assert!(c.top_up(true, W, None).is_zero());
     }
 
     #[test]
     fn no_ack_window_waits_for_socket_room() {
         let mut c = consumer(true, 0);
-        assert_eq!(c.top_up(false, 100, None), 0);
-        assert_eq!(c.top_up(true, 100, None), 100);
+        assert!(c.top_up(false, W, None).is_zero());
+        let first = c.top_up(true, W, None);
+        assert_eq!((first.messages, first.bytes), (100, 1 << 20));
         c.credit = 60;
-        assert_eq!(c.top_up(true, 100, None), 0);
+        c.credit_bytes = 1 << 20;
+        assert!(c.top_up(true, W, None).is_zero());
         c.credit = 40;
-        assert_eq!(c.top_up(true, 100, None), 60);
+        assert_eq!(n(c.top_up(true, W, None)), 60);
+    }
+
+    #[test]
+    fn no_ack_window_counts_bytes_too() {
+        let mut c = consumer(true, 0);
+        c.credit = 90; // few messages used, but large ones
+        c.credit_bytes = 100;
+        let g = c.top_up(true, W, None);
+        assert_eq!((g.messages, g.bytes), (10, (1 << 20) - 100));
     }
 
     #[test]
     fn global_limit_caps_grants() {
         let c = consumer(false, 50);
-        assert_eq!(c.top_up(true, 100, Some(7)), 7);
+        assert_eq!(n(c.top_up(true, W, Some(7))), 7);
     }
 }

@@ -85,6 +85,11 @@ pub enum ChannelError {
     TxInConfirm,
     /// The slow-consumer policy closed this channel.
     ConsumingTooSlow,
+    /// The channel went on publishing for this long after flow control stopped it, on a
+    /// connection the broker could not stop reading (it holds unacknowledged deliveries).
+    FlowControlIgnored {
+        millis: u64,
+    },
     /// Something the broker could not do for an internal reason (shutting down).
     Internal(String),
 }
@@ -111,7 +116,9 @@ impl ChannelError {
             ChannelError::ConsumerTagInUse(_) | ChannelError::UnknownExchangeType(_) => {
                 ReplyCode::CommandInvalid
             }
-            ChannelError::ConsumingTooSlow => ReplyCode::ResourceError,
+            ChannelError::ConsumingTooSlow | ChannelError::FlowControlIgnored { .. } => {
+                ReplyCode::ResourceError
+            }
             ChannelError::Internal(_) => ReplyCode::InternalError,
         }
     }
@@ -204,6 +211,11 @@ impl fmt::Display for ChannelError {
                 f.write_str("cannot switch from confirm to tx mode")
             }
             ChannelError::ConsumingTooSlow => f.write_str("Consuming too slow."),
+            ChannelError::FlowControlIgnored { millis } => write!(
+                f,
+                "channel kept publishing for {} ms after flow control stopped it; publish and consume on separate connections",
+                millis
+            ),
             ChannelError::Internal(why) => f.write_str(why),
         }
     }

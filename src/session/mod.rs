@@ -1,13 +1,16 @@
 //! Owns: per-connection protocol state — the connection (handshake, limits,
 //! capabilities, outbound buffer), its channels (publish assembly, delivery tags, unacked,
-//! qos, confirms, transactions), consumers and their credit rule — and the typed errors
-//! that close a channel or a connection.
+//! qos, transactions), publisher confirms (`confirm`), a publisher's flow-control state
+//! (`publisher`), consumers and their credit rule — and the typed errors that close a
+//! channel or a connection.
 //!
 //! Does not: do I/O or reach another shard; the shard's handler drives this state.
 
 pub mod channel;
+pub mod confirm;
 pub mod connection;
 pub mod consumer;
 pub mod error;
 pub mod outbound;
+pub mod publisher;
 pub mod signal;

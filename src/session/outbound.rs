@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::model::ledger;
 use crate::model::message::Message;
 use crate::protocol::frame;
 use crate::protocol::method::FRAME_END;
@@ -21,6 +22,9 @@ pub struct Outbound {
     chunks: VecDeque<Bytes>,
     pending: BytesMut,
     queued: usize,
+    /// Bytes ever queued (monotonic): `total - queued` is what has been written, so a
+    /// delivery queued at total `t` is on the wire once that passes `t`.
+    total: u64,
     inline_max: usize,
     frame_max: u32,
 }
@@ -31,6 +35,7 @@ impl Outbound {
             chunks: VecDeque::new(),
             pending: BytesMut::new(),
             queued: 0,
+            total: 0,
             inline_max,
             frame_max,
         }
@@ -43,6 +48,22 @@ impl Outbound {
     /// Bytes queued and not yet handed to the writer.
     pub fn queued_bytes(&self) -> usize {
         self.queued
+    }
+
+    /// Bytes ever queued on this connection.
+    pub fn total_queued(&self) -> u64 {
+        self.total
+    }
+
+    /// Bytes ever written from this connection.
+    pub fn total_written(&self) -> u64 {
+        self.total - self.queued as u64
+    }
+
+    fn count(&mut self, n: usize) {
+        self.queued += n;
+        self.total += n as u64;
+        ledger::outbound(n as i64);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -83,7 +104,7 @@ impl Outbound {
                 self.chunks.push_back(bytes.slice(offset..offset + len));
             }
         }
-        self.queued += len;
+        self.count(len);
     }
 
     /// Appends a method frame.
@@ -92,20 +113,20 @@ impl Outbound {
         let before = arena.len();
         frame::encode_method(arena, channel, method);
         let added = arena.len() - before;
-        self.queued += added;
+        self.count(added);
     }
 
     /// Appends a heartbeat frame.
     pub fn heartbeat(&mut self) {
         let arena = self.arena();
         frame::encode_heartbeat(arena);
-        self.queued += 8;
+        self.count(8);
     }
 
     /// Appends raw bytes (the protocol header answer to a wrong version).
     pub fn raw(&mut self, bytes: &[u8]) {
         self.arena().extend_from_slice(bytes);
-        self.queued += bytes.len();
+        self.count(bytes.len());
     }
 
     /// Appends `basic.deliver` plus the message's content, encoded by hand on this hot path.
@@ -162,7 +183,7 @@ impl Outbound {
                     .copy_from_slice(&ch);
             }
             let added = arena.len() - before;
-            self.queued += added;
+            self.count(added);
             return;
         }
         arena.put_u8(exchange.len() as u8);
@@ -171,7 +192,7 @@ impl Outbound {
         arena.put_slice(key);
         arena.put_u8(FRAME_END);
         let added = arena.len() - before;
-        self.queued += added;
+        self.count(added);
         self.content(channel, msg);
     }
 
@@ -188,10 +209,10 @@ impl Outbound {
         let before = arena.len();
         frame::encode_content_header_prefix(arena, channel, 60, msg.body_size(), props.len());
         let added = arena.len() - before;
-        self.queued += added;
+        self.count(added);
         self.put_shared(props, 0, props.len());
         self.arena().put_u8(FRAME_END);
-        self.queued += 1;
+        self.count(1);
         let max_payload = (self.frame_max as usize).saturating_sub(8).max(1);
         for chunk in msg.body() {
             let mut offset = 0;
@@ -199,10 +220,10 @@ impl Outbound {
                 let len = (chunk.len() - offset).min(max_payload);
                 let arena = self.arena();
                 frame::encode_body_prefix(arena, channel, len as u32);
-                self.queued += 7;
+                self.count(7);
                 self.put_shared(chunk, offset, len);
                 self.arena().put_u8(FRAME_END);
-                self.queued += 1;
+                self.count(1);
                 offset += len;
             }
         }
@@ -218,14 +239,23 @@ impl Outbound {
 
     /// Accounts for bytes the writer has written.
     pub fn written(&mut self, n: usize) {
-        self.queued = self.queued.saturating_sub(n);
+        let n = n.min(self.queued);
+        self.queued -= n;
+        ledger::outbound(-(n as i64));
     }
 
     /// Drops everything queued (the connection is gone).
     pub fn clear(&mut self) {
         self.chunks.clear();
         self.pending.clear();
+        ledger::outbound(-(self.queued as i64));
         self.queued = 0;
+    }
+}
+
+impl Drop for Outbound {
+    fn drop(&mut self) {
+        ledger::outbound(-(self.queued as i64));
     }
 }
 

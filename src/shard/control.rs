@@ -17,10 +17,12 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use crate::model::exchange::headers::HeadersRule;
-use crate::model::exchange::Binding;
+use crate::model::exchange::{Binding, ExchangeKind};
 use crate::model::ids::{ConnOwner, QueueId, QueueRef, ShardId};
 use crate::model::routing::{DirectoryChange, QueueMeta, VhostDirectory, VhostIdx};
 use crate::ops::event::OpsEvent;
+use crate::policy::args::ArgError;
+use crate::policy::{capacity, max_length, slow_consumer};
 use crate::protocol::{FieldTable, FieldValue, ShortStr};
 use crate::session::error::{ChannelError, ObjectKind};
 
@@ -147,7 +149,44 @@ const INTEGER_ARGS: [&str; 4] = [
     "x-max-length-bytes",
 ];
 
+/// Policy arguments that must match on a redeclare (compared by value).
+const POLICY_ARGS: [&str; 10] = [
+    max_length::arg::OVERFLOW,
+    capacity::arg::CAPACITY,
+    capacity::arg::FLOW_RESUME_CAPACITY,
+    slow_consumer::arg::MAX_DEPTH,
+    slow_consumer::arg::MAX_COUNT,
+    slow_consumer::arg::MAX_AGE,
+    slow_consumer::arg::MIN_RATE,
+    slow_consumer::arg::POLICY,
+    slow_consumer::arg::INCLUDE_PERSISTENT,
+    slow_consumer::arg::INCLUDE_DURABLE,
+];
+
+fn arg_error(e: ArgError) -> ChannelError {
+    ChannelError::InvalidArgument {
+        argument: e.argument,
+        reason: e.reason,
+    }
+}
+
+/// Whether two argument values are the same setting (integers of any width compare by
+/// value).
+fn same_arg(a: Option<&FieldValue>, b: Option<&FieldValue>) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(m), Some(n)) => m == n,
+            _ => x == y,
+        },
+        (None, None) => true,
+        _ => false,
+    }
+}
+
 fn validate_queue_args(args: &FieldTable) -> Result<(), ChannelError> {
+    max_length::MaxLength::from_arguments(args).map_err(arg_error)?;
+    capacity::CapacitySettings::from_arguments(args).map_err(arg_error)?;
+    slow_consumer::SlowConsumerSettings::from_arguments(args).map_err(arg_error)?;
     for key in INTEGER_ARGS {
         if let Some(v) = args.get(key) {
             match v.as_i64() {
@@ -170,6 +209,7 @@ fn arg_text(v: Option<&FieldValue>) -> String {
         Some(v) => v
             .as_i64()
             .map(|n| n.to_string())
+            .or_else(|| v.as_str().map(str::to_owned))
             .unwrap_or_else(|| format!("{v:?}")),
     }
 }
@@ -302,9 +342,9 @@ fn plan(
                 if meta.auto_delete != auto_delete {
                     return ie("auto_delete", auto_delete, meta.auto_delete);
                 }
-                for key in INTEGER_ARGS {
+                for key in INTEGER_ARGS.iter().chain(POLICY_ARGS.iter()) {
                     let (r, c) = (arguments.get(key), meta.arguments.get(key));
-                    if r.and_then(FieldValue::as_i64) != c.and_then(FieldValue::as_i64) {
+                    if !same_arg(r, c) {
                         return Err(inequivalent(
                             ObjectKind::Queue,
                             &name,
@@ -412,6 +452,7 @@ fn plan(
 fn key_static(key: &str) -> &'static str {
     INTEGER_ARGS
         .iter()
+        .chain(POLICY_ARGS.iter())
         .find(|k| **k == key)
         .copied()
         .unwrap_or("arguments")
@@ -516,15 +557,67 @@ async fn broadcast(shard: &Rc<Shard>, changes: Vec<DirectoryChange>) {
 impl State {
     /// Applies one directory change to this shard's replica and to its home queues.
     pub fn apply_change(&mut self, shard: &Shard, change: &DirectoryChange, now: Instant) {
+        let topic = self.topic_bindings_changed_by(shard, change);
         self.directory.apply(change);
         match change {
             DirectoryChange::DeclareQueue { vhost, meta } if meta.queue.home == shard.id => {
-                self.create_home_queue(*vhost, meta, now);
+                self.create_home_queue(&shard.config, *vhost, meta, now);
             }
             DirectoryChange::DeleteQueue { queue, .. } if queue.home == shard.id => {
                 self.delete_home_queue(shard, queue.id);
             }
             _ => {}
+        }
+        for (queue, exchange, key, added) in topic {
+            self.topic_binding_changed(shard, queue, &exchange, &key, added);
+        }
+    }
+
+    /// The topic bindings of this shard's home queues that a change adds (`true`) or
+    /// removes (`false`), worked out before it is applied: a queue is a topic
+    /// subscription while it has one (seed 000).
+    fn topic_bindings_changed_by(
+        &self,
+        shard: &Shard,
+        change: &DirectoryChange,
+    ) -> Vec<(QueueId, String, String, bool)> {
+        let topic_exchange = |vhost: VhostIdx, name: &ShortStr| {
+            self.directory
+                .vhost(vhost)
+                .and_then(|d| d.exchange(name))
+                .filter(|ex| ex.def.kind == ExchangeKind::Topic)
+        };
+        let mine = |b: &Binding| b.queue.home == shard.id;
+        let entry = |ex: &ShortStr, b: &Binding, added| {
+            (b.queue.id, ex.to_string(), b.routing_key.to_string(), added)
+        };
+        match change {
+            DirectoryChange::Bind {
+                vhost,
+                exchange,
+                binding,
+            } if mine(binding) => match topic_exchange(*vhost, exchange) {
+                Some(ex) if !ex.has_binding(binding) => vec![entry(exchange, binding, true)],
+                _ => Vec::new(),
+            },
+            DirectoryChange::Unbind {
+                vhost,
+                exchange,
+                binding,
+            } if mine(binding) => match topic_exchange(*vhost, exchange) {
+                Some(ex) if ex.has_binding(binding) => vec![entry(exchange, binding, false)],
+                _ => Vec::new(),
+            },
+            DirectoryChange::DeleteExchange { vhost, name } => match topic_exchange(*vhost, name) {
+                Some(ex) => ex
+                    .bindings()
+                    .iter()
+                    .filter(|b| mine(b))
+                    .map(|b| entry(name, b, false))
+                    .collect(),
+                None => Vec::new(),
+            },
+            _ => Vec::new(),
         }
     }
 }

@@ -4,28 +4,88 @@
 //! deliveries (bounded by consumer credit), settlements (bounded by deliveries) and the
 //! rare control plane.
 //!
-//! Does not: block. Only connection reader tasks ever await inbox capacity (a publisher is
-//! paused, its socket unread); a shard's own inbox loop only uses the unbounded inbox, so
-//! waits between shards cannot form a cycle.
+//! The publish inbox is bounded twice: in batches, and in bytes of message data (a byte
+//! budget per destination shard, taken by the sender before it sends and given back by the
+//! destination once the messages are in their queues), so "256 batches" cannot hide
+//! gigabytes of large messages.
+//!
+//! Does not: block. Only connection reader tasks ever await inbox capacity or budget (a
+//! publisher is paused, its socket unread); a shard's own inbox loop only uses the
+//! unbounded inbox, so waits between shards cannot form a cycle.
 
 use std::sync::Arc;
 
 use smallvec::SmallVec;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::model::exchange::ExchangeDef;
-use crate::model::ids::{ConnOwner, ConsumerTarget, QueueId, QueueRef, ShardId};
+use crate::model::ids::{
+    ChannelRef, ConnId, ConnOwner, ConsumerTarget, QueueId, QueueRef, ShardId,
+};
 use crate::model::message::Message;
 use crate::model::routing::{DirectoryChange, VhostIdx};
 use crate::protocol::{FieldTable, ShortStr};
 use crate::queue::{ConsumeRefused, QueueStats};
 use crate::session::error::ChannelError;
 
-/// One published message for the queues of one shard.
+/// One published message for the queues of one shard, tagged with the channel that
+/// published it: the queue's shard tells that channel to stop when a queue is overfull,
+/// and reports the confirm (or the refusal) back to it.
 #[derive(Debug)]
 pub struct Routed {
     pub queues: SmallVec<[QueueId; 8]>,
     pub msg: Message,
+    pub origin: ChannelRef,
+    /// The publisher's confirm sequence number; 0 when its channel is not in confirm mode.
+    pub confirm: u64,
+}
+
+/// The publishes one reader turn routed to one shard.
+#[derive(Debug)]
+pub struct PublishBatch {
+    pub from: ShardId,
+    pub routed: Vec<Routed>,
+    /// Units of the destination's byte budget the sender holds for this batch; the
+    /// destination returns them once the messages are in their queues.
+    pub permits: u32,
+}
+
+/// Bytes per unit of a shard's publish byte budget.
+pub const PERMIT_BYTES: u64 = 1024;
+
+/// A confirm outcome reported by a queue's home shard to the publishing channel: every
+/// publish `first..=last` of `channel` was handled there (refused by a queue when
+/// `rejected`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfirmDone {
+    pub channel: ChannelRef,
+    pub first: u64,
+    pub last: u64,
+    pub rejected: bool,
+}
+
+/// Producer flow control sent by a queue's home shard to a publishing channel.
+#[derive(Debug, Clone)]
+pub enum FlowSignal {
+    /// The queue is overfull: stop publishing to it.
+    Block { queue: QueueRef, name: ShortStr },
+    /// The queue is underfull again (or gone).
+    Unblock { queue: QueueRef },
+}
+
+#[derive(Debug, Clone)]
+pub struct FlowNotice {
+    pub channel: ChannelRef,
+    pub signal: FlowSignal,
+}
+
+/// Which channel a slow-consumer close is for, and how to tell it is still that one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlowTarget {
+    /// A consumer of the queue (its channel-local id).
+    Consumer { channel: u16, consumer: u32 },
+    /// A channel that drained the queue with `basic.get`.
+    Getter { channel: u16, epoch: u32 },
 }
 
 /// A message a queue hands to a consumer. `M` is the message handle: `Message` (an
@@ -49,10 +109,17 @@ pub enum SettleOp {
     Ack(u64),
     Requeue(u64),
     Discard(u64),
-    /// More credit for the queue-side consumer `key`.
+    /// More credit for the queue-side consumer `key`, in messages and bytes.
     Grant {
         key: u64,
         credit: u32,
+        bytes: u64,
+    },
+    /// The consumer's connection wrote `count` no-ack deliveries of `bytes`.
+    Written {
+        key: u64,
+        count: u32,
+        bytes: u64,
     },
     /// The consumer is gone (channel or connection closed).
     Cancel {
@@ -82,6 +149,7 @@ pub enum QueueRequest {
     Get {
         queue: QueueId,
         no_ack: bool,
+        from: ChannelRef,
     },
     Stats {
         queue: QueueId,
@@ -181,7 +249,17 @@ pub type ControlReply = Result<ControlOk, ChannelError>;
 /// Everything that crosses between shards.
 #[derive(Debug)]
 pub enum ShardMsg {
-    Publish(Vec<Routed>),
+    Publish(PublishBatch),
+    /// Confirm outcomes for publishing channels on this shard.
+    Confirms(Vec<ConfirmDone>),
+    /// Flow control for publishing channels on this shard.
+    Flow(Vec<FlowNotice>),
+    /// The slow-consumer policy deleted `queue`: close this channel with 506.
+    SlowConsumer {
+        conn: ConnId,
+        target: SlowTarget,
+        queue: QueueId,
+    },
     Deliver(Vec<RemoteDelivery>),
     Settle(Vec<Settlement>),
     /// Apply these directory changes, then acknowledge.
@@ -194,11 +272,15 @@ pub enum ShardMsg {
     Shutdown,
 }
 
-/// The sending halves of every shard's two inboxes, indexed by shard.
+/// The sending halves of every shard's two inboxes, indexed by shard, and each shard's
+/// publish byte budget (units of [`PERMIT_BYTES`]).
 #[derive(Clone)]
 pub struct Peers {
     pub publish: Vec<mpsc::Sender<ShardMsg>>,
     pub control: Vec<mpsc::UnboundedSender<ShardMsg>>,
+    pub publish_budget: Vec<Arc<Semaphore>>,
+    /// Units in each budget.
+    pub budget_permits: u32,
 }
 
 impl Peers {
@@ -216,6 +298,21 @@ impl Peers {
             let _ = tx.send(msg);
         }
     }
+
+    /// The budget units a batch of `bytes` takes (at least one, at most the whole budget).
+    pub fn permits_for(&self, bytes: u64) -> u32 {
+        let units = bytes.div_ceil(PERMIT_BYTES).max(1);
+        u32::try_from(units)
+            .unwrap_or(u32::MAX)
+            .min(self.budget_permits)
+    }
+
+    /// Gives budget units back to `shard`'s publish budget.
+    pub fn release_budget(&self, shard: ShardId, permits: u32) {
+        if let Some(budget) = self.publish_budget.get(usize::from(shard)) {
+            budget.add_permits(permits as usize);
+        }
+    }
 }
 
 /// The receiving halves of one shard's inboxes.
@@ -224,11 +321,18 @@ pub struct Inbox {
     pub control: mpsc::UnboundedReceiver<ShardMsg>,
 }
 
-/// Creates the inboxes of `shards` shards.
-pub fn mesh(shards: usize, publish_capacity: usize) -> (Peers, Vec<Inbox>) {
+/// Creates the inboxes of `shards` shards: `publish_capacity` batches and
+/// `publish_bytes` bytes of message data in flight to each.
+pub fn mesh(shards: usize, publish_capacity: usize, publish_bytes: u64) -> (Peers, Vec<Inbox>) {
+    let budget_permits =
+        u32::try_from((publish_bytes / PERMIT_BYTES).max(1)).unwrap_or(u32::MAX >> 4);
     let mut peers = Peers {
         publish: Vec::with_capacity(shards),
         control: Vec::with_capacity(shards),
+        publish_budget: (0..shards)
+            .map(|_| Arc::new(Semaphore::new(budget_permits as usize)))
+            .collect(),
+        budget_permits,
     };
     let mut inboxes = Vec::with_capacity(shards);
     for _ in 0..shards {

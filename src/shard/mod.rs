@@ -10,9 +10,13 @@
 //! control-plane coordinator in `control`, the thread and listener in `runtime`.
 
 pub mod control;
+pub mod deliver;
+pub mod flow;
 pub mod handler;
 pub mod inbox;
+pub mod memory;
 pub mod placement;
+pub mod policy;
 pub mod queues;
 pub mod runtime;
 
@@ -33,7 +37,12 @@ use crate::session::signal::Signal;
 use crate::timer::clock::Clock;
 use crate::timer::wheel::{TimerId, TimerWheel};
 
-use inbox::{Peers, RemoteDelivery, Routed, Settlement, ShardMsg};
+use crate::policy::watermark::Watermark;
+
+use inbox::{
+    ConfirmDone, FlowNotice, Peers, PublishBatch, RemoteDelivery, Routed, Settlement, ShardMsg,
+};
+use memory::MemoryBoard;
 
 /// What a timer on the shard's wheel is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +53,8 @@ pub enum TimerKey {
     Handshake(ConnId),
     /// TTL and `x-expires` housekeeping of a home queue.
     QueueHousekeeping(QueueId),
+    /// The periodic slow-consumer check of a home queue (age, rate, prediction, alerts).
+    QueuePolicy(QueueId),
 }
 
 /// Messages to other shards, collected during a turn and sent once at its end.
@@ -51,6 +62,8 @@ pub struct Outbox {
     pub publish: Vec<Vec<Routed>>,
     pub deliver: Vec<Vec<RemoteDelivery>>,
     pub settle: Vec<Vec<Settlement>>,
+    pub confirms: Vec<Vec<ConfirmDone>>,
+    pub flow: Vec<Vec<FlowNotice>>,
 }
 
 impl Outbox {
@@ -59,12 +72,38 @@ impl Outbox {
             publish: (0..shards).map(|_| Vec::new()).collect(),
             deliver: (0..shards).map(|_| Vec::new()).collect(),
             settle: (0..shards).map(|_| Vec::new()).collect(),
+            confirms: (0..shards).map(|_| Vec::new()).collect(),
+            flow: (0..shards).map(|_| Vec::new()).collect(),
         }
     }
 
     pub fn settle(&mut self, shard: ShardId, s: Settlement) {
         if let Some(v) = self.settle.get_mut(usize::from(shard)) {
             v.push(s);
+        }
+    }
+
+    /// A confirm outcome for a publisher on `shard`; consecutive publishes of one
+    /// channel with the same outcome travel as one range.
+    pub fn confirm(&mut self, shard: ShardId, done: ConfirmDone) {
+        let Some(v) = self.confirms.get_mut(usize::from(shard)) else {
+            return;
+        };
+        if let Some(last) = v.last_mut() {
+            if last.channel == done.channel
+                && last.rejected == done.rejected
+                && last.last + 1 == done.first
+            {
+                last.last = done.last;
+                return;
+            }
+        }
+        v.push(done);
+    }
+
+    pub fn flow(&mut self, shard: ShardId, notice: FlowNotice) {
+        if let Some(v) = self.flow.get_mut(usize::from(shard)) {
+            v.push(notice);
         }
     }
 }
@@ -89,6 +128,10 @@ pub struct State {
     /// Next queue id; only the coordinator (shard 0) allocates.
     pub next_queue_id: u64,
     name_seed: u64,
+    /// The memory alarm as this shard has applied it to its publishers.
+    pub memory_alarm: bool,
+    /// The watermark's hysteresis (evaluated by the coordinating shard only).
+    pub watermark: Watermark,
 }
 
 /// One shard. Lives in an `Rc` on its own thread.
@@ -98,6 +141,8 @@ pub struct Shard {
     pub config: Arc<Config>,
     pub clock: Clock,
     pub peers: Peers,
+    /// Broker-wide message memory and the alarm.
+    pub memory: Arc<MemoryBoard>,
     pub state: RefCell<State>,
     /// Raised once shutdown has begun.
     pub stopping: Cell<bool>,
@@ -106,7 +151,7 @@ pub struct Shard {
 }
 
 impl Shard {
-    pub fn new(id: ShardId, config: Arc<Config>, peers: Peers) -> Shard {
+    pub fn new(id: ShardId, config: Arc<Config>, peers: Peers, memory: Arc<MemoryBoard>) -> Shard {
         let now = Instant::now();
         let shards = config.shards;
         let state = State {
@@ -124,6 +169,8 @@ impl Shard {
             internal_deletes: Vec::new(),
             next_queue_id: 1,
             name_seed: wall_nanos() ^ (u64::from(id) << 32),
+            memory_alarm: false,
+            watermark: Watermark::new(memory.high, memory.low),
         };
         Shard {
             id,
@@ -131,6 +178,7 @@ impl Shard {
             config,
             clock: Clock::starting_at(now),
             peers,
+            memory,
             state: RefCell::new(state),
             stopping: Cell::new(false),
             stopped: Signal::new(),
@@ -156,29 +204,68 @@ impl Shard {
             if !settle.is_empty() {
                 self.peers.send(sid, ShardMsg::Settle(settle));
             }
+            let confirms = std::mem::take(&mut st.outbox.confirms[shard]);
+            if !confirms.is_empty() {
+                if sid == self.id {
+                    st.confirms_done(self, confirms);
+                } else {
+                    self.peers.send(sid, ShardMsg::Confirms(confirms));
+                }
+            }
+            let flow = std::mem::take(&mut st.outbox.flow[shard]);
+            if !flow.is_empty() {
+                if sid == self.id {
+                    st.flow_notices(self, flow);
+                } else {
+                    self.peers.send(sid, ShardMsg::Flow(flow));
+                }
+            }
         }
         st.wake_writers();
     }
 
-    /// Takes this turn's publish batches for other shards. Only connection readers
-    /// produce them, and only they await the bounded publish inboxes.
-    pub fn take_publishes(&self) -> Vec<(ShardId, Vec<Routed>)> {
+    /// Takes this turn's publish batches for other shards, each with the units of the
+    /// destination's byte budget it needs. Only connection readers produce them, and only
+    /// they await the bounded publish inboxes.
+    pub fn take_publishes(&self) -> Vec<(ShardId, PublishBatch)> {
         let mut st = self.state.borrow_mut();
         let mut out = Vec::new();
         for (shard, batch) in st.outbox.publish.iter_mut().enumerate() {
             if !batch.is_empty() {
-                out.push((shard as ShardId, std::mem::take(batch)));
+                let routed = std::mem::take(batch);
+                let bytes: u64 = routed.iter().map(|r| r.msg.memory_size()).sum();
+                out.push((
+                    shard as ShardId,
+                    PublishBatch {
+                        from: self.id,
+                        routed,
+                        permits: self.peers.permits_for(bytes),
+                    },
+                ));
             }
         }
         out
     }
 
-    /// Sends publish batches, waiting for room in each destination's bounded inbox. While
-    /// this waits, the publisher's socket is not read: that is the backpressure.
-    pub async fn send_publishes(&self, batches: Vec<(ShardId, Vec<Routed>)>) {
+    /// Sends publish batches, waiting for each destination's byte budget and for room in
+    /// its bounded inbox. While this waits, the publisher's socket is not read: that is
+    /// the backpressure.
+    pub async fn send_publishes(&self, batches: Vec<(ShardId, PublishBatch)>) {
         for (shard, batch) in batches {
-            if let Some(tx) = self.peers.publish.get(usize::from(shard)) {
-                let _ = tx.send(ShardMsg::Publish(batch)).await;
+            let Some(tx) = self.peers.publish.get(usize::from(shard)) else {
+                continue;
+            };
+            if let Some(budget) = self.peers.publish_budget.get(usize::from(shard)) {
+                match budget.acquire_many(batch.permits).await {
+                    // The destination gives the units back once it has the messages.
+                    Ok(permit) => permit.forget(),
+                    Err(_) => return,
+                }
+            }
+            if let Err(e) = tx.send(ShardMsg::Publish(batch)).await {
+                if let ShardMsg::Publish(batch) = e.0 {
+                    self.peers.release_budget(shard, batch.permits);
+                }
             }
         }
     }

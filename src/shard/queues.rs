@@ -1,15 +1,16 @@
-//! Owns: the queue side of a shard — enqueueing routed messages into home queues, the
-//! dispatch pass that turns queue credit into deliveries, delivering to local consumers,
-//! settlements (ack, requeue, discard, credit, cancel), requests that need an answer
-//! (consume, get, stats, purge, delete checks), and queue housekeeping timers (TTL,
-//! `x-expires`).
+//! Owns: the queue side of a shard — enqueueing routed messages into home queues (with
+//! the policy hooks of `policy`), the dispatch pass that turns queue credit into
+//! deliveries (written by `deliver`), settlements (ack, requeue, discard, credit, written,
+//! cancel), requests that need an answer (consume, get, stats, purge, delete checks), and
+//! queue housekeeping timers (TTL, `x-expires`).
 //!
 //! Does not: parse frames or decide protocol replies beyond encoding deliveries into a
 //! connection's outbound buffer.
 
 use std::time::Instant;
 
-use crate::model::ids::{ConsumerTarget, QueueId, QueueRef};
+use crate::config::Config;
+use crate::model::ids::{ChannelRef, ConsumerTarget, QueueId, QueueRef};
 use crate::model::message::{LocalMessage, Message};
 use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
@@ -25,20 +26,43 @@ use super::inbox::{
 use super::{Shard, State, TimerKey};
 
 impl State {
-    /// Appends a routed message to a home queue.
-    pub fn enqueue(&mut self, queue: QueueId, msg: LocalMessage, now: Instant) {
+    /// Appends a message routed by `origin` to a home queue, applying the queue's
+    /// policies. Returns false when the queue refused it (`reject-publish`); a queue that
+    /// is gone or condemned accepts (and drops) it, as if it had not been routed there.
+    pub fn enqueue(
+        &mut self,
+        shard: &Shard,
+        queue: QueueId,
+        msg: LocalMessage,
+        origin: ChannelRef,
+        now: Instant,
+    ) -> bool {
+        let (has_policies, size) = match self.queues.get(&queue) {
+            Some(q) if !q.condemned => (q.limits.max_length.is_some(), msg.accounted_size()),
+            _ => return true,
+        };
+        if has_policies && !self.admits(shard, queue, size) {
+            return false;
+        }
         let Some(q) = self.queues.get_mut(&queue) else {
-            return;
+            return true;
         };
         let was_empty = q.ready_count() == 0;
         let has_ttl = q.settings.message_ttl.is_some() || msg.ttl_ms().is_some();
         q.enqueue(msg, now);
+        let checks = q.limits.max_length.is_some()
+            || q.limits.capacity.is_some()
+            || q.limits.slow.active().is_some();
         if q.has_consumers() {
             self.mark_dirty(queue);
         }
         if has_ttl && was_empty {
             self.ensure_queue_timer(queue);
         }
+        if checks {
+            self.after_enqueue(shard, queue, origin, now);
+        }
+        true
     }
 
     /// Dispatches every dirty queue as far as consumer credit allows.
@@ -91,84 +115,6 @@ impl State {
         }
     }
 
-    /// Writes deliveries to consumers on this shard. Consecutive deliveries to the same
-    /// consumer from the same queue (the common case: a queue dispatches a run to its
-    /// consumer) look the connection, channel and consumer up once. A delivery for a
-    /// consumer that is gone goes back to its queue.
-    pub fn deliver_local<M: std::borrow::Borrow<Message>>(
-        &mut self,
-        shard: &Shard,
-        batch: &mut Vec<Delivery<M>>,
-    ) {
-        let window = shard.config.shard.no_ack_window;
-        let high_water = shard.config.net.write_high_water;
-        let mut requeue = Vec::new();
-        let mut grants = Vec::new();
-        let mut wrote = Vec::new();
-        let mut start = 0;
-        while start < batch.len() {
-            let (target, queue) = (batch[start].target, batch[start].queue);
-            let mut end = start + 1;
-            while end < batch.len() && batch[end].target == target && batch[end].queue == queue {
-                end += 1;
-            }
-            let run = &batch[start..end];
-            start = end;
-            let conn = self
-                .conns
-                .get_mut(target.conn.slot as usize)
-                .filter(|c| c.id.generation == target.conn.generation);
-            let Some(conn) = conn else {
-                requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
-                continue;
-            };
-            let has_room = conn.out.queued_bytes() < high_water;
-            let out = &mut conn.out;
-            let ch = conn
-                .channels
-                .get_mut(&target.channel)
-                .filter(|ch| ch.phase == ChannelPhase::Open);
-            let Some(ch) = ch.filter(|ch| ch.consumers.contains_key(&target.consumer)) else {
-                requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
-                continue;
-            };
-            let first_tag = ch.next_delivery_tag();
-            for d in run {
-                ch.record_delivery(queue, d.seq, Some(target.consumer), d.no_ack);
-            }
-            let global = if ch.global_prefetch > 0 {
-                ch.global_room()
-            } else {
-                None
-            };
-            let flow_active = ch.flow_active;
-            if let Some(c) = ch.consumers.get_mut(&target.consumer) {
-                c.credit = c.credit.saturating_sub(run.len() as u32);
-                for (d, tag) in run.iter().zip(first_tag..) {
-                    out.deliver(target.channel, &c.tag, tag, d.redelivered, d.msg.borrow());
-                }
-                if (c.no_ack || c.prefetch == 0) && flow_active {
-                    let n = c.top_up(has_room, window, global);
-                    if n > 0 {
-                        c.credit += n;
-                        grants.push((c.queue, c.queue_key, n));
-                    }
-                }
-            }
-            wrote.push(target.conn);
-        }
-        batch.clear();
-        for conn in wrote {
-            self.mark_writer(conn);
-        }
-        for (queue, key, credit) in grants {
-            self.settle_to(shard, queue, SettleOp::Grant { key, credit });
-        }
-        for (queue, seq) in requeue {
-            self.settle_to(shard, queue, SettleOp::Requeue(seq));
-        }
-    }
-
     /// Sends a settlement to a queue, locally or through the outbox.
     pub fn settle_to(&mut self, shard: &Shard, queue: QueueRef, op: SettleOp) {
         if queue.home == shard.id {
@@ -197,30 +143,39 @@ impl State {
             return;
         };
         let mut dirty = false;
+        let mut shrunk = false;
         match s.op {
             SettleOp::Ack(seq) => {
-                q.ack(seq);
+                shrunk = q.ack(seq);
             }
             SettleOp::Discard(seq) => {
-                q.discard(seq);
+                shrunk = q.discard(seq);
             }
             SettleOp::Requeue(seq) => {
                 dirty = q.requeue(seq);
             }
-            SettleOp::Grant { key, credit } => {
-                q.grant(key, credit);
+            SettleOp::Grant { key, credit, bytes } => {
+                q.grant(key, credit, bytes);
                 dirty = true;
+            }
+            SettleOp::Written { key, count, bytes } => {
+                q.written(key, u64::from(count), bytes);
+                shrunk = true;
             }
             SettleOp::Cancel { key } => {
                 q.remove_consumer(key, now);
                 if q.auto_delete_due() {
                     self.internal_deletes.push((q.vhost_idx, q.name.clone()));
                 }
+                shrunk = true;
                 self.ensure_queue_timer(s.queue);
             }
         }
         if dirty {
             self.mark_dirty(s.queue);
+        }
+        if shrunk {
+            self.queue_shrunk(shard, s.queue);
         }
     }
 
@@ -252,14 +207,15 @@ impl State {
                 }
                 QueueReply::Cancelled
             }
-            QueueRequest::Get { no_ack, .. } => {
-                QueueReply::Got(q.get(now, no_ack).map(|(e, remaining)| GotMessage {
-                    seq: e.seq,
-                    msg: Message::clone(&e.msg),
-                    redelivered: e.redelivered,
-                    remaining,
-                }))
-            }
+            QueueRequest::Get { no_ack, from, .. } => QueueReply::Got(
+                q.get(now, no_ack, Some(from))
+                    .map(|(e, remaining)| GotMessage {
+                        seq: e.seq,
+                        msg: Message::clone(&e.msg),
+                        redelivered: e.redelivered,
+                        remaining,
+                    }),
+            ),
             QueueRequest::Stats { touch, .. } => {
                 if touch {
                     q.touch(now);
@@ -283,11 +239,18 @@ impl State {
             }
         };
         self.ensure_queue_timer(qid);
+        self.queue_shrunk(shard, qid);
         reply
     }
 
     /// Creates a home queue from its directory entry.
-    pub fn create_home_queue(&mut self, vhost: VhostIdx, meta: &QueueMeta, now: Instant) {
+    pub fn create_home_queue(
+        &mut self,
+        config: &Config,
+        vhost: VhostIdx,
+        meta: &QueueMeta,
+        now: Instant,
+    ) {
         if self.queues.contains_key(&meta.queue.id) {
             return;
         }
@@ -319,12 +282,19 @@ impl State {
             auto_delete: settings.auto_delete,
         }
         .emit();
+        let limits = super::policy::queue_limits(
+            config,
+            &vhost_name,
+            meta.name.as_str_lossy().as_ref(),
+            &meta.arguments,
+        );
         let queue = Queue::new(
             meta.queue.id,
             vhost,
             vhost_name,
             meta.name.clone(),
             settings,
+            limits,
             now,
         );
         self.queues.insert(meta.queue.id, queue);
@@ -334,9 +304,13 @@ impl State {
     /// Deletes a home queue: its consumers are told (basic.cancel where the client
     /// supports it), its messages released.
     pub fn delete_home_queue(&mut self, shard: &Shard, queue: QueueId) {
-        let Some(q) = self.queues.remove(&queue) else {
+        let Some(mut q) = self.queues.remove(&queue) else {
             return;
         };
+        // Publishers it stopped may go on; its messages are released now.
+        let blocked: Vec<_> = q.limits.blocked_publishers.drain().collect();
+        self.release_publishers(shard, queue, blocked);
+        q.release_all();
         if let Some((timer, _)) = self.queue_timers.remove(&queue) {
             self.wheel.cancel(timer);
         }
@@ -408,16 +382,19 @@ impl State {
 
     /// A queue's housekeeping timer fired: expire head messages, delete an unused queue
     /// whose `x-expires` has passed, re-arm.
-    pub fn queue_housekeeping(&mut self, queue: QueueId, now: Instant) {
+    pub fn queue_housekeeping(&mut self, shard: &Shard, queue: QueueId, now: Instant) {
         self.queue_timers.remove(&queue);
         let Some(q) = self.queues.get_mut(&queue) else {
             return;
         };
-        q.expire_head(now);
+        let expired = q.expire_head(now);
         if q.expiry_deadline().is_some_and(|at| at <= now) {
             self.internal_deletes.push((q.vhost_idx, q.name.clone()));
             return;
         }
         self.ensure_queue_timer(queue);
+        if expired > 0 {
+            self.queue_shrunk(shard, queue);
+        }
     }
 }

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::model::ids::ShardId;
 use crate::ops::event::OpsEvent;
-use crate::shard::inbox::{Inbox, Peers, ShardMsg};
+use crate::shard::inbox::{ConfirmDone, Inbox, Peers, ShardMsg};
+use crate::shard::memory::MemoryBoard;
 use crate::shard::{control, Shard, TimerKey};
 
 /// Messages the inbox loop handles before it flushes.
@@ -22,6 +23,7 @@ pub struct ShardSeed {
     pub id: ShardId,
     pub config: Arc<Config>,
     pub peers: Peers,
+    pub memory: Arc<MemoryBoard>,
     pub inbox: Inbox,
     pub listeners: Vec<std::net::TcpListener>,
     pub core: Option<usize>,
@@ -67,13 +69,14 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
         id,
         config,
         peers,
+        memory,
         inbox,
         listeners,
         core,
         ready,
     } = seed;
     tokio_uring::start(async move {
-        let shard = Rc::new(Shard::new(id, config, peers));
+        let shard = Rc::new(Shard::new(id, config, peers, memory));
         for listener in listeners {
             tokio_uring::spawn(crate::net::listener::accept_loop(
                 Rc::clone(&shard),
@@ -137,12 +140,42 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
     match msg {
         ShardMsg::Publish(batch) => {
             let mut st = shard.state.borrow_mut();
-            for routed in batch {
+            for routed in batch.routed {
                 let local = std::rc::Rc::new(routed.msg);
+                let mut accepted = true;
                 for queue in routed.queues {
-                    st.enqueue(queue, std::rc::Rc::clone(&local), now);
+                    accepted &=
+                        st.enqueue(shard, queue, std::rc::Rc::clone(&local), routed.origin, now);
+                }
+                if routed.confirm != 0 {
+                    st.outbox.confirm(
+                        routed.origin.shard,
+                        ConfirmDone {
+                            channel: routed.origin,
+                            first: routed.confirm,
+                            last: routed.confirm,
+                            rejected: !accepted,
+                        },
+                    );
                 }
             }
+            shard.peers.release_budget(shard.id, batch.permits);
+        }
+        ShardMsg::Confirms(done) => {
+            shard.state.borrow_mut().confirms_done(shard, done);
+        }
+        ShardMsg::Flow(notices) => {
+            shard.state.borrow_mut().flow_notices(shard, notices);
+        }
+        ShardMsg::SlowConsumer {
+            conn,
+            target,
+            queue,
+        } => {
+            shard
+                .state
+                .borrow_mut()
+                .slow_consumer_close(shard, conn, target, queue);
         }
         ShardMsg::Deliver(mut batch) => {
             shard.state.borrow_mut().deliver_local(shard, &mut batch);
@@ -196,8 +229,18 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
                 match key {
                     TimerKey::Heartbeat(conn) => st.heartbeat_tick(&shard, conn, now),
                     TimerKey::Handshake(conn) => st.handshake_deadline(&shard, conn),
-                    TimerKey::QueueHousekeeping(queue) => st.queue_housekeeping(queue, now),
+                    TimerKey::QueueHousekeeping(queue) => st.queue_housekeeping(&shard, queue, now),
+                    TimerKey::QueuePolicy(queue) => st.policy_tick(&shard, queue, now),
                 }
+            }
+            shard.memory.post(usize::from(shard.id));
+            if shard.id == 0 {
+                let st = &mut *st;
+                shard.memory.evaluate(&mut st.watermark);
+            }
+            let alarm = shard.memory.alarm();
+            if alarm != st.memory_alarm {
+                st.apply_memory_alarm(&shard, alarm);
             }
         }
         shard.flush();

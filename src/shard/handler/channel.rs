@@ -7,6 +7,7 @@
 
 use crate::model::exchange::{ExchangeDef, ExchangeKind};
 use crate::model::ids::{ConnId, ConnOwner, QueueRef};
+use crate::model::ledger::PartialBytes;
 use crate::model::message::BodyChunks;
 use crate::protocol::frame::{Frame, FrameKind};
 use crate::protocol::method::{
@@ -15,6 +16,7 @@ use crate::protocol::method::{
 };
 use crate::protocol::{ContentHeader, FieldTable, Method, ShortStr};
 use crate::session::channel::{Content, TxOp};
+use crate::session::confirm::ConfirmTracker;
 use crate::session::consumer::ChannelConsumer;
 use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
 
@@ -78,6 +80,7 @@ impl State {
                         header,
                         chunks: BodyChunks::new(),
                         received: 0,
+                        ledger: PartialBytes::default(),
                     };
                 }
                 Ok(Flow::Continue)
@@ -89,6 +92,7 @@ impl State {
                     header,
                     mut chunks,
                     received,
+                    mut ledger,
                 },
             ) => {
                 let received = received + frame.payload.len() as u64;
@@ -99,9 +103,11 @@ impl State {
                     ));
                 }
                 if !frame.payload.is_empty() {
+                    ledger.add(frame.payload.len() as u64);
                     chunks.push(frame.payload);
                 }
                 if received == header.body_size {
+                    drop(ledger);
                     self.publish(shard, conn, number, publish, header, chunks);
                 } else {
                     ch.content = Content::AwaitBody {
@@ -109,6 +115,7 @@ impl State {
                         header,
                         chunks,
                         received,
+                        ledger,
                     };
                 }
                 Ok(Flow::Continue)
@@ -258,6 +265,9 @@ impl State {
                 }
                 Ok(Flow::Continue)
             }
+            // The client acknowledges a channel.flow we sent; the broker never waited
+            // for it.
+            Method::ChannelFlowOk(_) => Ok(Flow::Continue),
             Method::AccessRequest(_) => {
                 self.reply(
                     conn,
@@ -430,6 +440,7 @@ impl State {
                     prefetch: ch.prefetch,
                     unacked: 0,
                     credit: 0,
+                    credit_bytes: 0,
                 });
                 pending(PendingOp::Consume {
                     consumer,
@@ -473,9 +484,11 @@ impl State {
             Method::BasicGet(get) => {
                 let name = self.queue_name(conn, number, get.queue);
                 let queue = self.lookup_queue(shard, conn, &name)?;
+                let epoch = self.channel_mut(conn, number)?.epoch;
                 pending(PendingOp::Get {
                     queue,
                     no_ack: get.no_ack,
+                    epoch,
                 })
             }
             Method::BasicRecover(recover) => {
@@ -490,7 +503,7 @@ impl State {
             }
             Method::TxSelect(_) => {
                 let ch = self.channel_mut(conn, number)?;
-                if ch.confirm_next.is_some() {
+                if ch.confirms.is_some() {
                     return Err(MethodError::Channel(ChannelError::TxInConfirm));
                 }
                 if ch.tx.is_none() {
@@ -543,8 +556,8 @@ impl State {
                 if ch.tx.is_some() {
                     return Err(MethodError::Channel(ChannelError::ConfirmInTx));
                 }
-                if ch.confirm_next.is_none() {
-                    ch.confirm_next = Some(1);
+                if ch.confirms.is_none() {
+                    ch.confirms = Some(ConfirmTracker::new());
                 }
                 if !select.nowait {
                     self.reply(conn, number, Method::ConfirmSelectOk(ConfirmSelectOk {}));
@@ -572,7 +585,6 @@ impl State {
             | Method::ConnectionUpdateSecret(_)
             | Method::ConnectionUpdateSecretOk(_)
             | Method::ChannelOpenOk(_)
-            | Method::ChannelFlowOk(_)
             | Method::ChannelCloseOk(_)
             | Method::AccessRequestOk(_)
             | Method::ExchangeDeclareOk(_)

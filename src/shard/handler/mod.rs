@@ -346,7 +346,8 @@ impl State {
                     .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
                 match method {
                     Method::ChannelOpen(_) => {
-                        c.channels.insert(number, Channel::new(number));
+                        let epoch = c.channel_epoch();
+                        c.channels.insert(number, Channel::new(number, epoch));
                         c.out.method(
                             number,
                             &Method::ChannelOpenOk(ChannelOpenOk {
@@ -564,7 +565,10 @@ impl State {
         }
         let period = heartbeat_period(c.heartbeat);
         let interval = Duration::from_secs(u64::from(c.heartbeat));
-        if now.saturating_duration_since(c.last_recv) > interval * 2 {
+        // A connection the broker deliberately does not read is not judged by what it
+        // sent meanwhile; the reader resets `last_recv` when it reads again.
+        let judged = c.read_paused_since.is_none();
+        if judged && now.saturating_duration_since(c.last_recv) > interval * 2 {
             let seconds = c.heartbeat;
             tracing::warn!(
                 "[{}] missed heartbeats from client, timeout: {seconds}s",

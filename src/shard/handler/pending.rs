@@ -82,6 +82,8 @@ pub enum PendingOp {
     Get {
         queue: QueueRef,
         no_ack: bool,
+        /// The channel's epoch (the queue remembers who drained it).
+        epoch: u32,
     },
     Purge {
         queue: QueueRef,
@@ -194,10 +196,20 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
             let _ = control::queue_request(shard, queue.home, req).await;
             Resolved::Cancelled { tag, nowait }
         }
-        PendingOp::Get { queue, no_ack } => {
+        PendingOp::Get {
+            queue,
+            no_ack,
+            epoch,
+        } => {
             let req = QueueRequest::Get {
                 queue: queue.id,
                 no_ack,
+                from: crate::model::ids::ChannelRef {
+                    shard: shard.id,
+                    conn,
+                    channel,
+                    epoch,
+                },
             };
             let reply = control::queue_request(shard, queue.home, req).await;
             Resolved::Got {

@@ -1,24 +1,27 @@
 //! Owns: the publish path of a channel — a complete message (method, header, body) is
 //! held for `tx.commit` or routed on this shard's directory replica and enqueued: local
 //! queues directly (one `Rc` per shard), other shards' queues batched per destination for
-//! the end of the turn — plus `basic.return` for unroutable mandatory publishes and the
-//! confirms owed once the turn's publishes were handed on.
+//! the end of the turn, each message tagged with its channel — plus `basic.return` for
+//! unroutable mandatory publishes and publisher confirms: a publish is confirmed once
+//! every queue it was routed to has it (local queues at once, other shards when they
+//! report back), and nacked when a queue refused it (`reject-publish`).
 //!
 //! Does not: wait for another shard (the reader sends the batches and awaits room).
 
 use smallvec::SmallVec;
 
 use crate::model::exchange::Targets;
-use crate::model::ids::ConnId;
+use crate::model::ids::{ChannelRef, ConnId};
 use crate::model::message::{BodyChunks, Message};
 use crate::model::routing::RouteError;
-use crate::protocol::method::{BasicAck, BasicPublish, BasicReturn};
+use crate::protocol::method::{BasicAck, BasicNack, BasicPublish, BasicReturn};
 use crate::protocol::properties::raw_headers;
 use crate::protocol::{ContentHeader, Method, ShortStr};
 use crate::session::channel::TxOp;
+use crate::session::confirm::ConfirmReply;
 use crate::session::error::{ChannelError, ObjectKind};
 
-use super::super::inbox::Routed;
+use super::super::inbox::{ConfirmDone, Routed};
 use super::super::{Shard, State};
 use super::channel::MethodError;
 
@@ -40,6 +43,7 @@ impl State {
             chunks,
             header.body_size,
         );
+        self.note_publish(shard, conn, number, header.body_size);
         let max_tx = shard.config.limits.max_tx_operations;
         let result = match self
             .conn_mut(conn)
@@ -124,59 +128,116 @@ impl State {
             }
             self.mark_writer(conn);
         }
+        let Some(ch) = self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        else {
+            return Ok(());
+        };
+        let origin = ChannelRef {
+            shard: shard.id,
+            conn,
+            channel: number,
+            epoch: ch.epoch,
+        };
+        let confirm = ch.confirms.as_mut().map_or(0, |c| c.assign());
         let local = targets
             .iter()
             .any(|t| t.home == shard.id)
             .then(|| std::rc::Rc::new(msg.clone()));
+        let mut refused = false;
+        let mut remote_shards: SmallVec<[u16; 4]> = SmallVec::new();
         for target in &targets {
             if target.home == shard.id {
                 if let Some(local) = &local {
-                    self.enqueue(target.id, std::rc::Rc::clone(local), now);
+                    refused |=
+                        !self.enqueue(shard, target.id, std::rc::Rc::clone(local), origin, now);
                 }
             } else if let Some(batch) = self.outbox.publish.get_mut(usize::from(target.home)) {
                 match batch.last_mut() {
                     Some(last) if same_message(&last.msg, &msg) => last.queues.push(target.id),
-                    _ => batch.push(Routed {
-                        queues: SmallVec::from_slice(&[target.id]),
-                        msg: msg.clone(),
-                    }),
+                    _ => {
+                        remote_shards.push(target.home);
+                        batch.push(Routed {
+                            queues: SmallVec::from_slice(&[target.id]),
+                            msg: msg.clone(),
+                            origin,
+                            confirm,
+                        });
+                    }
                 }
             }
         }
-        if let Some(ch) = self
-            .conn_mut(conn)
-            .and_then(|c| c.channels.get_mut(&number))
-        {
-            if let Some(seq) = ch.next_confirm_seq() {
-                ch.confirm_pending = seq;
+        if confirm != 0 {
+            if let Some(tracker) = self
+                .conn_mut(conn)
+                .and_then(|c| c.channels.get_mut(&number))
+                .and_then(|ch| ch.confirms.as_mut())
+            {
+                tracker.record(confirm, remote_shards.len() as u16, refused);
             }
         }
         Ok(())
     }
 
-    /// Sends the confirms owed to a connection's channels. Called after this turn's
-    /// publishes were handed to their queues' shards.
+    /// Sends the confirms a connection's channels can give: for publishes whose queues
+    /// (local, or on other shards that reported back) have them.
     pub fn flush_confirms(&mut self, conn: ConnId) {
         let Some(c) = self.conn_mut(conn) else {
             return;
         };
+        let mut replies = Vec::new();
         let mut wrote = false;
         for ch in c.channels.values_mut() {
-            if ch.confirm_pending > ch.confirm_acked {
-                let multiple = ch.confirm_pending - ch.confirm_acked > 1;
-                c.out.method(
-                    ch.number,
-                    &Method::BasicAck(BasicAck {
-                        delivery_tag: ch.confirm_pending,
+            let Some(tracker) = ch.confirms.as_mut() else {
+                continue;
+            };
+            if !tracker.has_ready() {
+                continue;
+            }
+            replies.clear();
+            tracker.take_ready(&mut replies);
+            for reply in &replies {
+                let method = match *reply {
+                    ConfirmReply::Ack { tag, multiple } => Method::BasicAck(BasicAck {
+                        delivery_tag: tag,
                         multiple,
                     }),
-                );
-                ch.confirm_acked = ch.confirm_pending;
+                    ConfirmReply::Nack { tag } => Method::BasicNack(BasicNack {
+                        delivery_tag: tag,
+                        multiple: false,
+                        requeue: false,
+                    }),
+                };
+                c.out.method(ch.number, &method);
                 wrote = true;
             }
         }
         if wrote {
             self.mark_writer(conn);
+        }
+    }
+
+    /// Confirm outcomes reported by queues' home shards.
+    pub fn confirms_done(&mut self, _shard: &Shard, done: Vec<ConfirmDone>) {
+        let mut touched: SmallVec<[ConnId; 4]> = SmallVec::new();
+        for d in done {
+            let Some(ch) = self
+                .conn_mut(d.channel.conn)
+                .and_then(|c| c.channels.get_mut(&d.channel.channel))
+                .filter(|ch| ch.epoch == d.channel.epoch)
+            else {
+                continue;
+            };
+            if let Some(tracker) = ch.confirms.as_mut() {
+                tracker.complete(d.first, d.last, d.rejected);
+                if !touched.contains(&d.channel.conn) {
+                    touched.push(d.channel.conn);
+                }
+            }
+        }
+        for conn in touched {
+            self.flush_confirms(conn);
         }
     }
 }

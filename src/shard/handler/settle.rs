@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 
 use crate::model::ids::{ConnId, QueueRef};
 use crate::session::channel::TxOp;
+use crate::session::consumer::Credit;
 use crate::session::error::ChannelError;
 
 use super::super::inbox::SettleOp;
@@ -97,7 +98,7 @@ impl State {
 
     /// Grants credit to a channel's consumers (one, or all) as the credit rule allows.
     pub fn top_up(&mut self, shard: &Shard, conn: ConnId, number: u16, only: Option<u32>) {
-        let window = shard.config.shard.no_ack_window;
+        let window = super::super::deliver::no_ack_window(shard);
         let high_water = shard.config.net.write_high_water;
         let Some(c) = self.conn_mut(conn) else {
             return;
@@ -109,7 +110,7 @@ impl State {
         if !ch.flow_active {
             return;
         }
-        let mut grants: SmallVec<[(QueueRef, u64, u32); 4]> = SmallVec::new();
+        let mut grants: SmallVec<[(QueueRef, u64, Credit); 4]> = SmallVec::new();
         let ids: SmallVec<[u32; 8]> = match only {
             Some(id) => SmallVec::from_slice(&[id]),
             None => ch.consumers.keys().copied().collect(),
@@ -123,13 +124,22 @@ impl State {
                 continue;
             }
             let n = cons.top_up(has_room, window, global);
-            if n > 0 {
-                cons.credit += n;
+            if !n.is_zero() {
+                cons.credit += n.messages;
+                cons.credit_bytes += n.bytes;
                 grants.push((cons.queue, cons.queue_key, n));
             }
         }
-        for (queue, key, credit) in grants {
-            self.settle_to(shard, queue, SettleOp::Grant { key, credit });
+        for (queue, key, n) in grants {
+            self.settle_to(
+                shard,
+                queue,
+                SettleOp::Grant {
+                    key,
+                    credit: n.messages,
+                    bytes: n.bytes,
+                },
+            );
         }
     }
 

@@ -1,0 +1,120 @@
+//! Owns: the policy state a queue carries with it on its home shard — its length limits
+//! (`x-max-length`), its capacity and the publishers it has flow-stopped, and its
+//! slow-consumer state: the settings found so far, the resolved policy (active only while
+//! the queue has a topic binding), the rate meters and the alert bookkeeping that keeps
+//! operational log lines to one per alert gap.
+//!
+//! Does not: decide (the `policy` module does) or act (the shard does). Everything here is
+//! plain data that lives and dies with the queue, so a check needs no lookup beyond the
+//! queue itself.
+
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
+use std::time::{Duration, Instant};
+
+use crate::model::ids::{ChannelRef, IdHasher};
+use crate::policy::capacity::Capacity;
+use crate::policy::max_length::MaxLength;
+use crate::policy::rate::{RateEstimator, WindowMeter};
+use crate::policy::slow_consumer::{Prediction, SlowConsumerPolicy, SlowConsumerSettings};
+
+/// A queue's limits and policy state.
+#[derive(Debug)]
+pub struct QueueLimits {
+    pub max_length: Option<MaxLength>,
+    pub capacity: Option<Capacity>,
+    /// Publishing channels told to stop because of this queue (while it is overfull).
+    pub blocked_publishers: HashSet<ChannelRef, BuildHasherDefault<IdHasher>>,
+    pub slow: SlowState,
+    pub alerts: Alerts,
+    /// The periodic policy check is armed on the shard's wheel.
+    pub timer_armed: bool,
+}
+
+impl QueueLimits {
+    pub fn new(rate_window: Duration) -> QueueLimits {
+        QueueLimits {
+            max_length: None,
+            capacity: None,
+            blocked_publishers: HashSet::default(),
+            slow: SlowState::new(rate_window),
+            alerts: Alerts::default(),
+            timer_armed: false,
+        }
+    }
+
+    /// Whether the queue needs the periodic policy check.
+    pub fn needs_checks(&self) -> bool {
+        self.slow.active().is_some()
+            || self.alerts.discards_unreported > 0
+            || self.alerts.rejects_unreported > 0
+    }
+}
+
+/// Slow-consumer state of one queue (seed 000).
+#[derive(Debug)]
+pub struct SlowState {
+    /// The `x-slow-consumer-*` declare arguments.
+    pub declared: SlowConsumerSettings,
+    /// Whether the settings below came from a `[[topic]]` entry (more specific than the
+    /// vhost default, so a later binding does not replace them).
+    pub from_topic_entry: bool,
+    /// The resolved policy, once the queue has been bound to a topic exchange.
+    pub policy: Option<SlowConsumerPolicy>,
+    /// Bindings to topic exchanges; the policy applies while this is above zero.
+    pub topic_bindings: u32,
+    /// Messages arriving per second (EWMA).
+    pub arrival: RateEstimator,
+    /// Messages consumed per second (EWMA): acks, or deliveries written for no-ack.
+    pub consume: RateEstimator,
+    /// Consumption over whole windows with a backlog and a consumer: the judged rate.
+    pub window: WindowMeter,
+    /// Counter values at the previous check.
+    pub seen_enqueued: u64,
+    pub seen_consumed: u64,
+    /// The latest prediction of a breach, kept for metrics.
+    pub prediction: Option<Prediction>,
+}
+
+impl SlowState {
+    fn new(rate_window: Duration) -> SlowState {
+        SlowState {
+            declared: SlowConsumerSettings::default(),
+            from_topic_entry: false,
+            policy: None,
+            topic_bindings: 0,
+            // The EWMA's memory: half the judging window, so it follows a change
+            // within about one window.
+            arrival: RateEstimator::new(rate_window / 2),
+            consume: RateEstimator::new(rate_window / 2),
+            window: WindowMeter::new(rate_window),
+            seen_enqueued: 0,
+            seen_consumed: 0,
+            prediction: None,
+        }
+    }
+
+    /// The policy in force: resolved and the queue bound to a topic exchange.
+    pub fn active(&self) -> Option<&SlowConsumerPolicy> {
+        self.policy.as_ref().filter(|_| self.topic_bindings > 0)
+    }
+}
+
+/// When the queue last logged each kind of alert, and what it has not reported yet.
+#[derive(Debug, Default)]
+pub struct Alerts {
+    pub last_warning: Option<Instant>,
+    pub last_exempt: Option<Instant>,
+    pub last_detected: Option<Instant>,
+    pub last_discard_report: Option<Instant>,
+    pub discards_unreported: u64,
+    pub last_reject_report: Option<Instant>,
+    pub rejects_unreported: u64,
+}
+
+impl Alerts {
+    /// Whether an alert last logged at `last` may be logged again at `now`.
+    pub fn due(last: Option<Instant>, now: Instant, gap: Duration) -> bool {
+        last.is_none_or(|t| now.saturating_duration_since(t) >= gap)
+    }
+}

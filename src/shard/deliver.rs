@@ -1,0 +1,162 @@
+//! Owns: writing deliveries to consumers on this shard — encoding runs of deliveries into
+//! their connection's outbound buffer, spending the consumer's credit (messages and
+//! bytes), topping it up again while the socket has room, marking no-ack runs so that
+//! their queue learns when they are on the wire — and turning written bytes back into
+//! `Written` settlements.
+//!
+//! Does not: decide what to deliver (queues dispatch against credit) or write to sockets
+//! (the connection's writer task does).
+
+use std::borrow::Borrow;
+
+use crate::model::ids::{ConnId, QueueRef};
+use crate::model::message::Message;
+use crate::session::channel::ChannelPhase;
+use crate::session::connection::WriteMark;
+use crate::session::consumer::{Credit, Window};
+
+use super::inbox::{Delivery, SettleOp};
+use super::{Shard, State};
+
+impl State {
+    /// Writes deliveries to consumers on this shard. Consecutive deliveries to the same
+    /// consumer from the same queue (the common case: a queue dispatches a run to its
+    /// consumer) look the connection, channel and consumer up once. A delivery for a
+    /// consumer that is gone goes back to its queue.
+    pub fn deliver_local<M: Borrow<Message>>(
+        &mut self,
+        shard: &Shard,
+        batch: &mut Vec<Delivery<M>>,
+    ) {
+        let window = no_ack_window(shard);
+        let high_water = shard.config.net.write_high_water;
+        let mut requeue = Vec::new();
+        let mut grants: Vec<(QueueRef, u64, Credit)> = Vec::new();
+        let mut wrote = Vec::new();
+        let mut start = 0;
+        while start < batch.len() {
+            let (target, queue) = (batch[start].target, batch[start].queue);
+            let mut end = start + 1;
+            while end < batch.len() && batch[end].target == target && batch[end].queue == queue {
+                end += 1;
+            }
+            let run = &batch[start..end];
+            start = end;
+            let conn = self
+                .conns
+                .get_mut(target.conn.slot as usize)
+                .filter(|c| c.id.generation == target.conn.generation);
+            let Some(conn) = conn else {
+                requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
+                continue;
+            };
+            let has_room = conn.out.queued_bytes() < high_water;
+            let out = &mut conn.out;
+            let marks = &mut conn.write_marks;
+            let ch = conn
+                .channels
+                .get_mut(&target.channel)
+                .filter(|ch| ch.phase == ChannelPhase::Open);
+            let Some(ch) = ch.filter(|ch| ch.consumers.contains_key(&target.consumer)) else {
+                requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
+                continue;
+            };
+            let first_tag = ch.next_delivery_tag();
+            for d in run {
+                ch.record_delivery(queue, d.seq, Some(target.consumer), d.no_ack);
+            }
+            let global = if ch.global_prefetch > 0 {
+                ch.global_room()
+            } else {
+                None
+            };
+            let flow_active = ch.flow_active;
+            if let Some(c) = ch.consumers.get_mut(&target.consumer) {
+                let bytes: u64 = run.iter().map(|d| d.msg.borrow().accounted_size()).sum();
+                c.credit = c.credit.saturating_sub(run.len() as u32);
+                c.credit_bytes = c.credit_bytes.saturating_sub(bytes);
+                for (d, tag) in run.iter().zip(first_tag..) {
+                    out.deliver(target.channel, &c.tag, tag, d.redelivered, d.msg.borrow());
+                }
+                if c.no_ack {
+                    marks.push_back(WriteMark {
+                        end: out.total_queued(),
+                        queue,
+                        key: c.queue_key,
+                        count: run.len() as u32,
+                        bytes,
+                    });
+                }
+                if (c.no_ack || c.prefetch == 0) && flow_active {
+                    let n = c.top_up(has_room, window, global);
+                    if !n.is_zero() {
+                        c.credit += n.messages;
+                        c.credit_bytes += n.bytes;
+                        grants.push((c.queue, c.queue_key, n));
+                    }
+                }
+            }
+            wrote.push(target.conn);
+        }
+        batch.clear();
+        for conn in wrote {
+            self.mark_writer(conn);
+        }
+        for (queue, key, n) in grants {
+            self.settle_to(
+                shard,
+                queue,
+                SettleOp::Grant {
+                    key,
+                    credit: n.messages,
+                    bytes: n.bytes,
+                },
+            );
+        }
+        for (queue, seq) in requeue {
+            self.settle_to(shard, queue, SettleOp::Requeue(seq));
+        }
+    }
+
+    /// The writer wrote some of a connection's bytes: no-ack runs now on the wire are
+    /// reported to their queues (one settlement per consecutive run of one consumer).
+    pub fn settle_written(&mut self, shard: &Shard, conn: ConnId) {
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let written = c.out.total_written();
+        let mut done: Vec<WriteMark> = Vec::new();
+        while let Some(mark) = c.write_marks.front().copied() {
+            if mark.end > written {
+                break;
+            }
+            c.write_marks.pop_front();
+            match done.last_mut() {
+                Some(last) if last.queue == mark.queue && last.key == mark.key => {
+                    last.count += mark.count;
+                    last.bytes += mark.bytes;
+                }
+                _ => done.push(mark),
+            }
+        }
+        for mark in done {
+            self.settle_to(
+                shard,
+                mark.queue,
+                SettleOp::Written {
+                    key: mark.key,
+                    count: mark.count,
+                    bytes: mark.bytes,
+                },
+            );
+        }
+    }
+}
+
+/// The no-ack window from the configuration.
+pub fn no_ack_window(shard: &Shard) -> Window {
+    Window {
+        messages: shard.config.shard.no_ack_window,
+        bytes: shard.config.shard.no_ack_window_bytes,
+    }
+}

@@ -1,0 +1,135 @@
+//! Owns: the broker-wide memory watermark across shards — the board where each shard
+//! posts its ledger figure (one cache line each), the alarm the coordinating shard (0)
+//! raises and lowers with the watermark's hysteresis, and finding the memory the broker
+//! may use (the machine's, or its cgroup limit).
+//!
+//! Does not: count memory (the ledger does, per thread) or act on the alarm (each shard
+//! blocks and releases its own publishers, see `flow`).
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use crate::model::ledger;
+use crate::ops::event::OpsEvent;
+use crate::policy::watermark::Watermark;
+
+/// One shard's posted figure, alone on its cache line.
+#[repr(align(64))]
+#[derive(Default)]
+struct Slot(AtomicI64);
+
+/// What every shard posts and reads. Shared by `Arc`; only atomics inside.
+pub struct MemoryBoard {
+    slots: Vec<Slot>,
+    alarm: AtomicBool,
+    used: AtomicU64,
+    pub high: u64,
+    pub low: u64,
+}
+
+impl MemoryBoard {
+    pub fn new(shards: usize, low: u64, high: u64) -> MemoryBoard {
+        MemoryBoard {
+            slots: (0..shards).map(|_| Slot::default()).collect(),
+            alarm: AtomicBool::new(false),
+            used: AtomicU64::new(0),
+            high,
+            low: low.min(high),
+        }
+    }
+
+    /// Posts this thread's (this shard's) ledger total.
+    pub fn post(&self, shard: usize) {
+        if let Some(slot) = self.slots.get(shard) {
+            slot.0.store(ledger::snapshot().total(), Ordering::Relaxed);
+        }
+    }
+
+    /// Message memory held by the whole broker, as last posted.
+    pub fn total(&self) -> u64 {
+        let sum: i64 = self.slots.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+        sum.max(0) as u64
+    }
+
+    /// Whether publishers are to be blocked.
+    pub fn alarm(&self) -> bool {
+        self.alarm.load(Ordering::Acquire)
+    }
+
+    /// The total at the last evaluation.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Evaluates the watermark (the coordinating shard does this each tick) and logs a
+    /// change.
+    pub fn evaluate(&self, watermark: &mut Watermark) {
+        let used = self.total();
+        self.used.store(used, Ordering::Relaxed);
+        match watermark.update(used) {
+            Some(true) => {
+                self.alarm.store(true, Ordering::Release);
+                OpsEvent::MemoryAlarmSet {
+                    used,
+                    high: watermark.high,
+                }
+                .emit();
+            }
+            Some(false) => {
+                self.alarm.store(false, Ordering::Release);
+                OpsEvent::MemoryAlarmCleared {
+                    used,
+                    low: watermark.low,
+                }
+                .emit();
+            }
+            None => {}
+        }
+    }
+}
+
+/// Memory available to the broker, bytes: the machine's RAM, or the cgroup's limit when
+/// that is lower.
+pub fn available_memory() -> u64 {
+    // SAFETY: sysinfo only writes into the zeroed struct we own.
+    let ram = unsafe {
+        let mut info: libc::sysinfo = std::mem::zeroed();
+        if libc::sysinfo(&mut info) == 0 {
+            (info.totalram as u64).saturating_mul(u64::from(info.mem_unit))
+        } else {
+            0
+        }
+    };
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .filter_map(|p| std::fs::read_to_string(p).ok())
+    .filter_map(|t| t.trim().parse::<u64>().ok())
+    .min();
+    match (ram, cgroup) {
+        (0, Some(c)) => c,
+        (r, Some(c)) if c < r => c,
+        (r, _) => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alarm_follows_the_posted_totals() {
+        let board = MemoryBoard::new(2, 80, 100);
+        let mut w = Watermark::new(board.high, board.low);
+        board.slots[0].0.store(60, Ordering::Relaxed);
+        board.slots[1].0.store(50, Ordering::Relaxed);
+        board.evaluate(&mut w);
+        assert!(board.alarm());
+        board.slots[1].0.store(-10, Ordering::Relaxed);
+        board.evaluate(&mut w);
+        assert!(!board.alarm());
+        assert_eq!(board.used(), 50);
+        assert!(available_memory() > 0);
+    }
+}

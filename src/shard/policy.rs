@@ -1,0 +1,575 @@
+//! Owns: performing the queue policies on a queue's home shard — setting a queue's
+//! limits up from its declare arguments and the configuration, learning that it is a
+//! topic subscription when a topic binding is applied, the checks after every enqueue
+//! (length limits, the slow-consumer count and depth thresholds, capacity), the checks
+//! when a queue shrinks (underfull), the periodic check on the wheel (age and rate,
+//! predictions, rate-limited alert lines), and the slow-consumer `delete` verdict: 506 to
+//! every consuming channel, the queue's messages released, the queue deleted.
+//!
+//! Does not: compute thresholds or hysteresis (the `policy` module does) or talk to
+//! publishing channels directly (flow signals go through the outbox to their shard).
+
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::model::ids::{ChannelRef, ConnId, QueueId, QueueRef};
+use crate::ops::event::{thousands, OpsEvent, SlowReport};
+use crate::policy::capacity::{CapacitySettings, FlowChange};
+use crate::policy::max_length::{MaxLength, Overflow};
+use crate::policy::slow_consumer::{
+    Action, SlowConsumerPolicy, SlowConsumerSettings, Threshold, Trend,
+};
+use crate::protocol::FieldTable;
+use crate::queue::limits::Alerts;
+use crate::queue::{Queue, QueueLimits};
+use crate::session::channel::ChannelPhase;
+use crate::session::error::ChannelError;
+
+use super::inbox::{FlowNotice, FlowSignal, ShardMsg, SlowTarget};
+use super::{Shard, State, TimerKey};
+
+/// A queue's limits from its declare arguments over the configuration. The arguments
+/// were validated by the coordinator; a value that slipped through is ignored.
+pub fn queue_limits(config: &Config, vhost: &str, queue: &str, args: &FieldTable) -> QueueLimits {
+    let policies = &config.policies;
+    let mut limits = QueueLimits::new(policies.tuning.rate_window);
+    limits.max_length = MaxLength::from_arguments(args).ok().flatten();
+    let declared = CapacitySettings::from_arguments(args).unwrap_or_default();
+    limits.capacity = declared
+        .over(&policies.queue_capacity(vhost, queue))
+        .resolve();
+    limits.slow.declared = SlowConsumerSettings::from_arguments(args).unwrap_or_default();
+    limits
+}
+
+/// What an enqueue changed that the shard must act on once the queue is released.
+#[derive(Default)]
+struct AfterEnqueue {
+    flow: Option<FlowChange>,
+    block: bool,
+    fire: Option<Threshold>,
+    arm: bool,
+}
+
+impl State {
+    /// A topic binding to a home queue was added (`+1`) or removed (`-1`). The first one
+    /// makes the queue a topic subscription and resolves its slow-consumer policy:
+    /// declare arguments over a `[[topic]]` entry (for the queue by name, or for this
+    /// binding) over the vhost default.
+    pub fn topic_binding_changed(
+        &mut self,
+        shard: &Shard,
+        queue: QueueId,
+        exchange: &str,
+        binding_key: &str,
+        added: bool,
+    ) {
+        let policies = &shard.config.policies;
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        let slow = &mut q.limits.slow;
+        if !added {
+            slow.topic_bindings = slow.topic_bindings.saturating_sub(1);
+            return;
+        }
+        slow.topic_bindings += 1;
+        if !slow.from_topic_entry {
+            let entry = policies
+                .topic_for_queue(&q.vhost, q.name.as_str_lossy().as_ref())
+                .or_else(|| policies.topic_for_binding(&q.vhost, exchange, binding_key));
+            let base = match entry {
+                Some(e) => {
+                    slow.from_topic_entry = true;
+                    e.slow_consumer.clone()
+                }
+                None => policies.vhost(&q.vhost).slow_consumer,
+            };
+            slow.policy = slow.declared.over(&base).resolve();
+        }
+        if slow.active().is_some() {
+            self.ensure_policy_timer(shard, queue);
+        }
+    }
+
+    /// Whether a message may be enqueued: `x-overflow = reject-publish` refuses it when
+    /// the queue is at its length limit.
+    pub(super) fn admits(&mut self, shard: &Shard, queue: QueueId, size: u64) -> bool {
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return true;
+        };
+        let Some(ml) = q.limits.max_length else {
+            return true;
+        };
+        if ml.overflow != Overflow::RejectPublish
+            || !ml.would_exceed(q.ready_count() as u64, q.ready_bytes(), size)
+        {
+            return true;
+        }
+        q.count_rejected();
+        q.limits.alerts.rejects_unreported += 1;
+        self.ensure_policy_timer(shard, queue);
+        false
+    }
+
+    /// The checks after a message from `origin` was enqueued: drop-head rings, the
+    /// slow-consumer count and depth thresholds (a cycle ring discards, delete fires),
+    /// capacity (overfull: `origin` is told to stop).
+    pub(super) fn after_enqueue(
+        &mut self,
+        shard: &Shard,
+        queue: QueueId,
+        origin: ChannelRef,
+        now: Instant,
+    ) {
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        let mut todo = AfterEnqueue::default();
+        if let Some(ml) = q
+            .limits
+            .max_length
+            .filter(|m| m.overflow == Overflow::DropHead)
+        {
+            while ml.exceeded(q.ready_count() as u64, q.ready_bytes()) {
+                if q.discard_head().is_none() {
+                    break;
+                }
+                q.limits.alerts.discards_unreported += 1;
+                todo.arm = true;
+            }
+        }
+        if let Some(policy) = q.limits.slow.active() {
+            let held = crate::policy::slow_consumer::Holdings {
+                count: q.held_count(),
+                bytes: q.held_bytes(),
+                oldest_age: None,
+            };
+            if let Some(threshold) = policy.size_breach(&held) {
+                match policy.action {
+                    Action::Delete => todo.fire = Some(threshold),
+                    Action::Cycle => {
+                        let policy = policy.clone();
+                        todo.arm |= cycle(q, &policy);
+                    }
+                }
+            }
+        }
+        let size = q.held_bytes();
+        if let Some(cap) = q.limits.capacity.as_mut() {
+            todo.flow = cap.update(size);
+            todo.block = cap.is_overfull() && q.limits.blocked_publishers.insert(origin);
+        }
+        if todo.block {
+            let notice = FlowNotice {
+                channel: origin,
+                signal: FlowSignal::Block {
+                    queue: QueueRef {
+                        id: queue,
+                        home: shard.id,
+                    },
+                    name: q.name.clone(),
+                },
+            };
+            self.outbox.flow(origin.shard, notice);
+        }
+        if let Some(change) = todo.flow {
+            self.flow_changed(shard, queue, change);
+        }
+        if todo.arm {
+            self.ensure_policy_timer(shard, queue);
+        }
+        if let Some(threshold) = todo.fire {
+            self.slow_consumer_breach(shard, queue, threshold, now);
+        }
+    }
+
+    /// A queue held less than before (ack, get, purge, expiry, a ring discard, a consumer
+    /// gone): it may have become underfull.
+    pub(super) fn queue_shrunk(&mut self, shard: &Shard, queue: QueueId) {
+        let change = match self.queues.get_mut(&queue) {
+            Some(q) => {
+                let size = q.held_bytes();
+                match q.limits.capacity.as_mut() {
+                    Some(cap) => cap.update(size),
+                    None => None,
+                }
+            }
+            None => None,
+        };
+        if let Some(change) = change {
+            self.flow_changed(shard, queue, change);
+        }
+    }
+
+    /// Logs a capacity change; underfull releases every publisher the queue stopped.
+    fn flow_changed(&mut self, shard: &Shard, queue: QueueId, change: FlowChange) {
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        match change {
+            FlowChange::Overfull { size, capacity } => OpsEvent::QueueOverfull {
+                vhost: q.vhost.clone(),
+                queue: q.name.to_string(),
+                size,
+                capacity,
+            }
+            .emit(),
+            FlowChange::Underfull { size, resume } => {
+                OpsEvent::QueueUnderfull {
+                    vhost: q.vhost.clone(),
+                    queue: q.name.to_string(),
+                    size,
+                    resume,
+                }
+                .emit();
+                let released: Vec<ChannelRef> = q.limits.blocked_publishers.drain().collect();
+                self.release_publishers(shard, queue, released);
+            }
+        }
+    }
+
+    /// Tells publishing channels that `queue` no longer stops them.
+    pub(super) fn release_publishers(
+        &mut self,
+        shard: &Shard,
+        queue: QueueId,
+        channels: Vec<ChannelRef>,
+    ) {
+        let queue = QueueRef {
+            id: queue,
+            home: shard.id,
+        };
+        for channel in channels {
+            self.outbox.flow(
+                channel.shard,
+                FlowNotice {
+                    channel,
+                    signal: FlowSignal::Unblock { queue },
+                },
+            );
+        }
+    }
+
+    /// Arms the queue's periodic policy check if it needs one and it is not armed.
+    pub(super) fn ensure_policy_timer(&mut self, shard: &Shard, queue: QueueId) {
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        if q.limits.timer_armed || !q.limits.needs_checks() {
+            return;
+        }
+        q.limits.timer_armed = true;
+        let at = shard.clock.now() + shard.config.policies.tuning.housekeeping_interval;
+        self.wheel.arm(at, TimerKey::QueuePolicy(queue));
+    }
+
+    /// The periodic check: measures rates, applies the age and rate thresholds, predicts
+    /// breaches, writes the alert lines that are due, and re-arms.
+    pub fn policy_tick(&mut self, shard: &Shard, queue: QueueId, now: Instant) {
+        let tuning = &shard.config.policies.tuning;
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        q.limits.timer_armed = false;
+        if q.condemned {
+            return;
+        }
+        let mut fire = None;
+        let mut shrunk = false;
+        if let Some(policy) = q.limits.slow.active().cloned() {
+            let judged = measure(q, tuning.housekeeping_interval, now);
+            let held = q.holdings(now);
+            match policy.action {
+                Action::Delete => {
+                    fire = policy
+                        .size_breach(&held)
+                        .or_else(|| policy.age_breach(&held))
+                        .or_else(|| policy.rate_breach(judged));
+                }
+                Action::Cycle => {
+                    if let Some(max) = policy.max_age {
+                        let n = q.discard_older_than(now.checked_sub(max).unwrap_or(now));
+                        q.limits.alerts.discards_unreported += n;
+                        shrunk |= n > 0;
+                    }
+                    shrunk |= cycle(q, &policy);
+                    if policy.rate_breach(judged).is_some()
+                        && Alerts::due(q.limits.alerts.last_detected, now, tuning.alert_repeat_gap)
+                    {
+                        q.limits.alerts.last_detected = Some(now);
+                        let r = report(q, &policy, Threshold::Rate, now);
+                        OpsEvent::SlowConsumerDetected(Box::new(r)).emit();
+                    }
+                }
+            }
+            predict(
+                q,
+                &policy,
+                now,
+                tuning.warn_horizon,
+                tuning.alert_repeat_gap,
+            );
+        }
+        report_discards(q, now, tuning.alert_repeat_gap);
+        if shrunk {
+            self.queue_shrunk(shard, queue);
+        }
+        self.ensure_policy_timer(shard, queue);
+        if let Some(threshold) = fire {
+            self.slow_consumer_breach(shard, queue, threshold, now);
+        }
+    }
+
+    /// A delete-policy queue crossed a threshold: unless it is exempt, every channel
+    /// consuming from it is closed with 506 `Consuming too slow.`, its messages are
+    /// released and it is deleted.
+    pub(super) fn slow_consumer_breach(
+        &mut self,
+        shard: &Shard,
+        queue: QueueId,
+        threshold: Threshold,
+        now: Instant,
+    ) {
+        let tuning = &shard.config.policies.tuning;
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        let Some(policy) = q.limits.slow.active().cloned() else {
+            return;
+        };
+        if q.condemned {
+            return;
+        }
+        if let Some(exempt) = policy.exemption(q.settings.durable, q.holds_persistent()) {
+            if Alerts::due(q.limits.alerts.last_exempt, now, tuning.alert_repeat_gap) {
+                q.limits.alerts.last_exempt = Some(now);
+                let mut r = report(q, &policy, threshold, now);
+                r.exempt = Some(exempt.name());
+                OpsEvent::SlowConsumerExempt(Box::new(r)).emit();
+            }
+            return;
+        }
+        OpsEvent::SlowConsumerDetected(Box::new(report(q, &policy, threshold, now))).emit();
+        q.condemned = true;
+        let consumers: Vec<_> = q.consumers().iter().map(|c| c.target).collect();
+        let getters = q.recent_getters(now, tuning.rate_window);
+        q.release_all();
+        let blocked: Vec<ChannelRef> = q.limits.blocked_publishers.drain().collect();
+        let (vhost, name) = (q.vhost_idx, q.name.clone());
+        self.release_publishers(shard, queue, blocked);
+        for c in consumers {
+            let target = SlowTarget::Consumer {
+                channel: c.channel,
+                consumer: c.consumer,
+            };
+            self.send_slow_close(shard, c.shard, c.conn, target, queue);
+        }
+        for g in getters {
+            let target = SlowTarget::Getter {
+                channel: g.channel,
+                epoch: g.epoch,
+            };
+            self.send_slow_close(shard, g.shard, g.conn, target, queue);
+        }
+        self.internal_deletes.push((vhost, name));
+    }
+
+    fn send_slow_close(
+        &mut self,
+        shard: &Shard,
+        to: u16,
+        conn: ConnId,
+        target: SlowTarget,
+        queue: QueueId,
+    ) {
+        if to == shard.id {
+            self.slow_consumer_close(shard, conn, target, queue);
+        } else {
+            shard.peers.send(
+                to,
+                ShardMsg::SlowConsumer {
+                    conn,
+                    target,
+                    queue,
+                },
+            );
+        }
+    }
+
+    /// Closes a channel of a slow subscription with 506 `Consuming too slow.`, if it is
+    /// still the channel that consumed from `queue`. The connection stays open.
+    pub fn slow_consumer_close(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        target: SlowTarget,
+        queue: QueueId,
+    ) {
+        let Some(c) = self.conn(conn) else {
+            return;
+        };
+        let number = match target {
+            SlowTarget::Consumer { channel, consumer } => {
+                let still = c.channels.get(&channel).is_some_and(|ch| {
+                    ch.phase == ChannelPhase::Open
+                        && ch
+                            .consumers
+                            .get(&consumer)
+                            .is_some_and(|cons| cons.queue.id == queue)
+                });
+                if !still {
+                    return;
+                }
+                channel
+            }
+            SlowTarget::Getter { channel, epoch } => {
+                let still = c
+                    .channels
+                    .get(&channel)
+                    .is_some_and(|ch| ch.phase == ChannelPhase::Open && ch.epoch == epoch);
+                if !still {
+                    return;
+                }
+                channel
+            }
+        };
+        self.close_channel(shard, conn, number, &ChannelError::ConsumingTooSlow, 0, 0);
+    }
+}
+
+/// Feeds the rate meters with what happened since the last check; returns the rate
+/// judged over the last full window with a backlog and a consumer.
+fn measure(q: &mut Queue, interval: Duration, now: Instant) -> Option<f64> {
+    let enqueued = q.counters.enqueued;
+    let consumed = q.counters.consumed;
+    let eligible =
+        q.ready_count() > 0 && (q.has_consumers() || q.has_recent_getter(now, interval * 2));
+    let slow = &mut q.limits.slow;
+    let arrived = enqueued - slow.seen_enqueued;
+    let done = consumed - slow.seen_consumed;
+    slow.seen_enqueued = enqueued;
+    slow.seen_consumed = consumed;
+    slow.arrival.record(arrived);
+    slow.arrival.tick(now);
+    slow.consume.record(done);
+    slow.consume.tick(now);
+    slow.window.record(done);
+    slow.window.observe(now, eligible)
+}
+
+/// A cycle ring makes room: discards the oldest ready messages while the holdings are
+/// over the count or depth bound. Returns whether it discarded anything.
+fn cycle(q: &mut Queue, policy: &SlowConsumerPolicy) -> bool {
+    let mut n = 0;
+    loop {
+        let held = crate::policy::slow_consumer::Holdings {
+            count: q.held_count(),
+            bytes: q.held_bytes(),
+            oldest_age: None,
+        };
+        if !policy.ring_overfull(&held) || q.discard_head().is_none() {
+            break;
+        }
+        n += 1;
+    }
+    q.limits.alerts.discards_unreported += n;
+    n > 0
+}
+
+/// Predicts a breach and logs a warning when it is closer than the horizon.
+fn predict(
+    q: &mut Queue,
+    policy: &SlowConsumerPolicy,
+    now: Instant,
+    horizon: Duration,
+    gap: Duration,
+) {
+    let held = q.holdings(now);
+    let trend = Trend {
+        arrival_rate: q.limits.slow.arrival.rate(),
+        consume_rate: q.limits.slow.consume.rate(),
+    };
+    let prediction = policy.predict(&held, &trend);
+    q.limits.slow.prediction = prediction;
+    let Some(p) = prediction else {
+        return;
+    };
+    if p.seconds < horizon.as_secs_f64() && Alerts::due(q.limits.alerts.last_warning, now, gap) {
+        q.limits.alerts.last_warning = Some(now);
+        let mut r = report(q, policy, p.threshold, now);
+        r.in_seconds = Some(p.seconds);
+        OpsEvent::SlowConsumerPredicted(Box::new(r)).emit();
+    }
+}
+
+/// Writes the discard and reject lines that are due (one per alert gap).
+fn report_discards(q: &mut Queue, now: Instant, gap: Duration) {
+    let alerts = &mut q.limits.alerts;
+    if alerts.discards_unreported > 0 && Alerts::due(alerts.last_discard_report, now, gap) {
+        let reason = match q.limits.slow.active() {
+            Some(p) if p.action == Action::Cycle => "slow-consumer cycle policy",
+            _ => "x-max-length drop-head",
+        };
+        OpsEvent::QueueDiscarded {
+            vhost: q.vhost.clone(),
+            queue: q.name.to_string(),
+            discarded: alerts.discards_unreported,
+            reason,
+            count: q.held_count(),
+            bytes: q.held_bytes(),
+        }
+        .emit();
+        let alerts = &mut q.limits.alerts;
+        alerts.discards_unreported = 0;
+        alerts.last_discard_report = Some(now);
+    }
+    let alerts = &mut q.limits.alerts;
+    if alerts.rejects_unreported > 0 && Alerts::due(alerts.last_reject_report, now, gap) {
+        OpsEvent::QueueRejected {
+            vhost: q.vhost.clone(),
+            queue: q.name.to_string(),
+            rejected: alerts.rejects_unreported,
+            count: q.ready_count() as u64,
+            bytes: q.ready_bytes(),
+        }
+        .emit();
+        let alerts = &mut q.limits.alerts;
+        alerts.rejects_unreported = 0;
+        alerts.last_reject_report = Some(now);
+    }
+}
+
+/// The numbers behind a slow-consumer line.
+fn report(
+    q: &Queue,
+    policy: &SlowConsumerPolicy,
+    threshold: Threshold,
+    now: Instant,
+) -> SlowReport {
+    let held = q.holdings(now);
+    let slow = &q.limits.slow;
+    let limit = match threshold {
+        Threshold::Depth => format!("{} bytes", thousands(policy.max_depth.unwrap_or(0))),
+        Threshold::Count => thousands(policy.max_count.unwrap_or(0)),
+        Threshold::Age => format!(
+            "{} ms",
+            thousands(policy.max_age.map_or(0, |a| a.as_millis() as u64))
+        ),
+        Threshold::Rate => format!("{:.1} msg/s", policy.min_rate.unwrap_or(0.0)),
+    };
+    SlowReport {
+        vhost: q.vhost.clone(),
+        queue: q.name.to_string(),
+        threshold: threshold.name(),
+        limit,
+        policy: policy.action.name(),
+        count: held.count,
+        bytes: held.bytes,
+        age_ms: held.oldest_age.map(|a| a.as_millis() as u64),
+        rate: slow.window.last().unwrap_or_else(|| slow.consume.rate()),
+        arrival: slow.arrival.rate(),
+        in_seconds: None,
+        exempt: None,
+    }
+}
