@@ -76,6 +76,7 @@ impl LimitValue {
 struct MemorySection {
     high_watermark: Option<LimitValue>,
     low_watermark: Option<LimitValue>,
+    report_interval_ms: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -329,6 +330,7 @@ fn apply_policies(config: &mut Config, file: PolicyFile) -> Result<(), String> {
         if let Some(v) = m.low_watermark {
             p.memory.low_watermark = Some(v.parse("memory.low_watermark")?);
         }
+        set(&mut p.memory.report_interval, ms(m.report_interval_ms));
     }
     for (name, v) in file.vhost.unwrap_or_default() {
         let key = format!("vhost.\"{name}\"");

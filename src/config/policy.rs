@@ -43,6 +43,8 @@ pub struct MemoryConfig {
     pub high_watermark: MemoryLimit,
     /// Below this, publishers resume; `None` means 90% of the high watermark.
     pub low_watermark: Option<MemoryLimit>,
+    /// How often the memory ledger is logged (BRK-1010) when it changed; zero: never.
+    pub report_interval: Duration,
 }
 
 /// Defaults for every queue of one virtual host.
@@ -100,6 +102,7 @@ impl Default for Policies {
             memory: MemoryConfig {
                 high_watermark: MemoryLimit::Fraction(0.4),
                 low_watermark: None,
+                report_interval: Duration::ZERO,
             },
             vhosts: Vec::new(),
             topics: Vec::new(),

@@ -64,6 +64,14 @@ pub enum OpsEvent {
     MemoryAlarmCleared { used: u64, low: u64 },
     /// BRK-1009: the memory watermarks in force (at start).
     MemoryWatermarks { high: u64, low: u64, available: u64 },
+    /// BRK-1010: the memory ledger, by where the bytes live (when `memory.report_interval_ms`
+    /// is set and it changed).
+    MemoryReport {
+        messages: i64,
+        entries: i64,
+        outbound: i64,
+        partial: i64,
+    },
     /// CON-1003: the broker stopped reading a connection that kept publishing after it
     /// was told to stop (flow control enforcement).
     ReadingSuspended {
@@ -186,6 +194,7 @@ impl OpsEvent {
             OpsEvent::MemoryAlarmSet { .. } => "BRK-1007",
             OpsEvent::MemoryAlarmCleared { .. } => "BRK-1008",
             OpsEvent::MemoryWatermarks { .. } => "BRK-1009",
+            OpsEvent::MemoryReport { .. } => "BRK-1010",
             OpsEvent::ReadingSuspended { .. } => "CON-1003",
             OpsEvent::ReadingResumed { .. } => "CON-1004",
             OpsEvent::FlowEnforced { .. } => "CHN-1005",
@@ -311,6 +320,20 @@ impl fmt::Display for OpsEvent {
                 thousands(*high),
                 thousands(*low),
                 thousands(*available)
+            ),
+            OpsEvent::MemoryReport {
+                messages,
+                entries,
+                outbound,
+                partial,
+            } => write!(
+                f,
+                "{code} : Memory : Used : {} bytes : Messages : {}, Queue entries : {}, Outbound : {}, Partial publishes : {}",
+                thousands((messages + entries + outbound + partial).max(0) as u64),
+                thousands((*messages).max(0) as u64),
+                thousands((*entries).max(0) as u64),
+                thousands((*outbound).max(0) as u64),
+                thousands((*partial).max(0) as u64)
             ),
             OpsEvent::ReadingSuspended {
                 subject,

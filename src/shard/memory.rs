@@ -8,14 +8,19 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
-use crate::model::ledger;
+use crate::model::ledger::{self, LedgerSnapshot};
 use crate::ops::event::OpsEvent;
 use crate::policy::watermark::Watermark;
 
-/// One shard's posted figure, alone on its cache line.
+/// One shard's posted ledger, alone on its cache line.
 #[repr(align(64))]
 #[derive(Default)]
-struct Slot(AtomicI64);
+struct Slot {
+    messages: AtomicI64,
+    entries: AtomicI64,
+    outbound: AtomicI64,
+    partial: AtomicI64,
+}
 
 /// What every shard posts and reads. Shared by `Arc`; only atomics inside.
 pub struct MemoryBoard {
@@ -37,17 +42,32 @@ impl MemoryBoard {
         }
     }
 
-    /// Posts this thread's (this shard's) ledger total.
+    /// Posts this thread's (this shard's) ledger.
     pub fn post(&self, shard: usize) {
         if let Some(slot) = self.slots.get(shard) {
-            slot.0.store(ledger::snapshot().total(), Ordering::Relaxed);
+            let l = ledger::snapshot();
+            slot.messages.store(l.messages, Ordering::Relaxed);
+            slot.entries.store(l.entries, Ordering::Relaxed);
+            slot.outbound.store(l.outbound, Ordering::Relaxed);
+            slot.partial.store(l.partial, Ordering::Relaxed);
         }
+    }
+
+    /// The whole broker's ledger, as last posted.
+    pub fn sum(&self) -> LedgerSnapshot {
+        let mut sum = LedgerSnapshot::default();
+        for s in &self.slots {
+            sum.messages += s.messages.load(Ordering::Relaxed);
+            sum.entries += s.entries.load(Ordering::Relaxed);
+            sum.outbound += s.outbound.load(Ordering::Relaxed);
+            sum.partial += s.partial.load(Ordering::Relaxed);
+        }
+        sum
     }
 
     /// Message memory held by the whole broker, as last posted.
     pub fn total(&self) -> u64 {
-        let sum: i64 = self.slots.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
-        sum.max(0) as u64
+        self.sum().total().max(0) as u64
     }
 
     /// Whether publishers are to be blocked.
@@ -122,14 +142,15 @@ mod tests {
     fn alarm_follows_the_posted_totals() {
         let board = MemoryBoard::new(2, 80, 100);
         let mut w = Watermark::new(board.high, board.low);
-        board.slots[0].0.store(60, Ordering::Relaxed);
-        board.slots[1].0.store(50, Ordering::Relaxed);
+        board.slots[0].messages.store(60, Ordering::Relaxed);
+        board.slots[1].entries.store(50, Ordering::Relaxed);
         board.evaluate(&mut w);
         assert!(board.alarm());
-        board.slots[1].0.store(-10, Ordering::Relaxed);
+        board.slots[1].entries.store(-10, Ordering::Relaxed);
         board.evaluate(&mut w);
         assert!(!board.alarm());
         assert_eq!(board.used(), 50);
+        assert_eq!(board.sum().messages, 60);
         assert!(available_memory() > 0);
     }
 }

@@ -215,9 +215,36 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
     }
 }
 
+/// Logs the memory ledger (BRK-1010) every report interval when it changed.
+fn report_memory(
+    shard: &Shard,
+    last: &mut Option<(std::time::Instant, crate::model::ledger::LedgerSnapshot)>,
+    now: std::time::Instant,
+) {
+    let every = shard.config.policies.memory.report_interval;
+    if every.is_zero() {
+        return;
+    }
+    if last.is_some_and(|(at, _)| now.saturating_duration_since(at) < every) {
+        return;
+    }
+    let sum = shard.memory.sum();
+    if last.is_none_or(|(_, seen)| seen != sum) {
+        OpsEvent::MemoryReport {
+            messages: sum.messages,
+            entries: sum.entries,
+            outbound: sum.outbound,
+            partial: sum.partial,
+        }
+        .emit();
+    }
+    *last = Some((now, sum));
+}
+
 async fn housekeeping_loop(shard: Rc<Shard>) {
     let tick = shard.config.shard.tick;
     let mut expired = Vec::new();
+    let mut last_report = None;
     loop {
         tokio::time::sleep(tick).await;
         shard.clock.refresh();
@@ -237,6 +264,7 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
             if shard.id == 0 {
                 let st = &mut *st;
                 shard.memory.evaluate(&mut st.watermark);
+                report_memory(&shard, &mut last_report, now);
             }
             let alarm = shard.memory.alarm();
             if alarm != st.memory_alarm {
