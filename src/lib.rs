@@ -10,13 +10,16 @@
 //!   into `protocol/method/generated.rs`), content headers, field tables, reply codes.
 //! - [`model`]: messages (shared, zero-copy), exchanges and their match rules, the topic
 //!   trie, and the per-shard routing directory.
-//! - [`queue`]: a queue's entries, accounting, consumers and credit.
-//! - [`policy`]: consumption-rate estimation (and the slow-consumer and flow policies
-//!   that build on it).
+//! - [`queue`]: a queue's entries, accounting (everything a subscription holds),
+//!   consumers and credit, and the policy state it carries.
+//! - [`policy`]: the overload policies as pure calculations — slow-consumer thresholds
+//!   and prediction, queue capacity hysteresis, length limits, the memory watermark,
+//!   consumption-rate estimation.
 //! - [`timer`]: the per-shard coarse clock and hashed timing wheel.
 //! - [`session`]: connection and channel state, consumers, typed protocol errors.
 //! - [`shard`]: one event loop's world — connections, home queues, directory replica,
-//!   timer wheel — plus the cross-shard inbox, placement and the control plane.
+//!   timer wheel — plus the cross-shard inbox, placement, the control plane, and
+//!   performing the policies (`policy`, `flow`, `memory`).
 //! - [`net`]: per-connection reader and writer tasks over tokio-uring sockets.
 //! - [`server`]: starts N shards and coordinates shutdown.
 //! - [`config`]: the immutable configuration (defaults, TOML file, CLI).

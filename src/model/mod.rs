@@ -1,9 +1,11 @@
 //! The per-shard routing model.
 //!
 //! Owns: the pure data structures that decide where a published message
-//! goes (today the topic trie and its result cache). Does not: perform I/O,
-//! read clocks, take locks or atomics, or hold queue contents; every value
-//! here lives on one shard and is changed only by that shard.
+//! goes (exchanges, the topic trie, the routing directory), the shared message
+//! itself, the ids that cross shards, and the per-thread memory ledger that
+//! counts message bytes. Does not: perform I/O, read clocks, take locks, or hold
+//! queue contents; every value here lives on one shard and is changed only by
+//! that shard (a message is shared read-only).
 
 pub mod exchange;
 pub mod ids;
