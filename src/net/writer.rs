@@ -30,6 +30,13 @@ pub async fn run(
 ) {
     write_loop(&shard, &stream, conn, &signal, &progress).await;
     let _ = stream.shutdown(std::net::Shutdown::Both);
+    // Whatever ended the writer (close handshake done, or a failed write: the peer is
+    // gone), the connection is finished; a reader that is not reading (held, or paused
+    // for a full buffer) must not wait for it.
+    if let Some(c) = shard.state.borrow_mut().conn_mut(conn) {
+        c.phase = Phase::Closed;
+        c.resume.notify();
+    }
     done.notify();
     progress.notify();
 }

@@ -144,6 +144,7 @@ impl State {
         };
         let mut dirty = false;
         let mut shrunk = false;
+        let limited = q.limits.capacity.is_some();
         match s.op {
             SettleOp::Ack(seq) => {
                 shrunk = q.ack(seq);
@@ -174,7 +175,7 @@ impl State {
         if dirty {
             self.mark_dirty(s.queue);
         }
-        if shrunk {
+        if shrunk && limited {
             self.queue_shrunk(shard, s.queue);
         }
     }
