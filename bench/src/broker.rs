@@ -1,12 +1,16 @@
 //! Owns: the broker under test as the tool sees it — an embedded sluice (a child
 //! process of the `sluice` binary when one sits next to this tool, else in-process
-//! shards) or an external broker given by `--url` (optionally `--broker-pid`) — and
-//! reading CPU time and RSS from /proc, for the broker and for the tool itself.
+//! shards), started with any extra sluice flags (`--broker-arg`), or an external
+//! broker given by `--url` (optionally `--broker-pid`) — reading CPU time and RSS
+//! from /proc, for the broker and for the tool itself, and counting the operational
+//! log codes (`QUE-1003`, `SUB-…`) an embedded broker process writes.
 //! Does not: know AMQP (scenarios connect with the client).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// CPU time and resident memory of a process or a set of threads.
@@ -83,6 +87,14 @@ pub fn self_threads_split() -> (u64, u64) {
     (ticks_to_ns(shard), ticks_to_ns(rest))
 }
 
+fn flags_label(extra: &[String]) -> String {
+    if extra.is_empty() {
+        String::new()
+    } else {
+        format!(", flags {}", extra.join(" "))
+    }
+}
+
 /// How the broker under test runs.
 pub enum BrokerKind {
     /// A child process of the sluice binary.
@@ -101,6 +113,25 @@ pub struct BrokerUnderTest {
     pub kind: BrokerKind,
     /// Label for reports (`sluice (embedded process /path)`, `external`, …).
     pub label: String,
+    /// Log lines per operational code written so far (embedded process only).
+    log_codes: Arc<Mutex<BTreeMap<String, u64>>>,
+}
+
+/// The Qpid-style code a log line carries (`QUE-1003`, `CHN-1005`, …), if any: three
+/// capital letters, a dash and four digits, as a word of its own.
+pub fn log_code(line: &str) -> Option<&str> {
+    let b = line.as_bytes();
+    (0..b.len().saturating_sub(7)).find_map(|i| {
+        let w = b.get(i..i + 8)?;
+        let shape = w[..3].iter().all(u8::is_ascii_uppercase)
+            && w[3] == b'-'
+            && w[4..].iter().all(u8::is_ascii_digit);
+        let starts = i == 0 || !b[i - 1].is_ascii_alphanumeric();
+        let ends = b.get(i + 8).is_none_or(|c| !c.is_ascii_alphanumeric());
+        (shape && starts && ends)
+            .then(|| line.get(i..i + 8))
+            .flatten()
+    })
 }
 
 /// Where to start the embedded broker.
@@ -127,13 +158,17 @@ fn sluice_binary(explicit: Option<&PathBuf>) -> Option<PathBuf> {
 }
 
 impl BrokerUnderTest {
-    /// Starts an embedded sluice on an ephemeral loopback port.
+    /// Starts an embedded sluice on an ephemeral loopback port, with `extra` sluice
+    /// command-line flags (a child process gets them on its command line; in-process
+    /// shards get them parsed by sluice's own flag parser).
     pub fn embedded(
         shards: usize,
         pin_cores: Option<&str>,
         how: Embedded,
         binary: Option<&PathBuf>,
+        extra: &[String],
     ) -> Result<BrokerUnderTest, String> {
+        let log_codes: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
         let bin = match how {
             Embedded::Inproc => None,
             Embedded::Auto => sluice_binary(binary),
@@ -147,6 +182,7 @@ impl BrokerUnderTest {
             if let Some(p) = pin_cores {
                 cmd.args(["--pin-cores", p]);
             }
+            cmd.args(extra);
             cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
             // Its own process group: a terminal's Ctrl-C reaches the tool only, which
             // prints its summary and then stops the broker itself.
@@ -156,49 +192,77 @@ impl BrokerUnderTest {
                 .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
             let stdout = child.stdout.take().ok_or("no stdout")?;
             let (tx, rx) = std::sync::mpsc::channel();
+            let codes = Arc::clone(&log_codes);
             std::thread::spawn(move || {
                 let mut addr = None;
                 for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                     if addr.is_none() {
                         if let Some(i) = line.find("Listening on TCP ") {
-                            addr = Some(line[i + 17..].trim().to_string());
+                            addr = line.get(i + 17..).map(|a| a.trim().to_string());
                         }
                     }
                     if line.contains("BRK-1004") {
                         let _ = tx.send(addr.clone());
                     }
+                    if let (Some(code), Ok(mut m)) = (log_code(&line), codes.lock()) {
+                        *m.entry(code.to_string()).or_default() += 1;
+                    }
                     // keep draining so the broker never blocks on a full pipe
                 }
             });
-            let addr = rx
-                .recv_timeout(Duration::from_secs(20))
-                .ok()
-                .flatten()
-                .ok_or("embedded sluice did not report Listening/Ready")?;
+            let addr = match rx.recv_timeout(Duration::from_secs(20)).ok().flatten() {
+                Some(a) => a,
+                None => {
+                    // Not ready (e.g. a bad --broker-arg): do not leave it running.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "embedded sluice did not report Listening/Ready (flags: {extra:?}; its \
+                         errors are above)"
+                    ));
+                }
+            };
             return Ok(BrokerUnderTest {
                 url: format!("amqp://guest:guest@{addr}/"),
                 kind: BrokerKind::Process(child),
                 label: format!(
-                    "sluice embedded process ({}), {shards} shards",
-                    bin.display()
+                    "sluice embedded process ({}), {shards} shards{}",
+                    bin.display(),
+                    flags_label(extra)
                 ),
+                log_codes,
             });
         }
-        let mut config = sluice::config::Config {
-            listen: vec!["127.0.0.1:0".parse().map_err(|e| format!("{e}"))?],
-            shards,
-            ..Default::default()
-        };
+        let mut args = vec![
+            "sluice".to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--shards".into(),
+            shards.to_string(),
+        ];
         if let Some(p) = pin_cores {
-            config.pin_cores = Some(sluice::config::parse_core_list(p)?);
+            args.extend(["--pin-cores".into(), p.to_string()]);
         }
-        config.log_level = "warn".into();
+        args.extend(extra.iter().cloned());
+        let cli = <sluice::config::Cli as clap::Parser>::try_parse_from(&args)
+            .map_err(|e| format!("--broker-arg: {e}"))?;
+        let mut config = sluice::config::Config::load(&cli).map_err(|e| e.to_string())?;
+        if cli.log_level.is_none() {
+            config.log_level = "warn".into();
+        }
         let broker = sluice::server::start(config).map_err(|e| e.to_string())?;
-        let addr = broker.addresses[0];
+        let addr = *broker
+            .addresses
+            .first()
+            .ok_or("embedded sluice listens nowhere")?;
         Ok(BrokerUnderTest {
             url: format!("amqp://guest:guest@{addr}/"),
             kind: BrokerKind::InProcess(broker),
-            label: format!("sluice embedded in-process, {shards} shards"),
+            label: format!(
+                "sluice embedded in-process, {shards} shards{}",
+                flags_label(extra)
+            ),
+            log_codes,
         })
     }
 
@@ -208,7 +272,14 @@ impl BrokerUnderTest {
             url,
             kind: BrokerKind::External(pid),
             label: "external".into(),
+            log_codes: Arc::default(),
         }
+    }
+
+    /// Lines per operational log code the embedded broker process has written so far
+    /// (empty for in-process and external brokers).
+    pub fn log_codes(&self) -> BTreeMap<String, u64> {
+        self.log_codes.lock().map(|m| m.clone()).unwrap_or_default()
     }
 
     /// The broker's process id, when it has its own process.
@@ -257,5 +328,25 @@ impl BrokerUnderTest {
             BrokerKind::InProcess(b) => b.shutdown(),
             BrokerKind::External(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_code;
+
+    #[test]
+    fn finds_the_code_of_a_log_line() {
+        let line =
+            "2026-11-30T03:20:39Z INFO [vh(/)/qu(q)] QUE-1003 : Overfull : Size : 1,200 bytes";
+        assert_eq!(log_code(line), Some("QUE-1003"));
+        assert_eq!(
+            log_code("SUB-1003 : Slow consumer detected"),
+            Some("SUB-1003")
+        );
+        assert_eq!(log_code("xQUE-1003 no"), None);
+        assert_eq!(log_code("QUE-10034"), None);
+        assert_eq!(log_code("nothing here"), None);
+        assert_eq!(log_code("ÄÖÜ-1234 é"), None);
     }
 }

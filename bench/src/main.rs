@@ -1,195 +1,86 @@
 //! `sluice-bench`: load benchmarks for AMQP 0-9-1 brokers.
 //!
-//! Owns: the command line (scenario and flags, with per-scenario defaults), starting
-//! the embedded sluice when no `--url` is given, Ctrl-C handling, and writing the
-//! summary, `--json` and `--report`.
+//! Owns: starting the embedded sluice when no `--url` is given, running the chosen
+//! scenario (with its calibration run when `--slow-fraction` asks for one), Ctrl-C
+//! handling, raising the open-file limit for runs with thousands of connections, and
+//! writing the summary, `--json` and `--report`. The flags are in `cli.rs`.
 //! Does not: touch broker internals; it drives any broker through sluice's client.
 //!
-//! `cargo run --release -p sluice-bench -- fanout --subscribers 16 --size 64`
+//! ```text
+//! cargo run --release -p sluice-bench -- fanout --subscribers 16 --size 64
+//! sluice-bench slowsub --subscribers 16 --size 64 --slow 1 --slow-rate 100 \
+//!     --policy delete --max-count 10000 --duration 60 --json slowsub-delete.json
+//! sluice-bench flow --duration 60 --json flow.json          # issue 7's capacity run
+//! sluice-bench fanout --embedded process \
+//!     --broker-arg=--memory-high-watermark=268435456 --duration 60
+//! ```
+//!
+//! Every `--json` has the per-second `timeline` (published/s, delivered/s — all, fast
+//! and slow subscribers —, p99, broker RSS, and for runs on one shared queue its
+//! depth), the fast and slow subscribers' figures apart (`fast`, `slow`), each
+//! subscriber's close code and text and gaps, and each publisher's time held by flow
+//! control and the flow signals it saw.
 
 mod broker;
+mod cli;
+mod html;
 mod report;
 mod scenario;
 mod stats;
 mod svg;
 
-use std::path::PathBuf;
-
 use clap::Parser;
 
-use broker::{BrokerUnderTest, Embedded};
+use broker::BrokerUnderTest;
+use cli::{Cli, Scenario};
 use scenario::matrix::Policy;
-use scenario::{AckMode, ConsumeMode, Opts};
+use scenario::{calibrate::calibrate, Opts, Plan};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Scenario {
-    /// P publishers → topic exchange → S subscriber queues (one consumer each).
-    Fanout,
-    /// P publishers → one queue ← C consumers.
-    Workq,
-    /// fanout with K subscribers throttled to R msg/s.
-    Slowsub,
-    /// Publishers into a capacity-limited queue (producer flow control).
-    Flow,
-    /// Durable queue, persistent messages, publisher confirms.
-    Persistent,
-    /// Seed 000's test matrix: ack mode × consume mode × topic type.
-    Matrix,
-}
-
-/// Load benchmarks for AMQP 0-9-1 brokers. With no --url an embedded sluice is
-/// started on an ephemeral loopback port.
-#[derive(Parser, Debug)]
-#[command(name = "sluice-bench", version)]
-struct Cli {
-    /// What to run.
-    #[arg(value_enum)]
-    scenario: Scenario,
-    /// Broker to drive (amqp://user:pass@host:port/vhost); none = embedded sluice.
-    #[arg(long)]
-    url: Option<String>,
-    /// PID of an external broker, to report its CPU per message and RSS.
-    #[arg(long)]
-    broker_pid: Option<u32>,
-    /// Shards of the embedded sluice.
-    #[arg(long, default_value_t = 2)]
-    shards: usize,
-    /// Cores to pin the embedded sluice's shards to (e.g. 0,1).
-    #[arg(long)]
-    pin_cores: Option<String>,
-    /// How to run the embedded sluice.
-    #[arg(long, value_enum, default_value_t = Embedded::Auto)]
-    embedded: Embedded,
-    /// The sluice binary for --embedded process (default: next to this tool).
-    #[arg(long)]
-    broker_bin: Option<PathBuf>,
-    /// Publisher connections.
-    #[arg(long)]
-    publishers: Option<usize>,
-    /// Subscriber queues (fanout, slowsub, matrix).
-    #[arg(long)]
-    subscribers: Option<usize>,
-    /// Consumers on the shared queue (workq, flow, persistent).
-    #[arg(long)]
-    consumers: Option<usize>,
-    /// Message body size in bytes (at least 20: the stamp).
-    #[arg(long)]
-    size: Option<usize>,
-    /// Messages per second per publisher; 0 = as fast as possible.
-    #[arg(long)]
-    rate: Option<u64>,
-    /// Measured seconds (after warm-up).
-    #[arg(long)]
-    duration: Option<f64>,
-    /// Warm-up seconds (not measured).
-    #[arg(long)]
-    warmup: Option<f64>,
-    /// Consumer prefetch (manual-ack modes).
-    #[arg(long)]
-    prefetch: Option<u16>,
-    /// Acknowledgement mode.
-    #[arg(long, value_enum)]
-    ack: Option<AckMode>,
-    /// Consume mode (async consume or sync basic.get).
-    #[arg(long, value_enum)]
-    consume: Option<ConsumeMode>,
-    /// Durable subscriber queues (fanout: durable named queues instead of exclusive).
-    #[arg(long)]
-    durable: bool,
-    /// Persistent messages (delivery-mode 2).
-    #[arg(long)]
-    persistent: bool,
-    /// Publisher confirms with this many in flight (0 = off).
-    #[arg(long)]
-    confirm: Option<usize>,
-    /// Subscribers (or consumers) throttled to --slow-rate.
-    #[arg(long)]
-    slow: Option<usize>,
-    /// Messages per second a throttled subscriber takes.
-    #[arg(long)]
-    slow_rate: Option<u32>,
-    /// Routing key (and binding key) of the fanout scenarios.
-    #[arg(long, default_value = "sluice.bench")]
-    routing_key: String,
-    /// Queue argument key=value for subscriber / shared queues (repeatable).
-    #[arg(long = "queue-arg", value_parser = parse_kv)]
-    queue_args: Vec<(String, String)>,
-    /// Stop each publisher after this many messages (0 = only the clock stops it).
-    #[arg(long, default_value_t = 0)]
-    max_messages: u64,
-    /// Seconds to wait for in-flight deliveries after publishing stops.
-    #[arg(long, default_value_t = 5.0)]
-    drain_timeout: f64,
-    /// matrix: the slow-consumer policy the broker is configured with.
-    #[arg(long, value_enum, default_value_t = Policy::Delete)]
-    policy: Policy,
-    /// matrix: the policy applies to durable subscriptions too.
-    #[arg(long)]
-    policy_durable: bool,
-    /// Worker threads of the tool's runtime.
-    #[arg(long, default_value_t = 2)]
-    client_threads: usize,
-    /// Write every figure as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Write an HTML report with SVG plots here.
-    #[arg(long)]
-    report: Option<PathBuf>,
-    /// No live line.
-    #[arg(long)]
-    quiet: bool,
-}
-
-fn parse_kv(s: &str) -> Result<(String, String), String> {
-    let (k, v) = s.split_once('=').ok_or("expected key=value")?;
-    Ok((k.to_string(), v.to_string()))
-}
-
-fn opts_for(cli: &Cli) -> Opts {
-    use Scenario::*;
-    let s = cli.scenario;
-    let (p, subs, cons, size, ack) = match s {
-        Fanout | Slowsub => (1, 16, 1, 64, AckMode::NoAck),
-        Workq => (4, 1, 4, 1024, AckMode::Client),
-        Flow => (2, 1, 1, 1024, AckMode::Client),
-        Persistent => (1, 1, 1, 1024, AckMode::Client),
-        Matrix => (1, 3, 1, 64, AckMode::Client),
+/// Runs `plan_for(opts)`, first calibrating the slow rate when `--slow-fraction`
+/// asks for it (`calibration_for` builds the calibration plan), then `before_run`
+/// (re-declaring a shared queue empties what the calibration left).
+async fn execute_calibrated<F>(
+    name: &str,
+    broker: &BrokerUnderTest,
+    opts: &Opts,
+    intr: &tokio::sync::watch::Receiver<bool>,
+    calibration_for: impl Fn(&Opts) -> Plan,
+    plan_for: impl Fn(&Opts) -> Plan,
+    before_run: impl Fn() -> F,
+) -> Result<report::RunReport, String>
+where
+    F: std::future::Future<Output = Result<(), String>>,
+{
+    let mut opts = opts.clone();
+    let calibration = match opts.slow_fraction {
+        Some(f) => {
+            let mut o = opts.clone();
+            o.slow = 0;
+            let c = calibrate(name, broker, &opts, f, calibration_for(&o), intr).await?;
+            opts.slow_rate = c.slow_rate;
+            if !opts.quiet {
+                eprintln!(
+                    "calibrated: {:.0} msg/s published; slow rate {} msg/s. The run:",
+                    c.publish_rate, c.slow_rate
+                );
+            }
+            before_run().await?;
+            Some(c)
+        }
+        None => None,
     };
-    let mut queue_args = cli.queue_args.clone();
-    if s == Flow && queue_args.is_empty() {
-        queue_args = scenario::flow::default_args();
+    let mut r = scenario::execute(name, broker, &opts, plan_for(&opts), intr).await?;
+    if let Some(c) = &calibration {
+        r.notes.push(format!(
+            "slow rate {} msg/s = {} x the publishers' maximum {:.0} msg/s (calibration run)",
+            c.slow_rate, c.fraction, c.publish_rate
+        ));
     }
-    Opts {
-        publishers: cli.publishers.unwrap_or(p),
-        subscribers: cli.subscribers.unwrap_or(subs),
-        consumers: cli.consumers.unwrap_or(cons),
-        size: cli.size.unwrap_or(size),
-        rate: cli.rate.unwrap_or(if s == Matrix { 2000 } else { 0 }),
-        duration_s: cli.duration.unwrap_or(if s == Matrix { 2.0 } else { 10.0 }),
-        warmup_s: cli.warmup.unwrap_or(if s == Matrix { 0.5 } else { 2.0 }),
-        prefetch: cli.prefetch.unwrap_or(1000),
-        ack: cli.ack.unwrap_or(ack),
-        consume: cli.consume.unwrap_or(ConsumeMode::Async),
-        durable: cli.durable,
-        persistent: cli.persistent,
-        confirm: cli.confirm.unwrap_or(if s == Persistent { 100 } else { 0 }),
-        slow: cli.slow.unwrap_or(match s {
-            Slowsub => 1,
-            _ => 0,
-        }),
-        slow_rate: cli.slow_rate.unwrap_or(match s {
-            Flow => 1000,
-            _ => 100,
-        }),
-        routing_key: cli.routing_key.clone(),
-        queue_args,
-        max_messages: cli.max_messages,
-        drain_timeout_s: cli.drain_timeout,
-        quiet: cli.quiet,
-    }
+    r.calibration = calibration;
+    Ok(r)
 }
 
 async fn run(
@@ -201,46 +92,86 @@ async fn run(
     use scenario::*;
     let is_sluice = cli.url.is_none();
     let name = format!("{:?}", cli.scenario).to_lowercase();
+    let url = broker.url.as_str();
+    let shared_queue = |queue: &'static str, durable: bool| {
+        let args = queue_arguments(&opts.queue_args);
+        move || {
+            let args = args.clone();
+            async move {
+                declare_queue(url, queue, durable, args)
+                    .await
+                    .map_err(|e| format!("declare queue {queue}: {e}"))
+            }
+        }
+    };
     match cli.scenario {
         Scenario::Fanout | Scenario::Slowsub => {
-            declare_exchange(&broker.url, fanout::EXCHANGE, "topic", opts.durable)
+            declare_exchange(url, fanout::EXCHANGE, "topic", opts.durable)
                 .await
                 .map_err(|e| format!("declare exchange: {e}"))?;
             let prefix = opts.durable.then_some("sluice.bench.fanout.sub");
-            let plan = fanout::plan(opts, fanout::EXCHANGE, opts.slow, prefix);
-            execute(&name, broker, opts, plan, intr).await
+            let plan = |o: &Opts| fanout::plan(o, fanout::EXCHANGE, o.slow, prefix);
+            let nothing = || async { Ok(()) };
+            execute_calibrated(&name, broker, opts, intr, plan, plan, nothing).await
         }
         Scenario::Workq => {
-            let args = queue_arguments(&opts.queue_args);
-            declare_queue(&broker.url, workq::QUEUE, opts.durable, args)
-                .await
-                .map_err(|e| format!("declare queue: {e}"))?;
-            let r = execute(&name, broker, opts, workq::plan(opts, workq::QUEUE), intr).await;
-            delete_queue(&broker.url, workq::QUEUE).await;
+            let reset = shared_queue(workq::QUEUE, opts.durable);
+            reset().await?;
+            let plan = |o: &Opts| workq::plan(o, workq::QUEUE);
+            let r = execute_calibrated(&name, broker, opts, intr, plan, plan, reset).await;
+            delete_queue(url, workq::QUEUE).await;
             r
         }
         Scenario::Flow => {
-            let args = queue_arguments(&opts.queue_args);
-            declare_queue(&broker.url, flow::QUEUE, false, args)
-                .await
-                .map_err(|e| format!("declare queue: {e}"))?;
-            let r = execute(&name, broker, opts, flow::plan(opts), intr).await;
-            delete_queue(&broker.url, flow::QUEUE).await;
+            let reset = shared_queue(flow::QUEUE, false);
+            reset().await?;
+            let r = execute_calibrated(
+                &name,
+                broker,
+                opts,
+                intr,
+                flow::calibration_plan,
+                flow::plan,
+                reset,
+            )
+            .await;
+            delete_queue(url, flow::QUEUE).await;
             r
         }
         Scenario::Persistent => {
-            let args = queue_arguments(&opts.queue_args);
-            declare_queue(&broker.url, persistent::QUEUE, true, args)
-                .await
-                .map_err(|e| format!("declare queue: {e}"))?;
+            let reset = shared_queue(persistent::QUEUE, true);
+            reset().await?;
             let mut o = opts.clone();
             o.persistent = true;
             o.confirm = o.confirm.max(1);
-            let r = execute(&name, broker, &o, persistent::plan(&o, is_sluice), intr).await;
-            delete_queue(&broker.url, persistent::QUEUE).await;
+            let plan = |o: &Opts| persistent::plan(o, is_sluice);
+            let r = execute_calibrated(&name, broker, &o, intr, plan, plan, reset).await;
+            delete_queue(url, persistent::QUEUE).await;
             r
         }
-        Scenario::Matrix => matrix::run(broker, opts, cli.policy, cli.policy_durable, intr).await,
+        Scenario::Matrix => {
+            if opts.slow_fraction.is_some() {
+                return Err("matrix does not take --slow-fraction; give --slow-rate".into());
+            }
+            let expected = cli.policy.unwrap_or(Policy::Delete);
+            matrix::run(broker, opts, expected, cli.policy_durable, intr).await
+        }
+    }
+}
+
+/// Raises the soft open-file limit to the hard one: a run with 1,000 subscribers
+/// holds 1,000 sockets here (and as many in an in-process broker).
+fn raise_open_file_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a live struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
     }
 }
 
@@ -252,7 +183,13 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let opts = opts_for(&cli);
+    raise_open_file_limit();
+    let opts = cli.opts();
+    if cli.url.is_some() && !cli.broker_args.is_empty() {
+        eprintln!(
+            "sluice-bench: --broker-arg is for the embedded sluice; it has no effect with --url"
+        );
+    }
     let broker = match &cli.url {
         Some(url) => BrokerUnderTest::external(url.clone(), cli.broker_pid),
         None => match BrokerUnderTest::embedded(
@@ -260,6 +197,7 @@ fn main() -> std::process::ExitCode {
             cli.pin_cores.as_deref(),
             cli.embedded,
             cli.broker_bin.as_ref(),
+            &cli.broker_args,
         ) {
             Ok(b) => b,
             Err(e) => {

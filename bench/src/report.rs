@@ -1,8 +1,8 @@
 //! Owns: the result of a run — [`RunReport`] with every figure (serialised as the
-//! `--json` file), the final summary table, and the `--report` HTML page with SVG
-//! plots (rates over time, latency over time, latency distribution).
+//! `--json` file) — and the final summary table (the `--report` page is `html.rs`).
 //! Does not: measure anything (that is `stats` and the scenarios).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
@@ -54,8 +54,57 @@ pub struct Counts {
     pub delivered: u64,
     pub expected_delivered: u64,
     pub window_s: f64,
+    /// The measured window on the timeline's clock (seconds since publishing started).
+    pub window_start_s: f64,
+    pub window_end_s: f64,
     pub published_in_window: u64,
     pub delivered_in_window: u64,
+}
+
+/// What one group of subscribers (fast, or throttled to `--slow-rate`) received.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GroupReport {
+    pub subscribers: usize,
+    /// Over the whole run.
+    pub delivered: u64,
+    pub delivered_in_window: u64,
+    /// Deliveries per second to the whole group in the measured window.
+    pub deliver_rate: f64,
+    /// The same per subscriber of the group.
+    pub deliver_rate_per_subscriber: f64,
+    pub latency: Latency,
+}
+
+/// Everything [`RunReport::new`] is made from.
+pub struct RunData {
+    pub counts: Counts,
+    pub latency: Latency,
+    pub hist: Histogram<u64>,
+    pub fast: GroupReport,
+    pub slow: GroupReport,
+    pub broker_cpu_ns: Option<u64>,
+    pub rss_max: u64,
+    pub tool_cpu_ns: u64,
+    pub subscribers: Vec<SubResult>,
+    pub publishers: Vec<PubResult>,
+    pub timeline: Vec<Sample>,
+    pub broker_log_codes: BTreeMap<String, u64>,
+    pub notes: Vec<String>,
+    pub interrupted: bool,
+}
+
+/// The publishers' maximum rate measured before the run, and the slow rate derived
+/// from it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Calibration {
+    /// Length of the calibration's measured window (seconds).
+    pub window_s: f64,
+    /// Messages per second all publishers together published, unthrottled consumers.
+    pub publish_rate: f64,
+    /// The fraction asked for (`--slow-fraction`).
+    pub fraction: f64,
+    /// The resulting rate of each throttled subscriber (msg/s).
+    pub slow_rate: u32,
 }
 
 /// The broker as the report names it.
@@ -95,6 +144,15 @@ pub struct RunReport {
     /// Broker CPU cores busy on average during the window.
     pub broker_cpu_cores: Option<f64>,
     pub broker_rss_max_bytes: u64,
+    /// The measured window (after warm-up) on the timeline's clock, seconds.
+    pub window_start_s: f64,
+    pub window_end_s: f64,
+    /// Least and most broker RSS sampled in the measured window (bytes).
+    pub broker_rss_window_min_bytes: Option<u64>,
+    pub broker_rss_window_max_bytes: Option<u64>,
+    /// Least and most ready messages in the shared queue sampled in the window.
+    pub queue_messages_min: Option<u64>,
+    pub queue_messages_max: Option<u64>,
     /// The tool's own CPU during the window, ns (in-process broker threads excluded).
     pub tool_cpu_ns: u64,
     /// Tool CPU per message handled (published + delivered), ns.
@@ -105,15 +163,46 @@ pub struct RunReport {
     pub confirmed: u64,
     pub nacked: u64,
     pub returned: u64,
+    /// Publisher time held by flow control, all publishers together (ms).
     pub flow_held_ms: u64,
+    pub flow_waits: u64,
+    /// Publisher time spent waiting for the socket, all publishers together (ms).
+    pub send_blocked_ms: u64,
     pub flow_timeouts: u64,
+    pub flow_channel_stops: u64,
+    pub flow_connection_blocks: u64,
+    /// Subscribers not throttled, and throttled ones, apart.
+    pub fast: GroupReport,
+    pub slow: GroupReport,
     pub channel_closes: Vec<String>,
+    /// Operational log codes the embedded broker process wrote during the run
+    /// (`QUE-1003`, `SUB-…`), with counts; empty for other brokers.
+    pub broker_log_codes: BTreeMap<String, u64>,
+    pub calibration: Option<Calibration>,
     pub timeline: Vec<Sample>,
     /// (percentile, ns) points of the latency distribution.
     pub latency_distribution: Vec<(f64, u64)>,
     pub cells: Vec<MatrixCell>,
     pub notes: Vec<String>,
     pub interrupted: bool,
+}
+
+/// Adds a cell's group to the matrix's sum; latency is the worst cell's.
+fn add_group(sum: &mut GroupReport, part: &GroupReport) {
+    sum.subscribers += part.subscribers;
+    sum.delivered += part.delivered;
+    sum.delivered_in_window += part.delivered_in_window;
+    if part.latency.p99_ns >= sum.latency.p99_ns {
+        sum.latency = part.latency.clone();
+    }
+}
+
+fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
 }
 
 /// Today's date and time in UTC, from the system clock.
@@ -159,26 +248,12 @@ fn distribution(h: &Histogram<u64>) -> Vec<(f64, u64)> {
 }
 
 impl RunReport {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        scenario: &str,
-        broker: &BrokerUnderTest,
-        opts: &Opts,
-        c: Counts,
-        latency: Latency,
-        broker_cpu_ns: Option<u64>,
-        rss_max: u64,
-        tool_cpu_ns: u64,
-        subscribers: Vec<SubResult>,
-        publishers: Vec<PubResult>,
-        timeline: Vec<Sample>,
-        hist: &Histogram<u64>,
-        notes: Vec<String>,
-        interrupted: bool,
-    ) -> RunReport {
+    pub fn new(scenario: &str, broker: &BrokerUnderTest, opts: &Opts, d: RunData) -> RunReport {
+        let c = d.counts;
         let w = c.window_s.max(1e-9);
         let handled = (c.published_in_window + c.delivered_in_window).max(1);
-        let channel_closes = subscribers
+        let channel_closes = d
+            .subscribers
             .iter()
             .filter_map(|s| {
                 s.closed_code.map(|code| {
@@ -190,6 +265,14 @@ impl RunReport {
                 })
             })
             .collect();
+        let in_window: Vec<&Sample> = d
+            .timeline
+            .iter()
+            .filter(|s| s.t >= c.window_start_s && s.t <= c.window_end_s + 0.05)
+            .collect();
+        let rss = in_window.iter().map(|s| s.broker_rss).filter(|&r| r > 0);
+        let queue = in_window.iter().filter_map(|s| s.queue_messages);
+        let pubs = &d.publishers;
         RunReport {
             tool: "sluice-bench".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -210,28 +293,43 @@ impl RunReport {
             delivered_in_window: c.delivered_in_window,
             publish_rate: c.published_in_window as f64 / w,
             deliver_rate: c.delivered_in_window as f64 / w,
-            latency,
-            broker_cpu_ns,
-            broker_cpu_ns_per_delivered: broker_cpu_ns
+            latency: d.latency,
+            broker_cpu_ns: d.broker_cpu_ns,
+            broker_cpu_ns_per_delivered: d
+                .broker_cpu_ns
                 .map(|n| n as f64 / c.delivered_in_window.max(1) as f64),
-            broker_cpu_cores: broker_cpu_ns.map(|n| n as f64 / 1e9 / w),
-            broker_rss_max_bytes: rss_max,
-            tool_cpu_ns,
-            tool_cpu_ns_per_message: tool_cpu_ns as f64 / handled as f64,
-            tool_cpu_cores: tool_cpu_ns as f64 / 1e9 / w,
-            confirmed: publishers.iter().map(|p| p.confirmed).sum(),
-            nacked: publishers.iter().map(|p| p.nacked).sum(),
-            returned: publishers.iter().map(|p| p.returned).sum(),
-            flow_held_ms: publishers.iter().map(|p| p.flow_held_ms).sum(),
-            flow_timeouts: publishers.iter().map(|p| p.flow_timeouts).sum(),
+            broker_cpu_cores: d.broker_cpu_ns.map(|n| n as f64 / 1e9 / w),
+            broker_rss_max_bytes: d.rss_max,
+            window_start_s: c.window_start_s,
+            window_end_s: c.window_end_s,
+            broker_rss_window_min_bytes: rss.clone().min(),
+            broker_rss_window_max_bytes: rss.max(),
+            queue_messages_min: queue.clone().min(),
+            queue_messages_max: queue.max(),
+            tool_cpu_ns: d.tool_cpu_ns,
+            tool_cpu_ns_per_message: d.tool_cpu_ns as f64 / handled as f64,
+            tool_cpu_cores: d.tool_cpu_ns as f64 / 1e9 / w,
+            confirmed: pubs.iter().map(|p| p.confirmed).sum(),
+            nacked: pubs.iter().map(|p| p.nacked).sum(),
+            returned: pubs.iter().map(|p| p.returned).sum(),
+            flow_held_ms: pubs.iter().map(|p| p.flow_held_ms).sum(),
+            flow_waits: pubs.iter().map(|p| p.flow_waits).sum(),
+            send_blocked_ms: pubs.iter().map(|p| p.send_blocked_ms).sum(),
+            flow_timeouts: pubs.iter().map(|p| p.flow_timeouts).sum(),
+            flow_channel_stops: pubs.iter().map(|p| p.channel_flow_stops).sum(),
+            flow_connection_blocks: pubs.iter().map(|p| p.connection_blocks).sum(),
+            fast: d.fast,
+            slow: d.slow,
             channel_closes,
-            subscribers,
-            publishers,
-            timeline,
-            latency_distribution: distribution(hist),
+            broker_log_codes: d.broker_log_codes,
+            calibration: None,
+            subscribers: d.subscribers,
+            publishers: d.publishers,
+            timeline: d.timeline,
+            latency_distribution: distribution(&d.hist),
             cells: Vec::new(),
-            notes,
-            interrupted,
+            notes: d.notes,
+            interrupted: d.interrupted,
         }
     }
 
@@ -277,7 +375,21 @@ impl RunReport {
             r.nacked += p.nacked;
             r.returned += p.returned;
             r.flow_held_ms += p.flow_held_ms;
+            r.flow_waits += p.flow_waits;
+            r.send_blocked_ms += p.send_blocked_ms;
             r.flow_timeouts += p.flow_timeouts;
+            r.flow_channel_stops += p.flow_channel_stops;
+            r.flow_connection_blocks += p.flow_connection_blocks;
+            add_group(&mut r.fast, &p.fast);
+            add_group(&mut r.slow, &p.slow);
+            r.broker_rss_window_min_bytes =
+                min_opt(r.broker_rss_window_min_bytes, p.broker_rss_window_min_bytes);
+            r.broker_rss_window_max_bytes = r
+                .broker_rss_window_max_bytes
+                .max(p.broker_rss_window_max_bytes);
+            for (code, n) in p.broker_log_codes {
+                *r.broker_log_codes.entry(code).or_default() += n;
+            }
             r.channel_closes.extend(p.channel_closes);
             let last_t = p.timeline.last().map_or(0.0, |s| s.t);
             r.timeline.extend(p.timeline.into_iter().map(|mut s| {
@@ -298,6 +410,11 @@ impl RunReport {
         r.tool_cpu_ns_per_message =
             r.tool_cpu_ns as f64 / (r.published_in_window + r.delivered_in_window).max(1) as f64;
         r.tool_cpu_cores = r.tool_cpu_ns as f64 / 1e9 / w;
+        for g in [&mut r.fast, &mut r.slow] {
+            g.deliver_rate = g.delivered_in_window as f64 / w;
+            g.deliver_rate_per_subscriber = g.deliver_rate / g.subscribers.max(1) as f64;
+        }
+        r.window_end_s = r.timeline.last().map_or(0.0, |s| s.t);
         r
     }
 
@@ -345,7 +462,15 @@ impl RunReport {
                     opt(self.broker_cpu_cores, &|v| format!("{v:.2}"))
                 ),
             ),
-            ("broker RSS max", fmt_bytes(self.broker_rss_max_bytes)),
+            (
+                "broker RSS",
+                format!(
+                    "window min {} max {}; run max {}",
+                    fmt_bytes(self.broker_rss_window_min_bytes.unwrap_or(0)),
+                    fmt_bytes(self.broker_rss_window_max_bytes.unwrap_or(0)),
+                    fmt_bytes(self.broker_rss_max_bytes)
+                ),
+            ),
             (
                 "tool CPU",
                 format!(
@@ -364,31 +489,8 @@ impl RunReport {
                 "confirms", self.confirmed, self.nacked
             );
         }
-        if self.flow_held_ms > 0 || self.flow_timeouts > 0 {
-            let _ = writeln!(
-                s,
-                "{:<16} held {} ms in total, {} timeouts",
-                "flow control", self.flow_held_ms, self.flow_timeouts
-            );
-        }
-        for c in &self.channel_closes {
-            let _ = writeln!(s, "{:<16} {c}", "channel closed");
-        }
-        let slow: Vec<_> = self.subscribers.iter().filter(|x| x.slow).collect();
-        if !slow.is_empty() && self.cells.is_empty() {
-            for x in slow {
-                let _ = writeln!(
-                    s,
-                    "{:<16} subscriber {}: delivered {}, skipped {}{}",
-                    "slow subscriber",
-                    x.id,
-                    x.delivered,
-                    x.gaps,
-                    x.closed_code
-                        .map_or(String::new(), |c| format!(", closed {c}"))
-                );
-            }
-        }
+        self.summary_flow(&mut s);
+        self.summary_subscribers(&mut s);
         if !self.cells.is_empty() {
             let _ = writeln!(
                 s,
@@ -433,92 +535,119 @@ impl RunReport {
         s
     }
 
-    /// A self-contained HTML page with SVG plots.
-    pub fn html(&self) -> String {
-        let mut h = String::new();
-        let _ = write!(
-            h,
-            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>sluice-bench {}</title>\
-             <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto}}\
-             table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}\
-             td:first-child{{text-align:left}}</style></head><body>",
-            esc(&self.scenario)
-        );
-        let _ = write!(
-            h,
-            "<h1>sluice-bench: {}</h1><p>{} — {} — {} cores</p>",
-            esc(&self.scenario),
-            esc(&self.date_utc),
-            esc(&self.broker.label),
-            self.machine_cores
-        );
-        h.push_str("<pre>");
-        h.push_str(&esc(&self.summary()));
-        h.push_str("</pre>");
-        let t: Vec<f64> = self.timeline.iter().map(|s| s.t).collect();
-        h.push_str("<h2>Rates over time</h2>");
-        h.push_str(&crate::svg::line_chart(
-            "messages per second",
-            &t,
-            &[
-                (
-                    "published/s",
-                    "#1f77b4",
-                    self.timeline.iter().map(|s| s.published_per_s).collect(),
-                ),
-                (
-                    "delivered/s",
-                    "#d62728",
-                    self.timeline.iter().map(|s| s.delivered_per_s).collect(),
-                ),
-            ],
-            "seconds",
-            false,
-        ));
-        h.push_str("<h2>p99 latency over time</h2>");
-        h.push_str(&crate::svg::line_chart(
-            "p99 latency (ms)",
-            &t,
-            &[(
-                "p99",
-                "#2ca02c",
-                self.timeline
-                    .iter()
-                    .map(|s| s.p99_ns as f64 / 1e6)
-                    .collect(),
-            )],
-            "seconds",
-            false,
-        ));
-        h.push_str("<h2>Latency distribution</h2>");
-        let xs: Vec<f64> = self
-            .latency_distribution
-            .iter()
-            .map(|(p, _)| -(1.0 - p / 100.0).max(1e-6).log10())
-            .collect();
-        h.push_str(&crate::svg::line_chart(
-            "latency (ms) by percentile",
-            &xs,
-            &[(
-                "latency",
-                "#9467bd",
-                self.latency_distribution
-                    .iter()
-                    .map(|(_, v)| *v as f64 / 1e6)
-                    .collect(),
-            )],
-            "percentile (0 = p0, 1 = p90, 2 = p99, 3 = p99.9, …)",
-            true,
-        ));
-        h.push_str("<h2>Raw figures</h2><pre>");
-        h.push_str(&esc(&serde_json::to_string_pretty(self).unwrap_or_default()));
-        h.push_str("</pre></body></html>\n");
-        h
+    /// Queue depth, flow control, calibration and broker log lines of the summary.
+    fn summary_flow(&self, s: &mut String) {
+        if let (Some(lo), Some(hi)) = (self.queue_messages_min, self.queue_messages_max) {
+            let size = self.config.as_ref().map_or(0, |c| c.size) as u64;
+            let _ = writeln!(
+                s,
+                "{:<16} window min {lo} max {hi} messages (bodies {} .. {})",
+                "queue depth",
+                fmt_bytes(lo * size),
+                fmt_bytes(hi * size)
+            );
+        }
+        let any_flow = self.flow_waits + self.flow_channel_stops + self.flow_connection_blocks > 0;
+        if self.scenario == "flow" || any_flow {
+            let pubs = self.publishers.len().max(1) as f64;
+            let secs = |ms: u64| ms as f64 / 1e3;
+            let _ = writeln!(
+                s,
+                "{:<16} publishers held {:.1} s in total ({:.1} s each), {} waits, {} timeouts; \
+                 {} channel.flow stops, {} connection.blocked",
+                "flow control",
+                secs(self.flow_held_ms),
+                secs(self.flow_held_ms) / pubs,
+                self.flow_waits,
+                self.flow_timeouts,
+                self.flow_channel_stops,
+                self.flow_connection_blocks
+            );
+            let _ = writeln!(
+                s,
+                "{:<16} publishers waited {:.1} s in total ({:.1} s each) for the socket",
+                "backpressure",
+                secs(self.send_blocked_ms),
+                secs(self.send_blocked_ms) / pubs
+            );
+        }
+        if let Some(c) = &self.calibration {
+            let _ = writeln!(
+                s,
+                "{:<16} publishers' maximum {}/s over {:.1} s; slow rate {} x that = {} msg/s",
+                "calibration",
+                fmt_rate(c.publish_rate),
+                c.window_s,
+                c.fraction,
+                c.slow_rate
+            );
+        }
+        if !self.broker_log_codes.is_empty() {
+            let codes: Vec<String> = self
+                .broker_log_codes
+                .iter()
+                .map(|(code, n)| format!("{code} x{n}"))
+                .collect();
+            let _ = writeln!(s, "{:<16} {}", "broker log", codes.join(", "));
+        }
     }
-}
 
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    /// Fast and slow subscribers apart, and how each slow one ended.
+    fn summary_subscribers(&self, s: &mut String) {
+        const MAX_LINES: usize = 20;
+        // Printed for a slowsub run without slow subscribers too: it is the baseline
+        // the fast subscribers of the other runs are compared with.
+        if self.slow.subscribers > 0 || self.scenario == "slowsub" {
+            for (name, g) in [
+                ("fast subscribers", &self.fast),
+                ("slow subscribers", &self.slow),
+            ] {
+                if g.subscribers == 0 {
+                    continue;
+                }
+                let _ = writeln!(
+                    s,
+                    "{name:<16} {}: {}/s each ({}/s together), p99 {}",
+                    g.subscribers,
+                    fmt_rate(g.deliver_rate_per_subscriber),
+                    fmt_rate(g.deliver_rate),
+                    fmt_ns(g.latency.p99_ns)
+                );
+            }
+        }
+        for c in self.channel_closes.iter().take(MAX_LINES) {
+            let _ = writeln!(s, "{:<16} {c}", "channel closed");
+        }
+        if self.channel_closes.len() > MAX_LINES {
+            let more = self.channel_closes.len() - MAX_LINES;
+            let _ = writeln!(s, "{:<16} … and {more} more (see --json)", "channel closed");
+        }
+        if !self.cells.is_empty() {
+            return;
+        }
+        let slow: Vec<_> = self.subscribers.iter().filter(|x| x.slow).collect();
+        for x in slow.iter().take(MAX_LINES) {
+            let closed = match (x.closed_code, &x.closed_text, x.closed_at_s) {
+                (Some(c), t, at) => format!(
+                    ", closed {c} {:?}{}",
+                    t.as_deref().unwrap_or(""),
+                    at.map_or(String::new(), |a| format!(" at {a:.1} s"))
+                ),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                s,
+                "{:<16} subscriber {}: delivered {}, skipped {}{closed}",
+                "slow subscriber", x.id, x.delivered, x.gaps,
+            );
+        }
+        if slow.len() > MAX_LINES {
+            let more = slow.len() - MAX_LINES;
+            let _ = writeln!(
+                s,
+                "{:<16} … and {more} more (see --json)",
+                "slow subscriber"
+            );
+        }
+    }
 }

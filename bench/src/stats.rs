@@ -1,6 +1,7 @@
-//! Owns: what a run measures while it runs — message counters, latency histograms
-//! (hdrhistogram, nanoseconds), the per-second timeline and the live line — and the
-//! message stamp (intended send time, sequence, publisher) every body starts with.
+//! Owns: what a run measures while it runs — message counters and latency histograms
+//! (hdrhistogram, nanoseconds), kept apart for fast and throttled subscribers, the
+//! per-second [`Sample`] — and the message stamp (intended send time, sequence,
+//! publisher) every body starts with.
 //! Does not: talk to the broker or decide what a scenario does.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,47 +62,108 @@ pub fn new_hist() -> Histogram<u64> {
 }
 
 /// One point of the per-second timeline.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Sample {
-    /// Seconds since the start of the run.
+    /// Seconds since publishing started.
     pub t: f64,
     /// Messages published per second in this interval.
     pub published_per_s: f64,
-    /// Messages delivered per second in this interval.
+    /// Messages delivered per second in this interval (every subscriber).
     pub delivered_per_s: f64,
-    /// p99 latency of this interval (ns; 0 when nothing was delivered).
+    /// p99 latency of this interval, every subscriber (ns; 0 when nothing was delivered).
     pub p99_ns: u64,
+    /// Delivered per second to the subscribers that are not throttled.
+    pub fast_delivered_per_s: f64,
+    /// p99 latency of this interval over the subscribers that are not throttled.
+    pub fast_p99_ns: u64,
+    /// Delivered per second to the throttled (slow) subscribers.
+    pub slow_delivered_per_s: f64,
     /// Broker RSS at the sample (bytes; 0 when unknown).
     pub broker_rss: u64,
+    /// Ready messages in the run's shared queue (passive `queue.declare` on a separate
+    /// connection); `null` for runs without one, or when the probe got no answer.
+    pub queue_messages: Option<u64>,
+}
+
+/// Counters and histograms of one group of subscribers (fast or slow).
+pub struct Group {
+    pub delivered: AtomicU64,
+    /// Latencies over the whole measured window.
+    pub total: Mutex<Histogram<u64>>,
+    /// Latencies since the last per-second sample.
+    pub interval: Mutex<Histogram<u64>>,
+}
+
+impl Group {
+    fn new() -> Group {
+        Group {
+            delivered: AtomicU64::new(0),
+            total: Mutex::new(new_hist()),
+            interval: Mutex::new(new_hist()),
+        }
+    }
+
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Relaxed)
+    }
+
+    /// A copy of the whole-window histogram.
+    pub fn total(&self) -> Histogram<u64> {
+        self.total.lock().map_or_else(|_| new_hist(), |h| h.clone())
+    }
+
+    /// The interval histogram, taken (and reset) for a per-second sample.
+    pub fn take_interval(&self) -> Histogram<u64> {
+        self.interval.lock().map_or_else(
+            |_| new_hist(),
+            |mut h| {
+                let copy = h.clone();
+                h.reset();
+                copy
+            },
+        )
+    }
+}
+
+/// p99 of a histogram, 0 when empty.
+pub fn p99(h: &Histogram<u64>) -> u64 {
+    if h.is_empty() {
+        0
+    } else {
+        h.value_at_quantile(0.99)
+    }
 }
 
 /// Counters and histograms shared by the tasks of one run.
 pub struct Shared {
     /// The instant stamps count from.
     pub base: Instant,
+    /// When publishing started (ns since `base`; 0 until then).
+    pub started_ns: AtomicU64,
     pub published: AtomicU64,
-    pub delivered: AtomicU64,
+    /// Subscribers that are not throttled.
+    pub fast: Group,
+    /// Subscribers throttled to `--slow-rate`.
+    pub slow: Group,
     /// Publishers stop when set.
     pub stop: AtomicBool,
     /// Consumers stop when set.
     pub stop_consumers: AtomicBool,
     /// Latencies are recorded only while set (after warm-up).
     pub measuring: AtomicBool,
-    pub total: Mutex<Histogram<u64>>,
-    pub interval: Mutex<Histogram<u64>>,
 }
 
 impl Shared {
     pub fn new() -> Arc<Shared> {
         Arc::new(Shared {
             base: Instant::now(),
+            started_ns: AtomicU64::new(0),
             published: AtomicU64::new(0),
-            delivered: AtomicU64::new(0),
+            fast: Group::new(),
+            slow: Group::new(),
             stop: AtomicBool::new(false),
             stop_consumers: AtomicBool::new(false),
             measuring: AtomicBool::new(false),
-            total: Mutex::new(new_hist()),
-            interval: Mutex::new(new_hist()),
         })
     }
 
@@ -109,26 +171,48 @@ impl Shared {
         self.base.elapsed().as_nanos() as u64
     }
 
+    /// Seconds since publishing started.
+    pub fn since_start_s(&self) -> f64 {
+        self.now_ns()
+            .saturating_sub(self.started_ns.load(Ordering::Relaxed)) as f64
+            / 1e9
+    }
+
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
+
+    pub fn group(&self, slow: bool) -> &Group {
+        if slow {
+            &self.slow
+        } else {
+            &self.fast
+        }
+    }
+
+    /// Deliveries to every subscriber so far.
+    pub fn delivered(&self) -> u64 {
+        self.fast.delivered() + self.slow.delivered()
+    }
 }
 
-/// A consumer's local latency histogram, merged into the shared ones every 50 ms so
-/// the hot loop takes no lock per message.
+/// A consumer's local latency histogram, merged into its group's shared ones every
+/// 50 ms so the hot loop takes no lock per message.
 pub struct Recorder {
     local: Histogram<u64>,
     last: Instant,
     /// Receive time of the current batch (one clock read per batch).
     now: u64,
+    slow: bool,
 }
 
 impl Recorder {
-    pub fn new() -> Recorder {
+    pub fn new(slow: bool) -> Recorder {
         Recorder {
             local: new_hist(),
             last: Instant::now(),
             now: 0,
+            slow,
         }
     }
 
@@ -154,10 +238,11 @@ impl Recorder {
         if self.local.is_empty() {
             return;
         }
-        if let Ok(mut t) = shared.total.lock() {
+        let g = shared.group(self.slow);
+        if let Ok(mut t) = g.total.lock() {
             let _ = t.add(&self.local);
         }
-        if let Ok(mut i) = shared.interval.lock() {
+        if let Ok(mut i) = g.interval.lock() {
             let _ = i.add(&self.local);
         }
         self.local.reset();

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::esc;
+use crate::html::esc;
 
 fn nice_max(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {

@@ -65,7 +65,9 @@ fn common(v: &Value, with_latency: bool) {
     assert!(f(v, "window_s") > 0.0);
     assert!(u(v, "published_in_window") <= u(v, "published"));
     assert!(u(v, "delivered_in_window") <= u(v, "delivered"));
-    assert!(f(v, "publish_rate") > 0.0 && f(v, "deliver_rate") > 0.0);
+    // A flow run's publishers may be held through the whole (short) window.
+    assert!(f(v, "publish_rate") > 0.0 || v["scenario"] == "flow");
+    assert!(f(v, "deliver_rate") > 0.0);
     assert!(
         v["broker_cpu_ns"].as_u64().is_some(),
         "broker CPU measured (in-process shards)"
@@ -73,7 +75,68 @@ fn common(v: &Value, with_latency: bool) {
     assert!(f(v, "broker_cpu_ns_per_delivered") >= 0.0);
     assert!(u(v, "broker_rss_max_bytes") > 0, "broker RSS");
     assert!(f(v, "tool_cpu_ns_per_message") >= 0.0);
-    assert!(!v["timeline"].as_array().unwrap().is_empty(), "timeline");
+    let timeline = v["timeline"].as_array().unwrap();
+    assert!(!timeline.is_empty(), "timeline");
+    for sample in timeline {
+        for k in [
+            "t",
+            "published_per_s",
+            "delivered_per_s",
+            "p99_ns",
+            "fast_delivered_per_s",
+            "fast_p99_ns",
+            "slow_delivered_per_s",
+        ] {
+            assert!(sample[k].is_number(), "{k} in {sample}");
+        }
+        assert!(
+            u(sample, "broker_rss") > 0,
+            "RSS sampled each second: {sample}"
+        );
+        let q = sample
+            .get("queue_messages")
+            .expect("queue_messages in every sample");
+        assert!(q.is_null() || q.is_u64(), "{sample}");
+    }
+    assert!(f(v, "window_end_s") >= f(v, "window_start_s"));
+    assert!(
+        v["broker_rss_window_min_bytes"].as_u64() <= v["broker_rss_window_max_bytes"].as_u64(),
+        "RSS range"
+    );
+    for g in ["fast", "slow"] {
+        let g = &v[g];
+        for k in ["subscribers", "delivered", "delivered_in_window"] {
+            assert!(g[k].is_u64(), "{k} in {g}");
+        }
+        assert!(g["deliver_rate_per_subscriber"].is_number() && g["latency"].is_object());
+    }
+    assert_eq!(
+        u(&v["fast"], "subscribers") + u(&v["slow"], "subscribers"),
+        v["subscribers"].as_array().unwrap().len() as u64
+    );
+    assert_eq!(
+        u(&v["fast"], "delivered") + u(&v["slow"], "delivered"),
+        u(v, "delivered"),
+        "fast + slow = every delivery"
+    );
+    for p in v["publishers"].as_array().unwrap() {
+        for k in [
+            "flow_held_ms",
+            "flow_waits",
+            "flow_timeouts",
+            "channel_flow_stops",
+            "connection_blocks",
+            "send_blocked_ms",
+        ] {
+            assert!(p[k].is_u64(), "{k} in {p}");
+        }
+    }
+    for sub in v["subscribers"].as_array().unwrap() {
+        for k in ["closed_code", "closed_text", "closed_at_s", "gaps"] {
+            assert!(sub.get(k).is_some(), "{k} in {sub}");
+        }
+    }
+    assert!(v["broker_log_codes"].is_object());
     let subs: u64 = v["subscribers"]
         .as_array()
         .unwrap()
@@ -220,19 +283,152 @@ fn slowsub_reports_the_slow_subscriber() {
     assert!(u(slow[0], "delivered") < u(&v, "published"));
 }
 
+/// The fields the slow-consumer runs are read from. The policy flags only add queue
+/// arguments: whether the broker acted on them is for tests/slow_consumer.rs.
+#[test]
+fn slowsub_with_policy_flags_reports_fast_and_slow_apart() {
+    let v = run(
+        "slowsub-policy",
+        &[
+            &[
+                "slowsub",
+                "--subscribers",
+                "3",
+                "--rate",
+                "1000",
+                "--slow-rate",
+                "50",
+                "--policy",
+                "cycle",
+                "--max-count",
+                "100",
+            ][..],
+            &SHORT,
+        ]
+        .concat(),
+    );
+    common(&v, true);
+    let args = v["config"]["queue_args"].as_array().unwrap();
+    for kv in [
+        ["x-slow-consumer-policy", "cycle"],
+        ["x-slow-consumer-max-count", "100"],
+    ] {
+        assert!(
+            args.iter().any(|a| a == &serde_json::json!(kv)),
+            "{kv:?} in {args:?}"
+        );
+    }
+    assert_eq!(u(&v["fast"], "subscribers"), 2);
+    assert_eq!(u(&v["slow"], "subscribers"), 1);
+    assert!(
+        u(&v["fast"]["latency"], "count") > 0,
+        "fast latency measured"
+    );
+    assert!(f(&v["fast"], "deliver_rate_per_subscriber") > 0.0);
+    assert!(v["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["queue_messages"].is_null()));
+}
+
+/// Small capacity so a broker that enforces it releases the publishers quickly at
+/// the end; a short wait-failure bounds a publisher held by one that never does.
+const FLOW_SMALL: [&str; 8] = [
+    "--queue-arg",
+    "x-qpid-capacity=262144",
+    "--queue-arg",
+    "x-qpid-flow-resume-capacity=131072",
+    "--flow-wait-failure-ms",
+    "3000",
+    "--flow-notify-period-ms",
+    "1000",
+];
+
+fn flow_common(v: &Value) {
+    for k in [
+        "flow_held_ms",
+        "flow_waits",
+        "flow_timeouts",
+        "flow_channel_stops",
+        "flow_connection_blocks",
+        "send_blocked_ms",
+    ] {
+        let _ = u(v, k);
+    }
+    let depth: Vec<u64> = v["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["queue_messages"].as_u64())
+        .collect();
+    assert!(!depth.is_empty(), "queue depth sampled each second");
+    assert!(v["queue_messages_min"].as_u64() <= v["queue_messages_max"].as_u64());
+    assert_eq!(
+        u(&v["slow"], "subscribers"),
+        1,
+        "the one consumer is throttled"
+    );
+}
+
 #[test]
 fn flow_reports_publishers_and_flow_fields() {
     let v = run(
         "flow",
         &[
             &["flow", "--rate", "2000", "--slow-rate", "1000"][..],
+            &FLOW_SMALL,
             &SHORT,
         ]
         .concat(),
     );
     common(&v, true);
-    let _ = u(&v, "flow_held_ms");
-    assert_eq!(u(&v, "flow_timeouts"), 0);
+    flow_common(&v);
+    assert_eq!(v["publishers"].as_array().unwrap().len(), 4);
+    assert!(
+        v["calibration"].is_null(),
+        "--slow-rate given: no calibration"
+    );
+    assert_eq!(v["config"]["flow_wait_failure_ms"], 3000);
+    assert_eq!(v["config"]["flow_notify_period_ms"], 1000);
+}
+
+/// `--ignore-flow` publishers at their maximum rate, the consumer at 10 % of the
+/// rate a calibration run measured first.
+#[test]
+fn flow_ignoring_publishers_after_calibration() {
+    let v = run(
+        "flow-ignore",
+        &[
+            &[
+                "flow",
+                "--ignore-flow",
+                "--publishers",
+                "2",
+                "--size",
+                "64",
+                "--calibrate",
+                "0.5",
+                "--duration",
+                "1.5",
+                "--warmup",
+                "0.5",
+                "--drain-timeout",
+                "2",
+            ][..],
+            &FLOW_SMALL,
+        ]
+        .concat(),
+    );
+    common(&v, false);
+    flow_common(&v);
+    assert_eq!(v["config"]["ignore_flow"], true);
+    let c = &v["calibration"];
+    assert!(f(c, "publish_rate") > 0.0, "{c}");
+    assert_eq!(f(c, "fraction"), 0.1);
+    assert_eq!(u(c, "slow_rate"), u(&v["config"], "slow_rate"));
+    assert_eq!(u(&v, "flow_waits"), 0, "ignoring publishers never wait");
+    assert_eq!(u(&v, "flow_held_ms"), 0);
 }
 
 #[test]

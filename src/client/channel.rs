@@ -8,8 +8,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
@@ -18,7 +20,7 @@ use super::consumer::Consumer;
 use super::error::ClientError;
 use super::io::{Cmd, Opened, Pending, Publish, Tuning};
 use super::message::{encode_properties, GetMessage, Returned};
-use super::shared::{ChanShared, ConnShared, FlowOptions};
+use super::shared::{nanos_since, ChanShared, ConnShared, FlowOptions, FlowStats};
 use crate::protocol::method::*;
 use crate::protocol::{BasicProperties, FieldTable, Method, ShortStr};
 
@@ -193,9 +195,19 @@ impl Channel {
     /// `true` while the broker holds publishers back on this channel
     /// (`channel.flow active=false`) or connection (`connection.blocked`).
     pub fn is_flow_held(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        self.shared.flow_stopped.load(Ordering::Acquire)
-            || self.conn.blocked.load(Ordering::Acquire)
+        self.shared.held(&self.conn)
+    }
+
+    /// What this channel has seen of producer flow control: `channel.flow` stops,
+    /// `connection.blocked` on its connection, and how many publishes waited, for how
+    /// long in total, and how many of them timed out.
+    pub fn flow_stats(&self) -> FlowStats {
+        self.shared.stats(&self.conn)
+    }
+
+    /// The flow-control settings this channel's publishes follow.
+    pub fn flow_options(&self) -> FlowOptions {
+        self.flow
     }
 
     /// Takes the receiver of `basic.return`s (mandatory publishes the broker could
@@ -429,7 +441,9 @@ impl Channel {
     /// Publishes one message. `properties` is the raw property part (see
     /// [`super::NO_PROPERTIES`], [`super::encode_properties`]); `exchange` and
     /// `routing_key` are cheap to clone when given as [`ShortStr`]. Waits while the
-    /// broker holds publishers back (see [`FlowOptions`]).
+    /// broker holds publishers back (see [`FlowOptions`]); after the wait-failure
+    /// period it returns [`ClientError::FlowControlTimeout`] without sending the
+    /// message, and the channel (with any transaction in progress) stays as it was.
     pub async fn basic_publish(
         &self,
         exchange: impl Into<ShortStr>,
@@ -507,7 +521,7 @@ impl Channel {
     ) -> Result<(), ClientError> {
         self.shared.check(&self.conn)?;
         self.shared.wait_flow(&self.conn, &self.flow).await?;
-        self.send(Cmd::Publish(Publish {
+        let cmd = Cmd::Publish(Publish {
             channel: self.id,
             exchange,
             routing_key,
@@ -515,8 +529,20 @@ impl Channel {
             properties,
             body,
             confirm,
-        }))
-        .await
+        });
+        match self.cmd.try_send(cmd) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(self.shared.gone(&self.conn)),
+            Err(mpsc::error::TrySendError::Full(cmd)) => {
+                // The socket is not keeping up: count the wait (FlowStats::backpressure).
+                let start = Instant::now();
+                let r = self.send(cmd).await;
+                self.shared
+                    .backpressure_ns
+                    .fetch_add(nanos_since(start), Ordering::Relaxed);
+                r
+            }
+        }
     }
 
     /// `confirm.select`: from now on the broker confirms every publish.

@@ -27,6 +27,10 @@ use crate::protocol::{FieldTable, FieldValue, LongStr, Method, ShortStr};
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connection settings beyond the URL.
+///
+/// `ConnectionOptions::default()` reads the producer flow-control periods from the
+/// environment (see [`ConnectionOptions::flow`]); build the options once and clone
+/// them when opening many connections.
 #[derive(Clone, Debug)]
 pub struct ConnectionOptions {
     /// Heartbeat interval asked for, in seconds (0 = off). The lower non-zero of this
@@ -36,7 +40,12 @@ pub struct ConnectionOptions {
     pub frame_max: u32,
     /// Highest channel number asked for (0 = the server's value).
     pub channel_max: u16,
-    /// Producer flow-control timing (WARN period, failure timeout).
+    /// Producer flow control for publishes on this connection's channels: the WARN
+    /// period and failure timeout of a held publish, and whether to wait at all. The
+    /// default reads `SLUICE_FLOW_CONTROL_WAIT_FAILURE` (default 60000) and
+    /// `SLUICE_FLOW_CONTROL_WAIT_NOTIFY_PERIOD` (default 5000), in milliseconds; a
+    /// value that is not a non-negative integer is ignored with a WARN naming the
+    /// variable. See [`FlowOptions`].
     pub flow: FlowOptions,
     /// `connection_name` in client-properties.
     pub name: Option<String>,
@@ -357,6 +366,11 @@ impl Connection {
     /// `true` while the server has this connection blocked (`connection.blocked`).
     pub fn is_blocked(&self) -> bool {
         self.shared.blocked.load(Ordering::Acquire)
+    }
+
+    /// How many times the server has blocked this connection (`connection.blocked`).
+    pub fn blocked_count(&self) -> u64 {
+        self.shared.blocks.load(Ordering::Relaxed)
     }
 
     /// Why the connection ended, if it has.

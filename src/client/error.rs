@@ -68,7 +68,8 @@ pub enum ClientError {
     },
     /// Nothing arrived from the server for two heartbeat intervals.
     HeartbeatTimeout(Duration),
-    /// A publish waited this long under broker flow control and was not sent.
+    /// A publish waited this long under broker flow control and was not sent. The
+    /// channel stays open and a transaction in progress is not rolled back.
     FlowControlTimeout {
         /// How long the publish waited.
         waited: Duration,
@@ -174,7 +175,7 @@ impl fmt::Display for ClientError {
             ClientError::FlowControlTimeout { waited } => write!(
                 f,
                 "message not sent: broker enforced flow control for {}s",
-                waited.as_secs()
+                super::shared::fmt_secs(*waited)
             ),
             ClientError::ConsumerCancelled { consumer_tag } => {
                 write!(f, "consumer {consumer_tag:?} cancelled")

@@ -849,7 +849,9 @@ impl ConnTask {
             Method::ChannelFlow(f) => {
                 ch.shared.set_flow(f.active);
                 if !f.active {
-                    tracing::warn!(
+                    // Routine under producer flow control; a publish that waits says
+                    // so at WARN every notify period (shared.rs).
+                    tracing::info!(
                         channel,
                         "broker stopped publishing on this channel (channel.flow)"
                     );

@@ -15,6 +15,19 @@
 //! thousand commands, encodes them all into one buffer and writes it with one call;
 //! reads split every complete frame out of a large buffer with bodies left in place.
 //!
+//! # Producer flow control
+//!
+//! When the broker stops a channel (`channel.flow active=false`) or blocks the
+//! connection (`connection.blocked`), a publish waits until released, logging
+//! `Message send delayed by 5s due to broker enforced flow control` every notify
+//! period, and fails with [`ClientError::FlowControlTimeout`] after the wait-failure
+//! period — the message unsent, the channel open, a transaction not rolled back.
+//! Both periods are [`FlowOptions`] in [`ConnectionOptions::flow`]; by default they come
+//! from `SLUICE_FLOW_CONTROL_WAIT_FAILURE` (60000) and
+//! `SLUICE_FLOW_CONTROL_WAIT_NOTIFY_PERIOD` (5000), in milliseconds. A bad value is
+//! ignored with a WARN naming the variable. [`Channel::flow_stats`] counts the signals
+//! and the time publishes waited.
+//!
 //! # Errors reach the application by blast radius
 //!
 //! A channel the broker closes (e.g. 506 `Consuming too slow.`) fails that channel's
@@ -56,5 +69,5 @@ pub use io::Tuning;
 pub use message::{
     encode_properties, Delivery, GetMessage, Returned, NO_PROPERTIES, PERSISTENT_PROPERTIES,
 };
-pub use shared::FlowOptions;
+pub use shared::{FlowOptions, FlowStats, NOTIFY_PERIOD_ENV, WAIT_FAILURE_ENV};
 pub use url::AmqpUrl;

@@ -1,12 +1,27 @@
 //! Owns: the little state that the connection task and the application's handles
 //! share — the close reason of a connection or channel (set once), and the producer
-//! flow-control flags (`channel.flow`, `connection.blocked`) with their wake-ups — and
-//! the publisher's flow-control wait (warn every notify period, fail after the
-//! wait-failure timeout, as seed 001's "Client impact" describes).
+//! flow-control flags (`channel.flow`, `connection.blocked`) with their wake-ups and
+//! counters — and the publisher's flow-control wait (warn every notify period, fail
+//! after the wait-failure timeout, as seed 001's "Client impact" describes).
 //! Does not: lock. Everything here is an atomic, a `OnceLock` written once, or a
 //! `Notify`; the publish path reads two atomics when nothing is held.
+//!
+//! # Flow-control settings
+//!
+//! [`FlowOptions::default`] (and so `ConnectionOptions::default`) reads two environment
+//! variables, in milliseconds, as Qpid's client read `qpid.flow_control_wait_failure`
+//! and `qpid.flow_control_wait_notify_period`:
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `SLUICE_FLOW_CONTROL_WAIT_FAILURE` | 60000 | a held publish fails with [`ClientError::FlowControlTimeout`] after this long |
+//! | `SLUICE_FLOW_CONTROL_WAIT_NOTIFY_PERIOD` | 5000 | a held publish logs `Message send delayed by 5s due to broker enforced flow control` this often |
+//!
+//! A value that is not a non-negative integer (surrounding blanks aside) is ignored
+//! with a WARN naming the variable, and the default applies. Explicit values go in the
+//! public fields of [`FlowOptions`]; [`FlowOptions::from_lookup`] reads from any source.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -14,8 +29,22 @@ use tokio::sync::Notify;
 
 use super::error::ClientError;
 
-/// Producer flow-control timing.
-#[derive(Clone, Copy, Debug)]
+/// Environment variable: how long a held publish waits before failing (ms).
+pub const WAIT_FAILURE_ENV: &str = "SLUICE_FLOW_CONTROL_WAIT_FAILURE";
+/// Environment variable: how often a held publish logs its WARN line (ms).
+pub const NOTIFY_PERIOD_ENV: &str = "SLUICE_FLOW_CONTROL_WAIT_NOTIFY_PERIOD";
+
+/// Producer flow control as the publisher sees it: how long a publish on a held
+/// channel waits, how often it says so, and whether it waits at all.
+///
+/// A publish on a channel the broker has stopped (`channel.flow active=false`) or on a
+/// blocked connection (`connection.blocked`) waits until released. Every
+/// `notify_period` it logs `Message send delayed by 5s due to broker enforced flow
+/// control` (then `10s`, …; a period that is not whole seconds prints as `0.1s`); after
+/// `wait_failure` it fails with [`ClientError::FlowControlTimeout`]: the message is not
+/// sent, the channel stays open, and a transaction in progress is not rolled back (the
+/// application may resend, or roll back itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowOptions {
     /// How often a held publish logs its WARN line (Qpid's default: 5 s).
     pub notify_period: Duration,
@@ -23,15 +52,96 @@ pub struct FlowOptions {
     /// [`ClientError::FlowControlTimeout`] (Qpid's `qpid.flow_control_wait_failure`,
     /// default 60 s).
     pub wait_failure: Duration,
+    /// Wait while held (default `true`). `false` imitates clients that ignore the
+    /// broker's signal (pika, py-amqp): publishes go straight out, `channel.flow` is
+    /// still answered with `flow-ok` and still counted in [`FlowStats`]. Meant for load
+    /// tools that test a broker's enforcement, not for applications.
+    pub honour_flow: bool,
+}
+
+impl FlowOptions {
+    /// The wait-failure period when the environment does not say otherwise.
+    pub const DEFAULT_WAIT_FAILURE: Duration = Duration::from_secs(60);
+    /// The notify period when the environment does not say otherwise.
+    pub const DEFAULT_NOTIFY_PERIOD: Duration = Duration::from_secs(5);
+
+    /// The defaults, overridden by `SLUICE_FLOW_CONTROL_WAIT_FAILURE` and
+    /// `SLUICE_FLOW_CONTROL_WAIT_NOTIFY_PERIOD` (milliseconds) where they are set to a
+    /// non-negative integer. Never panics; a bad value is logged and ignored.
+    pub fn from_env() -> FlowOptions {
+        FlowOptions::from_lookup(|name| {
+            std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+        })
+    }
+
+    /// As [`FlowOptions::from_env`], reading the variables through `lookup` (name →
+    /// value, `None` when unset), so a caller (or a test) can supply them from
+    /// elsewhere than the process environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> FlowOptions {
+        let read = |name: &str, default: Duration| -> Duration {
+            let Some(raw) = lookup(name) else {
+                return default;
+            };
+            match raw.trim().parse::<u64>() {
+                Ok(ms) => Duration::from_millis(ms),
+                Err(_) => {
+                    tracing::warn!(
+                        "ignoring {name}={raw:?}: not a non-negative integer number of \
+                         milliseconds; using {} ms",
+                        default.as_millis()
+                    );
+                    default
+                }
+            }
+        };
+        FlowOptions {
+            notify_period: read(NOTIFY_PERIOD_ENV, FlowOptions::DEFAULT_NOTIFY_PERIOD),
+            wait_failure: read(WAIT_FAILURE_ENV, FlowOptions::DEFAULT_WAIT_FAILURE),
+            honour_flow: true,
+        }
+    }
 }
 
 impl Default for FlowOptions {
+    /// [`FlowOptions::from_env`].
     fn default() -> Self {
-        FlowOptions {
-            notify_period: Duration::from_secs(5),
-            wait_failure: Duration::from_secs(60),
-        }
+        FlowOptions::from_env()
     }
+}
+
+/// What one channel has seen of producer flow control (see [`super::Channel::flow_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    /// `channel.flow active=false` received on this channel.
+    pub channel_flow_stops: u64,
+    /// `connection.blocked` received on this channel's connection.
+    pub connection_blocks: u64,
+    /// Publishes on this channel that had to wait.
+    pub waits: u64,
+    /// Of those, how many gave up with [`ClientError::FlowControlTimeout`].
+    pub timeouts: u64,
+    /// Time publishes on this channel spent waiting for flow control, in total.
+    pub held: Duration,
+    /// Time publishes on this channel spent waiting for room in the connection's
+    /// command queue — the socket not taking data as fast (TCP backpressure, or a
+    /// broker that stopped reading this connection) — in total.
+    pub backpressure: Duration,
+}
+
+/// Nanoseconds since `start`, saturating.
+pub(crate) fn nanos_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `d` in seconds as the WARN line prints it: whole seconds as `5`, anything else to
+/// the millisecond with trailing zeros dropped (`0.1`, `2.25`).
+pub(crate) fn fmt_secs(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 {
+        return (ms / 1000).to_string();
+    }
+    let s = format!("{}.{:03}", ms / 1000, ms % 1000);
+    s.trim_end_matches('0').to_string()
 }
 
 /// State of one connection visible to its handles.
@@ -41,6 +151,8 @@ pub(crate) struct ConnShared {
     pub error: OnceLock<ClientError>,
     /// `connection.blocked` received and not yet `connection.unblocked`.
     pub blocked: AtomicBool,
+    /// `connection.blocked` received while not blocked, ever.
+    pub blocks: AtomicU64,
     /// Woken on unblock and on close.
     pub wake: Notify,
 }
@@ -52,6 +164,16 @@ pub(crate) struct ChanShared {
     pub error: OnceLock<ClientError>,
     /// `channel.flow active=false` received and not yet reversed.
     pub flow_stopped: AtomicBool,
+    /// `channel.flow active=false` received while active, ever.
+    pub flow_stops: AtomicU64,
+    /// Publishes that waited for flow control.
+    pub waits: AtomicU64,
+    /// Of those, the ones that timed out.
+    pub timeouts: AtomicU64,
+    /// Nanoseconds publishes waited, in total.
+    pub held_ns: AtomicU64,
+    /// Nanoseconds publishes waited for room in the command queue, in total.
+    pub backpressure_ns: AtomicU64,
     /// Woken on flow resume and on close.
     pub wake: Notify,
 }
@@ -64,7 +186,10 @@ impl ConnShared {
     }
 
     pub fn set_blocked(&self, blocked: bool) {
-        self.blocked.store(blocked, Ordering::Release);
+        let was = self.blocked.swap(blocked, Ordering::AcqRel);
+        if blocked && !was {
+            self.blocks.fetch_add(1, Ordering::Relaxed);
+        }
         if !blocked {
             self.wake.notify_waiters();
         }
@@ -79,7 +204,10 @@ impl ChanShared {
     }
 
     pub fn set_flow(&self, active: bool) {
-        self.flow_stopped.store(!active, Ordering::Release);
+        let was_stopped = self.flow_stopped.swap(!active, Ordering::AcqRel);
+        if !active && !was_stopped {
+            self.flow_stops.fetch_add(1, Ordering::Relaxed);
+        }
         if active {
             self.wake.notify_waiters();
         }
@@ -104,22 +232,50 @@ impl ChanShared {
         }
     }
 
-    fn held(&self, conn: &ConnShared) -> bool {
+    pub fn held(&self, conn: &ConnShared) -> bool {
         self.flow_stopped.load(Ordering::Acquire) || conn.blocked.load(Ordering::Acquire)
     }
 
-    /// Waits while the broker holds publishers back on this channel or connection.
-    /// Logs `Message send delayed by Ns due to broker enforced flow control` every
-    /// notify period and gives up after the wait-failure timeout.
+    pub fn stats(&self, conn: &ConnShared) -> FlowStats {
+        FlowStats {
+            channel_flow_stops: self.flow_stops.load(Ordering::Relaxed),
+            connection_blocks: conn.blocks.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            held: Duration::from_nanos(self.held_ns.load(Ordering::Relaxed)),
+            backpressure: Duration::from_nanos(self.backpressure_ns.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Waits while the broker holds publishers back on this channel or connection
+    /// (unless `opts.honour_flow` is off). Logs `Message send delayed by Ns due to
+    /// broker enforced flow control` every notify period and gives up after the
+    /// wait-failure timeout; the time waited is added to the channel's [`FlowStats`].
     pub async fn wait_flow(
         &self,
         conn: &ConnShared,
         opts: &FlowOptions,
     ) -> Result<(), ClientError> {
-        if !self.held(conn) {
+        if !opts.honour_flow || !self.held(conn) {
             return Ok(());
         }
         let start = Instant::now();
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        let r = self.hold(conn, opts, start).await;
+        self.held_ns
+            .fetch_add(nanos_since(start), Ordering::Relaxed);
+        if let Err(ClientError::FlowControlTimeout { .. }) = r {
+            self.timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    async fn hold(
+        &self,
+        conn: &ConnShared,
+        opts: &FlowOptions,
+        start: Instant,
+    ) -> Result<(), ClientError> {
         let period = opts.notify_period.max(Duration::from_millis(1));
         let mut next_warn = period;
         loop {
@@ -142,10 +298,12 @@ impl ChanShared {
                 _ = &mut chan_wake => {}
                 _ = &mut conn_wake => {}
                 _ = tokio::time::sleep(wake_at.saturating_sub(elapsed)) => {
-                    if start.elapsed() >= next_warn && next_warn < opts.wait_failure {
+                    // Every period passed gets its line (Qpid's 5s, 10s, … sequence),
+                    // even when this wake-up came late.
+                    while start.elapsed() >= next_warn && next_warn < opts.wait_failure {
                         tracing::warn!(
                             "Message send delayed by {}s due to broker enforced flow control",
-                            next_warn.as_secs()
+                            fmt_secs(next_warn)
                         );
                         next_warn += period;
                     }

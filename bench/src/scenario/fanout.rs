@@ -1,8 +1,9 @@
 //! Owns: the `fanout` scenario (P publishers → one topic exchange → S subscriber
 //! queues, server-named, exclusive, auto-delete, one consumer each) and `slowsub`
 //! (the same with K subscribers throttled to R msg/s).
-//! Does not: configure a slow-consumer policy on the broker (that is the broker's
-//! configuration or `--queue-arg`); it reports what happened to the slow ones.
+//! Does not: configure a slow-consumer policy on the broker beyond the queue
+//! arguments it is given (`--policy`, `--max-count`, … or `--queue-arg`); it reports
+//! what happened to the slow ones (506 close, gaps) and the fast ones apart.
 
 use super::{queue_arguments, Opts, Plan, PubSpec, QueueSetup, SubSpec};
 
@@ -27,17 +28,7 @@ pub fn plan(opts: &Opts, exchange: &str, slow: usize, durable_prefix: Option<&st
         })
         .collect();
     let pubs = (0..opts.publishers)
-        .map(|i| PubSpec {
-            id: i as u32,
-            exchange: exchange.into(),
-            routing_key: opts.routing_key.as_str().into(),
-            mandatory: false,
-            persistent: opts.persistent,
-            confirm: opts.confirm,
-            rate: opts.rate,
-            size: opts.size,
-            max_messages: opts.max_messages,
-        })
+        .map(|i| PubSpec::new(opts, i, exchange, &opts.routing_key))
         .collect();
     let mut notes = Vec::new();
     if slow > 0 {
@@ -50,6 +41,7 @@ pub fn plan(opts: &Opts, exchange: &str, slow: usize, durable_prefix: Option<&st
         subs,
         pubs,
         fanout_factor: opts.subscribers as u64,
+        probe_queue: None,
         notes,
     }
 }

@@ -3,8 +3,10 @@
 //! type (durable, non-durable). Each cell is a short fanout on `amq.topic` with one
 //! slow subscriber and fast ones, and reports whether the slow-consumer policy fired
 //! as configured and what the fast subscribers received.
-//! Does not: configure the policy itself; the broker's configuration or
-//! `--queue-arg` does, and `--policy` says what to expect.
+//! Does not: configure the policy beyond the subscriber queues' arguments (`--policy`
+//! with `--max-count`, `--max-depth`, `--max-age-ms`, `--min-rate`, or `--queue-arg`;
+//! `--policy-durable` adds `x-slow-consumer-include-durable`) or the broker's own
+//! configuration; `--policy` also says what to expect (default delete).
 
 use serde::Serialize;
 

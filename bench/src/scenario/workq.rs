@@ -1,5 +1,6 @@
 //! Owns: the `workq` scenario: P publishers → one shared named queue ← C consumers
 //! (each message delivered once, to one of them).
+//! The queue's depth is sampled each second.
 //! Does not: bind anything (publishes go through the default exchange).
 
 use super::{Opts, Plan, PubSpec, QueueSetup, SubSpec};
@@ -20,22 +21,13 @@ pub fn plan(opts: &Opts, queue: &str) -> Plan {
         })
         .collect();
     let pubs = (0..opts.publishers)
-        .map(|i| PubSpec {
-            id: i as u32,
-            exchange: "".into(),
-            routing_key: queue.into(),
-            mandatory: false,
-            persistent: opts.persistent,
-            confirm: opts.confirm,
-            rate: opts.rate,
-            size: opts.size,
-            max_messages: opts.max_messages,
-        })
+        .map(|i| PubSpec::new(opts, i, "", queue))
         .collect();
     Plan {
         subs,
         pubs,
         fanout_factor: 1,
+        probe_queue: Some(queue.into()),
         notes: Vec::new(),
     }
 }

@@ -1,0 +1,393 @@
+//! Owns: the command line of `sluice-bench` — the scenario, its flags and their
+//! per-scenario defaults — resolved into the [`Opts`] a run is made of (queue
+//! arguments typed from the conveniences, flow-control settings from the flags or
+//! the client's environment variables).
+//! Does not: run anything.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use sluice::client::FlowOptions;
+
+use crate::broker::Embedded;
+use crate::scenario::args::{add_defaults, SlowConsumerArgs};
+use crate::scenario::matrix::Policy;
+use crate::scenario::{flow, AckMode, ConsumeMode, Opts};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// P publishers → topic exchange → S subscriber queues (one consumer each).
+    Fanout,
+    /// P publishers → one queue ← C consumers.
+    Workq,
+    /// fanout with K subscribers throttled to R msg/s (default 1 of 16 at 100 msg/s).
+    Slowsub,
+    /// 4 publishers into a capacity-limited queue (10 MiB, resume at 8 MiB) drained
+    /// by one consumer at 10 % of their maximum rate (producer flow control).
+    Flow,
+    /// Durable queue, persistent messages, publisher confirms.
+    Persistent,
+    /// Seed 000's test matrix: ack mode × consume mode × topic type.
+    Matrix,
+}
+
+/// Load benchmarks for AMQP 0-9-1 brokers. With no --url an embedded sluice is
+/// started on an ephemeral loopback port.
+#[derive(Parser, Debug)]
+#[command(name = "sluice-bench", version)]
+pub struct Cli {
+    /// What to run.
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+    /// Broker to drive (amqp://user:pass@host:port/vhost); none = embedded sluice.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// PID of an external broker, to report its CPU per message and RSS.
+    #[arg(long)]
+    pub broker_pid: Option<u32>,
+    /// Shards of the embedded sluice.
+    #[arg(long, default_value_t = 2)]
+    pub shards: usize,
+    /// Cores to pin the embedded sluice's shards to (e.g. 0,1).
+    #[arg(long)]
+    pub pin_cores: Option<String>,
+    /// How to run the embedded sluice.
+    #[arg(long, value_enum, default_value_t = Embedded::Auto)]
+    pub embedded: Embedded,
+    /// The sluice binary for --embedded process (default: next to this tool).
+    #[arg(long)]
+    pub broker_bin: Option<PathBuf>,
+    /// A command-line argument for the embedded sluice, appended to its command line
+    /// (repeatable; e.g. --broker-arg=--memory-high-watermark=268435456).
+    #[arg(long = "broker-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub broker_args: Vec<String>,
+    /// Publisher connections.
+    #[arg(long)]
+    pub publishers: Option<usize>,
+    /// Subscriber queues (fanout, slowsub, matrix).
+    #[arg(long)]
+    pub subscribers: Option<usize>,
+    /// Consumers on the shared queue (workq, flow, persistent).
+    #[arg(long)]
+    pub consumers: Option<usize>,
+    /// Message body size in bytes (at least 20: the stamp).
+    #[arg(long)]
+    pub size: Option<usize>,
+    /// Messages per second per publisher; 0 = as fast as possible.
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// Measured seconds (after warm-up).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Warm-up seconds (not measured).
+    #[arg(long)]
+    pub warmup: Option<f64>,
+    /// Consumer prefetch (manual-ack modes).
+    #[arg(long)]
+    pub prefetch: Option<u16>,
+    /// Acknowledgement mode.
+    #[arg(long, value_enum)]
+    pub ack: Option<AckMode>,
+    /// Consume mode (async consume or sync basic.get).
+    #[arg(long, value_enum)]
+    pub consume: Option<ConsumeMode>,
+    /// Durable subscriber queues (fanout: durable named queues instead of exclusive).
+    #[arg(long)]
+    pub durable: bool,
+    /// Persistent messages (delivery-mode 2).
+    #[arg(long)]
+    pub persistent: bool,
+    /// Publisher confirms with this many in flight (0 = off).
+    #[arg(long)]
+    pub confirm: Option<usize>,
+    /// Subscribers (or consumers) throttled to --slow-rate [default: slowsub 1, flow
+    /// every consumer, else 0].
+    #[arg(long)]
+    pub slow: Option<usize>,
+    /// Messages per second a throttled subscriber takes.
+    #[arg(long)]
+    pub slow_rate: Option<u32>,
+    /// Throttled subscribers take this fraction of the publishers' maximum rate,
+    /// measured first by a calibration run (flow: 0.1 unless --slow-rate is given).
+    #[arg(long, conflicts_with = "slow_rate", value_parser = positive_f64)]
+    pub slow_fraction: Option<f64>,
+    /// Measured seconds of the calibration run behind --slow-fraction.
+    #[arg(long, default_value_t = 3.0, value_parser = positive_f64)]
+    pub calibrate: f64,
+    /// Routing key (and binding key) of the fanout scenarios.
+    #[arg(long, default_value = "sluice.bench")]
+    pub routing_key: String,
+    /// Queue argument key=value for subscriber / shared queues (repeatable; integers
+    /// are sent as signed 64-bit, decimals as doubles, true/false as booleans).
+    #[arg(long = "queue-arg", value_parser = parse_kv)]
+    pub queue_args: Vec<(String, String)>,
+    /// Slow-consumer policy on every queue the run declares (x-slow-consumer-policy);
+    /// matrix: also the policy it expects to see fire [default there: delete].
+    #[arg(long, value_enum)]
+    pub policy: Option<Policy>,
+    /// x-slow-consumer-max-count on every queue the run declares.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+    pub max_count: Option<i64>,
+    /// x-slow-consumer-max-depth (bytes) on every queue the run declares.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(i64).range(0..))]
+    pub max_depth: Option<i64>,
+    /// x-slow-consumer-max-age (milliseconds) on every queue the run declares.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(i64).range(0..))]
+    pub max_age_ms: Option<i64>,
+    /// x-slow-consumer-min-rate (messages per second, may be fractional).
+    #[arg(long, value_name = "R", value_parser = non_negative_f64)]
+    pub min_rate: Option<f64>,
+    /// x-max-length N with x-overflow=drop-head on every queue the run declares (RabbitMQ's
+    /// ring, for side-by-side runs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+    pub rabbit_max_length: Option<i64>,
+    /// The slow-consumer policy applies to durable subscriptions too (matrix
+    /// expectation; with a slow-consumer flag, adds x-slow-consumer-include-durable).
+    #[arg(long)]
+    pub policy_durable: bool,
+    /// Publishers: how long a publish waits under flow control before failing (ms)
+    /// [default: $SLUICE_FLOW_CONTROL_WAIT_FAILURE or 60000].
+    #[arg(long, value_name = "MS")]
+    pub flow_wait_failure_ms: Option<u64>,
+    /// Publishers: how often a held publish logs its WARN line (ms)
+    /// [default: $SLUICE_FLOW_CONTROL_WAIT_NOTIFY_PERIOD or 5000].
+    #[arg(long, value_name = "MS")]
+    pub flow_notify_period_ms: Option<u64>,
+    /// Publishers ignore channel.flow and connection.blocked (they still answer
+    /// flow-ok), as pika and py-amqp do: measures the broker's enforcement.
+    #[arg(long)]
+    pub ignore_flow: bool,
+    /// Publishes a publisher's connection may queue ahead of its socket [default: the
+    /// client's 8192]. What is queued is already committed when channel.flow stops
+    /// the channel; a small queue makes a publisher react to flow control sooner.
+    #[arg(long, value_name = "N")]
+    pub publisher_queue: Option<usize>,
+    /// Stop each publisher after this many messages (0 = only the clock stops it).
+    #[arg(long, default_value_t = 0)]
+    pub max_messages: u64,
+    /// Seconds to wait for in-flight deliveries after publishing stops.
+    #[arg(long, default_value_t = 5.0)]
+    pub drain_timeout: f64,
+    /// Worker threads of the tool's runtime.
+    #[arg(long, default_value_t = 2)]
+    pub client_threads: usize,
+    /// Write every figure as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write an HTML report with SVG plots here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// No live line.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or("expected key=value")?;
+    Ok((k.to_string(), v.to_string()))
+}
+
+fn non_negative_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("{s:?} is not a non-negative number")),
+    }
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match non_negative_f64(s) {
+        Ok(x) if x > 0.0 => Ok(x),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+impl Cli {
+    /// The slow-consumer conveniences as given.
+    fn slow_consumer_args(&self) -> SlowConsumerArgs {
+        SlowConsumerArgs {
+            policy: self.policy,
+            max_count: self.max_count,
+            max_depth: self.max_depth,
+            max_age_ms: self.max_age_ms,
+            min_rate: self.min_rate,
+            include_durable: self.policy_durable,
+            rabbit_max_length: self.rabbit_max_length,
+        }
+    }
+
+    /// The flags resolved with the scenario's defaults.
+    pub fn opts(&self) -> Opts {
+        use Scenario::*;
+        let s = self.scenario;
+        let (p, subs, cons, size, ack) = match s {
+            Fanout | Slowsub => (1, 16, 1, 64, AckMode::NoAck),
+            Workq => (4, 1, 4, 1024, AckMode::Client),
+            Flow => (4, 1, 1, 1024, AckMode::Client),
+            Persistent => (1, 1, 1, 1024, AckMode::Client),
+            Matrix => (1, 3, 1, 64, AckMode::Client),
+        };
+        // Conveniences first, so an explicit --queue-arg of the same key wins.
+        let mut queue_args = self.slow_consumer_args().pairs();
+        queue_args.extend(self.queue_args.iter().cloned());
+        if s == Flow {
+            add_defaults(&mut queue_args, flow::default_args());
+        }
+        let env = FlowOptions::from_env();
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let slow_fraction = match (self.slow_fraction, s, self.slow_rate) {
+            (Some(f), _, _) => Some(f),
+            (None, Flow, None) => Some(0.1),
+            _ => None,
+        };
+        let consumers = self.consumers.unwrap_or(cons);
+        Opts {
+            publishers: self.publishers.unwrap_or(p),
+            subscribers: self.subscribers.unwrap_or(subs),
+            consumers,
+            size: self.size.unwrap_or(size),
+            rate: self.rate.unwrap_or(if s == Matrix { 2000 } else { 0 }),
+            duration_s: self
+                .duration
+                .unwrap_or(if s == Matrix { 2.0 } else { 10.0 }),
+            warmup_s: self.warmup.unwrap_or(if s == Matrix { 0.5 } else { 2.0 }),
+            prefetch: self.prefetch.unwrap_or(1000),
+            ack: self.ack.unwrap_or(ack),
+            consume: self.consume.unwrap_or(ConsumeMode::Async),
+            durable: self.durable,
+            persistent: self.persistent,
+            confirm: self
+                .confirm
+                .unwrap_or(if s == Persistent { 100 } else { 0 }),
+            slow: self.slow.unwrap_or(match s {
+                Slowsub => 1,
+                Flow => consumers,
+                _ => 0,
+            }),
+            slow_rate: self.slow_rate.unwrap_or(100),
+            slow_fraction,
+            calibrate_s: self.calibrate,
+            routing_key: self.routing_key.clone(),
+            queue_args,
+            max_messages: self.max_messages,
+            drain_timeout_s: self.drain_timeout,
+            flow_wait_failure_ms: self.flow_wait_failure_ms.unwrap_or(ms(env.wait_failure)),
+            flow_notify_period_ms: self.flow_notify_period_ms.unwrap_or(ms(env.notify_period)),
+            ignore_flow: self.ignore_flow,
+            publisher_queue: self.publisher_queue.unwrap_or(0),
+            broker_args: self.broker_args.clone(),
+            quiet: self.quiet,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from([&["sluice-bench"][..], args].concat()).expect("flags parse")
+    }
+
+    #[test]
+    fn flow_defaults_are_the_capacity_run() {
+        let o = parse(&["flow"]).opts();
+        assert_eq!((o.publishers, o.consumers, o.slow, o.rate), (4, 1, 1, 0));
+        assert_eq!(o.slow_fraction, Some(0.1));
+        assert!(o
+            .queue_args
+            .contains(&("x-qpid-capacity".into(), "10485760".into())));
+        assert!(o
+            .queue_args
+            .contains(&("x-qpid-flow-resume-capacity".into(), "8388608".into())));
+        let o = parse(&[
+            "flow",
+            "--slow-rate",
+            "500",
+            "--queue-arg",
+            "x-qpid-capacity=1000",
+        ])
+        .opts();
+        assert_eq!((o.slow_fraction, o.slow_rate), (None, 500));
+        assert!(o
+            .queue_args
+            .contains(&("x-qpid-capacity".into(), "1000".into())));
+        assert!(!o
+            .queue_args
+            .contains(&("x-qpid-capacity".into(), "10485760".into())));
+        assert!(Cli::try_parse_from([
+            "sluice-bench",
+            "flow",
+            "--slow-rate",
+            "5",
+            "--slow-fraction",
+            "0.1"
+        ])
+        .is_err());
+    }
+
+    #[test]
+    fn flow_control_flags_reach_the_publishers() {
+        let o = parse(&[
+            "flow",
+            "--ignore-flow",
+            "--flow-wait-failure-ms",
+            "1500",
+            "--flow-notify-period-ms",
+            "250",
+            "--broker-arg=--memory-high-watermark=1000",
+            "--broker-arg",
+            "--log-level=info",
+        ])
+        .opts();
+        let f = o.flow();
+        assert!(!f.honour_flow);
+        assert_eq!(f.wait_failure, std::time::Duration::from_millis(1500));
+        assert_eq!(f.notify_period, std::time::Duration::from_millis(250));
+        assert_eq!(
+            o.broker_args,
+            vec!["--memory-high-watermark=1000", "--log-level=info"]
+        );
+    }
+
+    #[test]
+    fn slow_consumer_flags_become_queue_arguments() {
+        let o = parse(&[
+            "slowsub",
+            "--policy",
+            "cycle",
+            "--max-count",
+            "100",
+            "--max-depth",
+            "65536",
+            "--max-age-ms",
+            "5000",
+            "--min-rate",
+            "0.5",
+        ])
+        .opts();
+        for kv in [
+            ("x-slow-consumer-policy", "cycle"),
+            ("x-slow-consumer-max-count", "100"),
+            ("x-slow-consumer-max-depth", "65536"),
+            ("x-slow-consumer-max-age", "5000"),
+            ("x-slow-consumer-min-rate", "0.5"),
+        ] {
+            assert!(
+                o.queue_args.contains(&(kv.0.into(), kv.1.into())),
+                "{kv:?} in {:?}",
+                o.queue_args
+            );
+        }
+        let o = parse(&["slowsub", "--rabbit-max-length", "1000"]).opts();
+        assert_eq!(
+            o.queue_args,
+            vec![
+                ("x-max-length".to_string(), "1000".to_string()),
+                ("x-overflow".to_string(), "drop-head".to_string())
+            ]
+        );
+        assert!(Cli::try_parse_from(["sluice-bench", "slowsub", "--max-count", "-1"]).is_err());
+        assert!(Cli::try_parse_from(["sluice-bench", "slowsub", "--min-rate", "nan"]).is_err());
+        assert!(parse(&["matrix"]).opts().queue_args.is_empty());
+    }
+}

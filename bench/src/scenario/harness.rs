@@ -1,0 +1,222 @@
+//! Owns: running one [`Plan`] — subscribers connected and bound before any publisher
+//! starts, warm-up, the measured window, the per-second [`Sampler`], stopping the
+//! publishers, draining in-flight deliveries — and gathering it all into a
+//! [`RunReport`].
+//! Does not: build plans (the scenarios do) or format results (`report`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice::client::ClientError;
+use tokio::sync::watch;
+
+use super::publisher::{prepare_pub, run_pub};
+use super::sampler::{QueueProbe, Sampler};
+use super::subscriber::{prepare_sub, run_sub};
+use super::{Opts, Plan, SubResult};
+use crate::broker::BrokerUnderTest;
+use crate::report::{Counts, GroupReport, Latency, RunData, RunReport};
+use crate::stats::{Group, Shared};
+
+/// Sleeps `secs`, or less if the run is interrupted; `true` when interrupted.
+async fn wait(secs: f64, intr: &watch::Receiver<bool>) -> bool {
+    let mut intr = intr.clone();
+    if *intr.borrow() {
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs_f64(secs.max(0.0))) => false,
+        _ = intr.changed() => true,
+    }
+}
+
+/// Deliveries of one group at the start and end of the measured window.
+struct Window {
+    fast: (u64, u64),
+    slow: (u64, u64),
+}
+
+fn group_report(
+    subs: &[SubResult],
+    slow: bool,
+    g: &Group,
+    (d0, d1): (u64, u64),
+    window_s: f64,
+    fixed_rate: bool,
+) -> GroupReport {
+    let members = subs.iter().filter(|s| s.slow == slow).count();
+    let in_window = d1.saturating_sub(d0);
+    let rate = in_window as f64 / window_s.max(1e-9);
+    GroupReport {
+        subscribers: members,
+        delivered: subs
+            .iter()
+            .filter(|s| s.slow == slow)
+            .map(|s| s.delivered)
+            .sum(),
+        delivered_in_window: in_window,
+        deliver_rate: rate,
+        deliver_rate_per_subscriber: rate / members.max(1) as f64,
+        latency: Latency::from_hist(&g.total(), fixed_rate),
+    }
+}
+
+/// Runs a plan: connect everyone, publish through warm-up and the measured window
+/// with a sample each second, drain, and report.
+pub async fn execute(
+    scenario: &str,
+    broker: &BrokerUnderTest,
+    opts: &Opts,
+    plan: Plan,
+    interrupted: &watch::Receiver<bool>,
+) -> Result<RunReport, String> {
+    let url = broker.url.clone();
+    let shared = Shared::new();
+    let e = |what: &str, err: ClientError| format!("{what}: {err}");
+    // Subscribers first, so no message is published before every queue is bound.
+    let mut sub_tasks = Vec::new();
+    for spec in plan.subs {
+        let (conn, ch, queue) = prepare_sub(&url, &spec)
+            .await
+            .map_err(|x| e("subscriber setup", x))?;
+        sub_tasks.push(tokio::spawn(run_sub(
+            Arc::clone(&shared),
+            spec,
+            conn,
+            ch,
+            queue,
+        )));
+    }
+    let mut pub_ready = Vec::new();
+    for spec in plan.pubs {
+        let (conn, ch) = prepare_pub(&url, &spec)
+            .await
+            .map_err(|x| e("publisher setup", x))?;
+        pub_ready.push((spec, conn, ch));
+    }
+    let codes0 = broker.log_codes();
+    let t_start = Instant::now();
+    shared.started_ns.store(shared.now_ns(), Ordering::Relaxed);
+    let mut pub_tasks = Vec::new();
+    for (spec, conn, ch) in pub_ready {
+        pub_tasks.push(tokio::spawn(run_pub(Arc::clone(&shared), spec, conn, ch)));
+    }
+    let probe = plan
+        .probe_queue
+        .as_deref()
+        .map(|q| QueueProbe::new(&url, q));
+    let sampler = Sampler::start(Arc::clone(&shared), broker, t_start, probe, opts.quiet);
+
+    let mut was_interrupted = wait(opts.warmup_s, interrupted).await;
+    let p0 = shared.published.load(Ordering::Relaxed);
+    let (f0, s0) = (shared.fast.delivered(), shared.slow.delivered());
+    let b0 = broker.usage();
+    let c0 = broker.tool_cpu_ns();
+    let w0 = Instant::now();
+    let window_start_s = t_start.elapsed().as_secs_f64();
+    shared.measuring.store(true, Ordering::Relaxed);
+    if !was_interrupted {
+        was_interrupted = wait(opts.duration_s, interrupted).await;
+    }
+    shared.measuring.store(false, Ordering::Relaxed);
+    let window = w0.elapsed().as_secs_f64();
+    let window_end_s = t_start.elapsed().as_secs_f64();
+    let p1 = shared.published.load(Ordering::Relaxed);
+    let (f1, s1) = (shared.fast.delivered(), shared.slow.delivered());
+    let b1 = broker.usage();
+    let c1 = broker.tool_cpu_ns();
+    let w = Window {
+        fast: (f0, f1),
+        slow: (s0, s1),
+    };
+    shared.stop.store(true, Ordering::Relaxed);
+    let mut pubs = Vec::new();
+    for t in pub_tasks {
+        pubs.push(t.await.unwrap_or_default());
+    }
+    let published: u64 = pubs.iter().map(|p| p.published).sum();
+    // Drain: until every expected delivery arrived, or nothing moved for 500 ms, or
+    // the drain timeout.
+    let expected = published * plan.fanout_factor;
+    let drain_start = Instant::now();
+    let mut last_d = shared.delivered();
+    let mut still_since = Instant::now();
+    while drain_start.elapsed().as_secs_f64() < opts.drain_timeout_s {
+        let d = shared.delivered();
+        if d >= expected {
+            break;
+        }
+        if d != last_d {
+            last_d = d;
+            still_since = Instant::now();
+        } else if still_since.elapsed() > Duration::from_millis(500) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shared.stop_consumers.store(true, Ordering::Relaxed);
+    let mut subs = Vec::new();
+    for t in sub_tasks {
+        subs.push(t.await.unwrap_or_default());
+    }
+    let timeline = sampler.finish();
+    let delivered: u64 = subs.iter().map(|s| s.delivered).sum();
+    let fixed_rate = opts.rate > 0;
+    let fast = group_report(&subs, false, &shared.fast, w.fast, window, fixed_rate);
+    let slow = group_report(&subs, true, &shared.slow, w.slow, window, fixed_rate);
+    let mut hist = shared.fast.total();
+    hist.add(shared.slow.total())
+        .map_err(|x| format!("merging latency histograms: {x}"))?;
+    let broker_cpu_ns = match (b0, b1) {
+        (Some(a), Some(b)) => Some(b.cpu_ns.saturating_sub(a.cpu_ns)),
+        _ => None,
+    };
+    let rss_max = timeline
+        .iter()
+        .map(|s| s.broker_rss)
+        .max()
+        .unwrap_or(0)
+        .max(b1.map_or(0, |u| u.rss));
+    let mut notes = plan.notes;
+    if broker_cpu_ns.is_none() {
+        notes.push("broker CPU unknown: pass --broker-pid for an external broker".into());
+    }
+    let mut broker_log_codes = broker.log_codes();
+    for (code, n) in &codes0 {
+        if let Some(m) = broker_log_codes.get_mut(code) {
+            *m = m.saturating_sub(*n);
+        }
+    }
+    broker_log_codes.retain(|_, n| *n > 0);
+    Ok(RunReport::new(
+        scenario,
+        broker,
+        opts,
+        RunData {
+            counts: Counts {
+                published,
+                delivered,
+                expected_delivered: expected,
+                window_s: window,
+                window_start_s,
+                window_end_s,
+                published_in_window: p1 - p0,
+                delivered_in_window: (f1 + s1) - (f0 + s0),
+            },
+            latency: Latency::from_hist(&hist, fixed_rate),
+            hist,
+            fast,
+            slow,
+            broker_cpu_ns,
+            rss_max,
+            tool_cpu_ns: c1.saturating_sub(c0),
+            subscribers: subs,
+            publishers: pubs,
+            timeline,
+            broker_log_codes,
+            notes,
+            interrupted: was_interrupted,
+        },
+    ))
+}
