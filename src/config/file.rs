@@ -391,6 +391,112 @@ mod tests {
     }
 
     #[test]
+    fn policy_sections_parse() {
+        let mut c = Config::default();
+        let text = r#"
+[policy]
+housekeeping_interval_ms = 50
+rate_window_ms = 500
+[flow]
+grace_bytes = 1000
+[memory]
+high_watermark = "512MiB"
+low_watermark = 0.1
+[vhost."/"]
+capacity = 1000
+flow_resume_capacity = 800
+[vhost."/".slow_consumer]
+policy = "cycle"
+max_count = 10
+[[topic]]
+binding = "prices.#"
+slow_consumer = { max_depth = 1024, min_rate = 2.5 }
+[[topic]]
+queue = "durable-sub"
+exchange = "events"
+slow_consumer = { policy = "delete", max_age_ms = 1500, include_durable = true }
+[[queue]]
+name = "orders"
+capacity = 2000
+"#;
+        apply_text(&mut c, text).expect("parses");
+        c.validate().expect("valid");
+        let p = &c.policies;
+        assert_eq!(p.tuning.housekeeping_interval, Duration::from_millis(50));
+        assert_eq!(p.flow.grace_bytes, 1000);
+        assert_eq!(p.memory.high_watermark, MemoryLimit::Bytes(512 << 20));
+        assert_eq!(p.memory.low_watermark, Some(MemoryLimit::Fraction(0.1)));
+        let vhost = p.vhost("/");
+        assert_eq!(
+            vhost.capacity.resolve().map(|c| (c.capacity, c.resume)),
+            Some((1000, 800))
+        );
+        assert_eq!(vhost.slow_consumer.action, Some(Action::Cycle));
+        let t = p
+            .topic_for_binding("/", "amq.topic", "prices.#")
+            .expect("topic entry");
+        assert_eq!(t.slow_consumer.max_depth, Some(1024));
+        let t = p.topic_for_queue("/", "durable-sub").expect("queue entry");
+        assert_eq!(t.exchange, "events");
+        assert_eq!(t.slow_consumer.include_durable, Some(true));
+        let q = p.queue_capacity("/", "orders").resolve().expect("limited");
+        assert_eq!((q.capacity, q.resume), (2000, 2000));
+        assert_eq!(
+            p.queue_capacity("/", "other").resolve().map(|c| c.capacity),
+            Some(1000)
+        );
+    }
+
+    #[test]
+    fn policy_errors_name_their_key() {
+        let bad = [
+            (
+                "[vhost.\"/\".slow_consumer]\npolicy = \"drop\"\n",
+                "vhost.\"/\".slow_consumer.policy",
+            ),
+            (
+                "[memory]\nhigh_watermark = \"12 parsecs\"\n",
+                "memory.high_watermark",
+            ),
+            ("[memory]\nhigh_watermark = 1.5\n", "memory.high_watermark"),
+            (
+                "[[topic]]\nbinding = \"a\"\nslow_consumer = { max_count = 1, colour = 3 }\n",
+                "colour",
+            ),
+        ];
+        for (text, key) in bad {
+            let mut c = Config::default();
+            let err = apply_text(&mut c, text).expect_err(text);
+            assert!(err.contains(key), "{err} should name {key}");
+        }
+        let invalid = [
+            (
+                "[[queue]]\nname = \"q\"\ncapacity = 100\nflow_resume_capacity = 200\n",
+                "queue[0].flow_resume_capacity",
+            ),
+            ("[vhost.\"nope\"]\ncapacity = 5\n", "vhost.\"nope\""),
+            (
+                "[[topic]]\nbinding = \"a\"\nqueue = \"b\"\nslow_consumer = { max_count = 1 }\n",
+                "topic[0]",
+            ),
+            (
+                "[[topic]]\nbinding = \"a\"\nslow_consumer = { policy = \"cycle\" }\n",
+                "topic[0].slow_consumer",
+            ),
+            (
+                "[policy]\nhousekeeping_interval_ms = 5\n",
+                "policy.housekeeping_interval_ms",
+            ),
+        ];
+        for (text, key) in invalid {
+            let mut c = Config::default();
+            apply_text(&mut c, text).expect("parses");
+            let err = c.validate().expect_err(text);
+            assert!(err.to_string().contains(key), "{err} should name {key}");
+        }
+    }
+
+    #[test]
     fn example_config_parses_to_the_defaults() {
         let text = include_str!("../../config/sluice.toml");
         let mut c = Config::default();

@@ -42,6 +42,22 @@ pub fn queue_limits(config: &Config, vhost: &str, queue: &str, args: &FieldTable
     limits
 }
 
+/// Whether a message of `size` bytes may be enqueued: `x-overflow = reject-publish`
+/// refuses it when the queue is at its length limit (counted for the QUE-1006 line).
+pub fn admits(q: &mut Queue, size: u64) -> bool {
+    let Some(ml) = q.limits.max_length else {
+        return true;
+    };
+    if ml.overflow != Overflow::RejectPublish
+        || !ml.would_exceed(q.ready_count() as u64, q.ready_bytes(), size)
+    {
+        return true;
+    }
+    q.count_rejected();
+    q.limits.alerts.rejects_unreported += 1;
+    false
+}
+
 /// What an enqueue changed that the shard must act on once the queue is released.
 #[derive(Default)]
 struct AfterEnqueue {
@@ -90,26 +106,6 @@ impl State {
         if slow.active().is_some() {
             self.ensure_policy_timer(shard, queue);
         }
-    }
-
-    /// Whether a message may be enqueued: `x-overflow = reject-publish` refuses it when
-    /// the queue is at its length limit.
-    pub(super) fn admits(&mut self, shard: &Shard, queue: QueueId, size: u64) -> bool {
-        let Some(q) = self.queues.get_mut(&queue) else {
-            return true;
-        };
-        let Some(ml) = q.limits.max_length else {
-            return true;
-        };
-        if ml.overflow != Overflow::RejectPublish
-            || !ml.would_exceed(q.ready_count() as u64, q.ready_bytes(), size)
-        {
-            return true;
-        }
-        q.count_rejected();
-        q.limits.alerts.rejects_unreported += 1;
-        self.ensure_policy_timer(shard, queue);
-        false
     }
 
     /// The checks after a message from `origin` was enqueued: drop-head rings, the

@@ -37,16 +37,16 @@ impl State {
         origin: ChannelRef,
         now: Instant,
     ) -> bool {
-        let (has_policies, size) = match self.queues.get(&queue) {
-            Some(q) if !q.condemned => (q.limits.max_length.is_some(), msg.accounted_size()),
-            _ => return true,
-        };
-        if has_policies && !self.admits(shard, queue, size) {
-            return false;
-        }
         let Some(q) = self.queues.get_mut(&queue) else {
             return true;
         };
+        if q.condemned {
+            return true;
+        }
+        if q.limits.max_length.is_some() && !super::policy::admits(q, msg.accounted_size()) {
+            self.ensure_policy_timer(shard, queue);
+            return false;
+        }
         let was_empty = q.ready_count() == 0;
         let has_ttl = q.settings.message_ttl.is_some() || msg.ttl_ms().is_some();
         q.enqueue(msg, now);
