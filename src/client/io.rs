@@ -531,7 +531,10 @@ impl ConnTask {
                 pending,
             } => {
                 let Some(ch) = self.chan(channel) else {
-                    pending.fail(&ClientError::disconnected());
+                    // The channel is already closed (the broker may have closed it while
+                    // this command was queued). Dropping the reply makes the caller report
+                    // the channel's own close reason (a 506, say), not a dead connection.
+                    drop(pending);
                     return;
                 };
                 if let Method::ConfirmSelect(_) = method {
@@ -548,9 +551,8 @@ impl ConnTask {
                 encode_method(&mut self.wbuf, channel, &method);
             }
             Cmd::WaitConfirms { channel, reply } => match self.chan(channel) {
-                None => {
-                    let _ = reply.send(Err(ClientError::disconnected()));
-                }
+                // As for an RPC: the caller reports the channel's close reason.
+                None => drop(reply),
                 Some(ChanState { confirms: None, .. }) => {
                     let _ = reply.send(Err(ClientError::NotInConfirmMode));
                 }

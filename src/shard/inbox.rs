@@ -191,6 +191,8 @@ pub enum QueueReply {
     DeleteChecked(Result<u32, DeleteRefused>),
     /// The queue no longer exists on its home shard.
     Gone,
+    /// The slow-consumer policy deleted the queue: a channel consuming from it gets 506.
+    SlowConsumerClosed,
 }
 
 /// Control-plane requests, all served by the coordinator (shard 0).

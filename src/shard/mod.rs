@@ -130,6 +130,8 @@ pub struct State {
     name_seed: u64,
     /// The memory alarm as this shard has applied it to its publishers.
     pub memory_alarm: bool,
+    /// Home queues the slow-consumer policy deleted, with when (kept one rate window).
+    pub slow_deleted: Vec<(QueueId, Instant)>,
     /// The watermark's hysteresis (evaluated by the coordinating shard only).
     pub watermark: Watermark,
 }
@@ -170,6 +172,7 @@ impl Shard {
             next_queue_id: 1,
             name_seed: wall_nanos() ^ (u64::from(id) << 32),
             memory_alarm: false,
+            slow_deleted: Vec::new(),
             watermark: Watermark::new(memory.high, memory.low),
         };
         Shard {

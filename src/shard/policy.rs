@@ -348,6 +348,13 @@ impl State {
         }
         OpsEvent::SlowConsumerDetected(Box::new(report(q, &policy, threshold, now))).emit();
         q.condemned = true;
+        let window = tuning.rate_window;
+        self.slow_deleted
+            .retain(|(_, at)| now.saturating_duration_since(*at) <= window);
+        self.slow_deleted.push((queue, now));
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
         let consumers: Vec<_> = q.consumers().iter().map(|c| c.target).collect();
         let getters = q.recent_getters(now, tuning.rate_window);
         q.release_all();
@@ -369,6 +376,16 @@ impl State {
             self.send_slow_close(shard, g.shard, g.conn, target, queue);
         }
         self.internal_deletes.push((vhost, name));
+    }
+
+    /// Whether the slow-consumer policy deleted (or is deleting) this home queue.
+    pub(super) fn slow_deleted(&self, queue: QueueId, now: Instant, config: &Config) -> bool {
+        let window = config.policies.tuning.rate_window;
+        self.queues.get(&queue).is_some_and(|q| q.condemned)
+            || self
+                .slow_deleted
+                .iter()
+                .any(|(id, at)| *id == queue && now.saturating_duration_since(*at) <= window)
     }
 
     fn send_slow_close(

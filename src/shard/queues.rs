@@ -191,6 +191,12 @@ impl State {
             | QueueRequest::Purge { queue }
             | QueueRequest::CheckDelete { queue, .. } => *queue,
         };
+        let consumes = matches!(req, QueueRequest::Consume { .. } | QueueRequest::Get { .. });
+        // A channel that would consume from a queue the slow-consumer policy deleted (or
+        // is deleting) is told so, whichever arrives first: this answer or the close.
+        if consumes && self.slow_deleted(qid, now, &shard.config) {
+            return QueueReply::SlowConsumerClosed;
+        }
         let Some(q) = self.queues.get_mut(&qid) else {
             return QueueReply::Gone;
         };

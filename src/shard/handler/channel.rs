@@ -487,6 +487,7 @@ impl State {
                 let epoch = self.channel_mut(conn, number)?.epoch;
                 pending(PendingOp::Get {
                     queue,
+                    name,
                     no_ack: get.no_ack,
                     epoch,
                 })

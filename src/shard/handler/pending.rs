@@ -81,6 +81,7 @@ pub enum PendingOp {
     },
     Get {
         queue: QueueRef,
+        name: ShortStr,
         no_ack: bool,
         /// The channel's epoch (the queue remembers who drained it).
         epoch: u32,
@@ -108,6 +109,7 @@ pub enum Resolved {
     },
     Got {
         queue: QueueRef,
+        name: ShortStr,
         no_ack: bool,
         reply: QueueReply,
     },
@@ -198,6 +200,7 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
         }
         PendingOp::Get {
             queue,
+            name,
             no_ack,
             epoch,
         } => {
@@ -214,6 +217,7 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
             let reply = control::queue_request(shard, queue.home, req).await;
             Resolved::Got {
                 queue,
+                name,
                 no_ack,
                 reply,
             }
@@ -292,6 +296,10 @@ impl State {
                     }
                     Ok(None)
                 }
+                QueueReply::SlowConsumerClosed => {
+                    self.forget_consumer(conn, number, consumer);
+                    Err((ChannelError::ConsumingTooSlow, 0, 0))
+                }
                 QueueReply::Consumed(Err(ConsumeRefused::ExclusiveInUse)) => {
                     self.forget_consumer(conn, number, consumer);
                     Err((
@@ -313,6 +321,7 @@ impl State {
             }
             Resolved::Got {
                 queue,
+                name,
                 no_ack,
                 reply,
             } => match reply {
@@ -350,15 +359,8 @@ impl State {
                 QueueReply::Got(None) => Ok(Some(Method::BasicGetEmpty(BasicGetEmpty {
                     cluster_id: ShortStr::default(),
                 }))),
-                _ => Err((
-                    ChannelError::NotFound {
-                        kind: ObjectKind::Queue,
-                        name: String::new(),
-                        vhost: vhost_name.clone(),
-                    },
-                    60,
-                    70,
-                )),
+                QueueReply::SlowConsumerClosed => Err((ChannelError::ConsumingTooSlow, 0, 0)),
+                _ => Err((gone(&name), 60, 70)),
             },
             Resolved::Purged { reply, nowait } => match reply {
                 QueueReply::Purged(n) => {
