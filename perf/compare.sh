@@ -32,7 +32,10 @@ STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 OUT="perf/results/$STAMP"
 mkdir -p "$OUT"
 
-# name | sluice-bench arguments
+# name | sluice-bench arguments. Max-rate runs (no --rate) are closed loop: each
+# publisher stays at most --max-ahead (10,000, or half a smaller
+# x-slow-consumer-max-count) messages ahead of its fast subscribers, so they measure
+# what the subscribers take, not how fast a backlog grows (--open-loop for that).
 SCENARIOS=(
   "fanout-64B-noack|fanout --publishers 1 --subscribers 16 --size 64 --ack no-ack"
   "fanout-1KiB-noack|fanout --publishers 1 --subscribers 16 --size 1024 --ack no-ack"
@@ -40,6 +43,8 @@ SCENARIOS=(
   "fanout-1KiB-ack|fanout --publishers 1 --subscribers 16 --size 1024 --ack client --prefetch 1000"
   "workq-4x4-1KiB-ack|workq --publishers 4 --consumers 4 --size 1024 --ack client --prefetch 1000"
   "slowsub-16-K1-R100|slowsub --publishers 1 --subscribers 16 --slow 1 --slow-rate 100 --size 64"
+  "slowsub-16-K1-R100-delete|slowsub --publishers 1 --subscribers 16 --slow 1 --slow-rate 100 --size 64 --policy delete --max-count 10000"
+  "slowsub-16-K1-R100-cycle|slowsub --publishers 1 --subscribers 16 --slow 1 --slow-rate 100 --size 64 --policy cycle --max-count 10000"
   "latency-fanout-64B-1000/s|fanout --publishers 1 --subscribers 16 --size 64 --ack no-ack --rate 1000"
   "persistent-1KiB-confirm|persistent --size 1024 --confirm 100"
 )
@@ -122,14 +127,21 @@ for f in sorted(glob.glob(os.path.join(out, "*.json"))):
     rows.append((name, broker, j))
 print(f"Run {first['date_utc'] if first else '?'} at sluice {rev} on a {first['machine_cores'] if first else '?'}-core machine (load average at the end: {load})"
       f"{'; RabbitMQ ' + rv if have_rabbit else '; RabbitMQ not installed (apt-get install -y rabbitmq-server), sluice only'}.\n")
-print("| scenario | broker | published/s | delivered/s | p50 | p99 | broker CPU ns/delivered | broker RSS max | tool CPU ns/msg | delivered/expected |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+def pacing(j):
+    p = j.get("pacing", "open loop")
+    if not p.startswith("closed loop"):
+        return "open" if j.get("config", {}).get("rate", 0) == 0 else "fixed rate"
+    ran = sum(x.get("run_ms", 0) for x in j.get("publishers", [])) or 1
+    return f"closed {j.get('pacing_max_ahead')}, {100 * j.get('pacing_wait_ms', 0) / ran:.0f} % waiting"
+print("| scenario | broker | published/s | delivered/s | p50 | p99 | broker CPU ns/delivered | broker RSS max | tool CPU ns/msg | delivered/expected | pacing | channels closed |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
 by = {}
 for name, broker, j in rows:
     l = j["latency"]; cpu = j.get("broker_cpu_ns_per_delivered")
     by.setdefault(name, {})[broker] = j
     print(f"| {name} | {broker} | {rate(j['publish_rate'])} | {rate(j['deliver_rate'])} | {ns(l['p50_ns'])} | {ns(l['p99_ns'])} | "
-          f"{'n/a' if cpu is None else f'{cpu:.0f}'} | {j['broker_rss_max_bytes']/2**20:.0f} MiB | {j['tool_cpu_ns_per_message']:.0f} | {j['delivered']}/{j['expected_delivered']} |")
+          f"{'n/a' if cpu is None else f'{cpu:.0f}'} | {j['broker_rss_max_bytes']/2**20:.0f} MiB | {j['tool_cpu_ns_per_message']:.0f} | {j['delivered']}/{j['expected_delivered']} | "
+          f"{pacing(j)} | {len(j.get('channel_closes', []))} |")
 if have_rabbit:
     print("\n| scenario | delivered/s ratio sluice/RabbitMQ | broker CPU per delivery ratio RabbitMQ/sluice | p99 ratio RabbitMQ/sluice |")
     print("|---|---:|---:|---:|")

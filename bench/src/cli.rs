@@ -1,7 +1,8 @@
 //! Owns: the command line of `sluice-bench` — the scenario, its flags and their
 //! per-scenario defaults — resolved into the [`Opts`] a run is made of (queue
 //! arguments typed from the conveniences, flow-control settings from the flags or
-//! the client's environment variables).
+//! the client's environment variables, closed-loop pacing of `--rate 0` publishers:
+//! `--max-ahead`, default 10,000 except for `flow`, or `--open-loop`).
 //! Does not: run anything.
 
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use sluice::client::FlowOptions;
 use crate::broker::Embedded;
 use crate::scenario::args::{add_defaults, SlowConsumerArgs};
 use crate::scenario::matrix::Policy;
+use crate::scenario::pacing::default_max_ahead;
 use crate::scenario::{flow, AckMode, ConsumeMode, Opts};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -73,9 +75,22 @@ pub struct Cli {
     /// Message body size in bytes (at least 20: the stamp).
     #[arg(long)]
     pub size: Option<usize>,
-    /// Messages per second per publisher; 0 = as fast as possible.
+    /// Messages per second per publisher (a fixed rate: open loop); 0 = as fast as
+    /// the subscribers take (closed loop, see --max-ahead).
     #[arg(long)]
     pub rate: Option<u64>,
+    /// --rate 0 publishers publish only while they are at most N messages ahead of
+    /// the slowest subscriber that is not throttled (fanout, slowsub, matrix) or of
+    /// all consumers together (workq, flow, persistent); 0 = open loop [default:
+    /// 10000, or half a smaller x-slow-consumer-max-count / -max-depth / x-max-length
+    /// of the run's queues; flow: 0 (its queue is meant to overfill)].
+    #[arg(long, value_name = "N")]
+    pub max_ahead: Option<u64>,
+    /// --rate 0 publishers publish as fast as they can, however far ahead of the
+    /// subscribers (same as --max-ahead 0): measures backlog growth, e.g. fan-out
+    /// under the memory watermark.
+    #[arg(long, conflicts_with = "max_ahead")]
+    pub open_loop: bool,
     /// Measured seconds (after warm-up).
     #[arg(long)]
     pub duration: Option<f64>,
@@ -215,6 +230,17 @@ impl Cli {
         }
     }
 
+    /// Flag combinations the parser cannot refuse on its own.
+    pub fn check(&self) -> Result<(), String> {
+        let rate = self.opts().rate;
+        if rate > 0 && self.max_ahead.is_some_and(|n| n > 0) {
+            return Err(format!(
+                "--max-ahead paces --rate 0 publishers; --rate {rate} is a fixed rate (open loop)"
+            ));
+        }
+        Ok(())
+    }
+
     /// The flags resolved with the scenario's defaults.
     pub fn opts(&self) -> Opts {
         use Scenario::*;
@@ -240,12 +266,22 @@ impl Cli {
             _ => None,
         };
         let consumers = self.consumers.unwrap_or(cons);
+        let rate = self.rate.unwrap_or(if s == Matrix { 2000 } else { 0 });
+        let size = self.size.unwrap_or(size);
+        let (max_ahead, max_ahead_why) = match (rate, self.open_loop, self.max_ahead) {
+            (1.., _, _) | (_, true, _) => (0, None),
+            (_, _, Some(n)) => (n, None),
+            _ if s == Flow => (0, None),
+            _ => default_max_ahead(&queue_args, size),
+        };
         Opts {
             publishers: self.publishers.unwrap_or(p),
             subscribers: self.subscribers.unwrap_or(subs),
             consumers,
-            size: self.size.unwrap_or(size),
-            rate: self.rate.unwrap_or(if s == Matrix { 2000 } else { 0 }),
+            size,
+            rate,
+            max_ahead,
+            max_ahead_why,
             duration_s: self
                 .duration
                 .unwrap_or(if s == Matrix { 2.0 } else { 10.0 }),
@@ -283,6 +319,7 @@ impl Cli {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::pacing::DEFAULT_MAX_AHEAD;
 
     fn parse(args: &[&str]) -> Cli {
         Cli::try_parse_from([&["sluice-bench"][..], args].concat()).expect("flags parse")
@@ -323,6 +360,47 @@ mod tests {
             "0.1"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn max_rate_runs_are_closed_loop_by_default() {
+        for sc in ["fanout", "slowsub", "workq", "persistent"] {
+            assert_eq!(parse(&[sc]).opts().max_ahead, DEFAULT_MAX_AHEAD, "{sc}");
+        }
+        assert_eq!(parse(&["matrix", "--rate", "0"]).opts().max_ahead, 10_000);
+        assert_eq!(
+            parse(&["flow"]).opts().max_ahead,
+            0,
+            "flow overfills its queue"
+        );
+        assert_eq!(parse(&["flow", "--max-ahead", "500"]).opts().max_ahead, 500);
+        assert_eq!(
+            parse(&["fanout", "--max-ahead", "1000"]).opts().max_ahead,
+            1000
+        );
+        assert_eq!(parse(&["fanout", "--open-loop"]).opts().max_ahead, 0);
+        assert_eq!(parse(&["fanout", "--max-ahead", "0"]).opts().max_ahead, 0);
+        // A fixed rate is open loop.
+        assert_eq!(parse(&["fanout", "--rate", "1000"]).opts().max_ahead, 0);
+        assert_eq!(parse(&["matrix"]).opts().max_ahead, 0);
+        let capped = parse(&["slowsub", "--policy", "delete", "--max-count", "10000"]).opts();
+        assert_eq!(
+            capped.max_ahead, 5_000,
+            "clear of the fast subscribers' threshold"
+        );
+        assert!(capped.max_ahead_why.is_some());
+        let explicit = ["slowsub", "--max-count", "10000", "--max-ahead", "10000"];
+        assert_eq!(parse(&explicit).opts().max_ahead, 10_000);
+        assert!(parse(&["fanout", "--rate", "10", "--max-ahead", "5"])
+            .check()
+            .is_err());
+        assert!(parse(&["fanout", "--rate", "0", "--max-ahead", "5"])
+            .check()
+            .is_ok());
+        assert!(
+            Cli::try_parse_from(["sluice-bench", "fanout", "--open-loop", "--max-ahead", "5"])
+                .is_err()
+        );
     }
 
     #[test]

@@ -11,15 +11,23 @@
 //! sluice-bench slowsub --subscribers 16 --size 64 --slow 1 --slow-rate 100 \
 //!     --policy delete --max-count 10000 --duration 60 --json slowsub-delete.json
 //! sluice-bench flow --duration 60 --json flow.json          # issue 7's capacity run
-//! sluice-bench fanout --embedded process \
+//! sluice-bench fanout --embedded process --open-loop \
 //!     --broker-arg=--memory-high-watermark=268435456 --duration 60
 //! ```
+//!
+//! A `--rate 0` run is closed loop unless `--open-loop`: each publisher stays at
+//! most `--max-ahead` (10,000, or half a smaller `--max-count` of the run's queues)
+//! messages ahead of the slowest subscriber that is not throttled (or of all
+//! consumers of a shared queue), so its rate is what the subscribers take; the
+//! summary's `pacing` line and the JSON say which, and how long the publishers
+//! waited. `flow` is open loop by default (its queue is meant to overfill).
 //!
 //! Every `--json` has the per-second `timeline` (published/s, delivered/s — all, fast
 //! and slow subscribers —, p99, broker RSS, and for runs on one shared queue its
 //! depth), the fast and slow subscribers' figures apart (`fast`, `slow`), each
-//! subscriber's close code and text and gaps, and each publisher's time held by flow
-//! control and the flow signals it saw.
+//! subscriber's close code and text and gaps, each publisher's time held by flow
+//! control and the flow signals it saw, and its time waiting for subscribers
+//! (`pacing_wait_ms`).
 
 mod broker;
 mod cli;
@@ -184,6 +192,10 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     raise_open_file_limit();
+    if let Err(e) = cli.check() {
+        eprintln!("sluice-bench: {e}");
+        return std::process::ExitCode::from(2);
+    }
     let opts = cli.opts();
     if cli.url.is_some() && !cli.broker_args.is_empty() {
         eprintln!(

@@ -75,6 +75,25 @@ pub struct GroupReport {
     pub latency: Latency,
 }
 
+/// What the run's pacer saw (see `scenario::pacing`).
+pub struct PacingData {
+    /// Messages written off after the subscribers stood still while publishers waited.
+    pub written_off: u64,
+    pub stalls: u64,
+}
+
+/// How the publishers were paced, as the report says it: `closed loop, max ahead N`
+/// or `open loop` (a fixed rate is open loop by definition).
+pub fn pacing_label(opts: &Opts) -> String {
+    if opts.rate > 0 {
+        format!("open loop (fixed rate {}/s per publisher)", opts.rate)
+    } else if opts.max_ahead > 0 {
+        format!("closed loop, max ahead {}", opts.max_ahead)
+    } else {
+        "open loop".into()
+    }
+}
+
 /// Everything [`RunReport::new`] is made from.
 pub struct RunData {
     pub counts: Counts,
@@ -89,6 +108,7 @@ pub struct RunData {
     pub publishers: Vec<PubResult>,
     pub timeline: Vec<Sample>,
     pub broker_log_codes: BTreeMap<String, u64>,
+    pub pacing: PacingData,
     pub notes: Vec<String>,
     pub interrupted: bool,
 }
@@ -171,6 +191,22 @@ pub struct RunReport {
     pub flow_timeouts: u64,
     pub flow_channel_stops: u64,
     pub flow_connection_blocks: u64,
+    /// `closed loop, max ahead N` (each `--rate 0` publisher at most N messages ahead
+    /// of the slowest subscriber that is not throttled, or of all consumers of a
+    /// shared queue), `open loop`, or `open loop (fixed rate …)`.
+    pub pacing: String,
+    pub pacing_max_ahead: Option<u64>,
+    /// Publisher time spent waiting for subscribers, all publishers together (ms):
+    /// while waiting, the rate was the subscribers' capacity.
+    pub pacing_wait_ms: u64,
+    pub pacing_waits: u64,
+    /// Messages written off because no subscriber progressed for 2 s while a
+    /// publisher waited (lost messages, a wedged consumer), and how often.
+    pub pacing_written_off: u64,
+    pub pacing_stalls: u64,
+    /// When the last pacing subscriber went (earliest publisher to notice): open loop
+    /// from then on.
+    pub pacing_released_at_s: Option<f64>,
     /// Subscribers not throttled, and throttled ones, apart.
     pub fast: GroupReport,
     pub slow: GroupReport,
@@ -318,6 +354,16 @@ impl RunReport {
             flow_timeouts: pubs.iter().map(|p| p.flow_timeouts).sum(),
             flow_channel_stops: pubs.iter().map(|p| p.channel_flow_stops).sum(),
             flow_connection_blocks: pubs.iter().map(|p| p.connection_blocks).sum(),
+            pacing: pacing_label(opts),
+            pacing_max_ahead: (opts.rate == 0 && opts.max_ahead > 0).then_some(opts.max_ahead),
+            pacing_wait_ms: pubs.iter().map(|p| p.pacing_wait_ms).sum(),
+            pacing_waits: pubs.iter().map(|p| p.pacing_waits).sum(),
+            pacing_written_off: d.pacing.written_off,
+            pacing_stalls: d.pacing.stalls,
+            pacing_released_at_s: pubs
+                .iter()
+                .filter_map(|p| p.pacing_released_at_s)
+                .reduce(f64::min),
             fast: d.fast,
             slow: d.slow,
             channel_closes,
@@ -348,6 +394,8 @@ impl RunReport {
             date_utc: utc_now(),
             machine_cores: cores(),
             config: Some(opts.clone()),
+            pacing: pacing_label(opts),
+            pacing_max_ahead: (opts.rate == 0 && opts.max_ahead > 0).then_some(opts.max_ahead),
             interrupted,
             ..Default::default()
         };
@@ -380,6 +428,10 @@ impl RunReport {
             r.flow_timeouts += p.flow_timeouts;
             r.flow_channel_stops += p.flow_channel_stops;
             r.flow_connection_blocks += p.flow_connection_blocks;
+            r.pacing_wait_ms += p.pacing_wait_ms;
+            r.pacing_waits += p.pacing_waits;
+            r.pacing_written_off += p.pacing_written_off;
+            r.pacing_stalls += p.pacing_stalls;
             add_group(&mut r.fast, &p.fast);
             add_group(&mut r.slow, &p.slow);
             r.broker_rss_window_min_bytes =
@@ -482,6 +534,7 @@ impl RunReport {
         for (k, v) in rows {
             let _ = writeln!(s, "{k:<16} {v}");
         }
+        self.summary_pacing(&mut s);
         if self.confirmed + self.nacked > 0 {
             let _ = writeln!(
                 s,
@@ -533,6 +586,37 @@ impl RunReport {
             );
         }
         s
+    }
+
+    /// The pacing line: closed or open loop, and how long closed-loop publishers
+    /// waited for their subscribers.
+    fn summary_pacing(&self, s: &mut String) {
+        let mut line = self.pacing.clone();
+        if self.pacing_max_ahead.is_some() {
+            let pubs = self.publishers.len().max(1) as f64;
+            let ran_ms: u64 = self.publishers.iter().map(|p| p.run_ms).sum();
+            let _ = write!(
+                line,
+                "; publishers waited for subscribers {:.0} % of the time ({:.1} s of {:.1} s each)",
+                (100.0 * self.pacing_wait_ms as f64 / ran_ms.max(1) as f64).min(100.0),
+                self.pacing_wait_ms as f64 / 1e3 / pubs,
+                ran_ms as f64 / 1e3 / pubs
+            );
+            if let Some(at) = self.pacing_released_at_s {
+                let _ = write!(
+                    line,
+                    "; no pacing subscriber left at {at:.1} s: open loop since"
+                );
+            }
+            if self.pacing_stalls > 0 {
+                let _ = write!(
+                    line,
+                    "; {} stalls, {} messages written off",
+                    self.pacing_stalls, self.pacing_written_off
+                );
+            }
+        }
+        let _ = writeln!(s, "{:<16} {line}", "pacing");
     }
 
     /// Queue depth, flow control, calibration and broker log lines of the summary.
@@ -628,10 +712,20 @@ impl RunReport {
         let slow: Vec<_> = self.subscribers.iter().filter(|x| x.slow).collect();
         for x in slow.iter().take(MAX_LINES) {
             let closed = match (x.closed_code, &x.closed_text, x.closed_at_s) {
+                (Some(c), t, _) if x.closed_after_run => format!(
+                    ", closed {c} {:?} (seen after the run, behind {} deliveries already in \
+                     its socket)",
+                    t.as_deref().unwrap_or(""),
+                    x.read_after_run
+                ),
                 (Some(c), t, at) => format!(
                     ", closed {c} {:?}{}",
                     t.as_deref().unwrap_or(""),
                     at.map_or(String::new(), |a| format!(" at {a:.1} s"))
+                ),
+                _ if x.read_after_run > 0 => format!(
+                    " (skipped counted through {} more read after the run)",
+                    x.read_after_run
                 ),
                 _ => String::new(),
             };

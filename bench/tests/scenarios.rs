@@ -127,10 +127,18 @@ fn common(v: &Value, with_latency: bool) {
             "channel_flow_stops",
             "connection_blocks",
             "send_blocked_ms",
+            "pacing_wait_ms",
+            "pacing_waits",
+            "run_ms",
         ] {
             assert!(p[k].is_u64(), "{k} in {p}");
         }
     }
+    let pacing = v["pacing"].as_str().expect("pacing");
+    assert!(
+        pacing.starts_with("closed loop, max ahead ") || pacing.starts_with("open loop"),
+        "{pacing}"
+    );
     for sub in v["subscribers"].as_array().unwrap() {
         for k in ["closed_code", "closed_text", "closed_at_s", "gaps"] {
             assert!(sub.get(k).is_some(), "{k} in {sub}");
@@ -200,6 +208,60 @@ fn fanout_delivers_every_message_to_every_subscriber() {
         assert_eq!(u(s, "delivered"), u(&v, "published"));
         assert_eq!(u(s, "gaps"), 0);
     }
+    assert_eq!(v["pacing"], "open loop (fixed rate 3000/s per publisher)");
+}
+
+/// `--rate 0` is closed loop: the publisher stays at most `--max-ahead` messages
+/// ahead of its subscribers and reports the time it waited for them.
+#[test]
+fn fanout_at_max_rate_is_closed_loop() {
+    let v = run(
+        "fanout-closed",
+        &[
+            &["fanout", "--subscribers", "3", "--max-ahead", "1000"][..],
+            &SHORT,
+        ]
+        .concat(),
+    );
+    common(&v, true);
+    assert_eq!(v["pacing"], "closed loop, max ahead 1000");
+    assert_eq!(u(&v, "pacing_max_ahead"), 1000);
+    assert_eq!(
+        u(&v, "delivered"),
+        u(&v, "published") * 3,
+        "delivered = published x subscribers"
+    );
+    let p = &v["publishers"][0];
+    assert!(u(p, "pacing_wait_ms") <= u(p, "run_ms"));
+    assert_eq!(
+        u(&v, "pacing_wait_ms"),
+        u(p, "pacing_wait_ms"),
+        "one publisher"
+    );
+}
+
+/// `--open-loop` restores publishing as fast as possible, however far ahead.
+#[test]
+fn open_loop_flag_turns_pacing_off() {
+    let v = run(
+        "fanout-open",
+        &[
+            "fanout",
+            "--subscribers",
+            "2",
+            "--open-loop",
+            "--duration",
+            "1",
+            "--warmup",
+            "0.5",
+            "--drain-timeout",
+            "20",
+        ],
+    );
+    common(&v, true);
+    assert_eq!(v["pacing"], "open loop");
+    assert!(v["pacing_max_ahead"].is_null());
+    assert_eq!(u(&v, "pacing_wait_ms") + u(&v, "pacing_waits"), 0);
 }
 
 #[test]

@@ -40,6 +40,7 @@ pub fn plan(opts: &Opts, exchange: &str, slow: usize, durable_prefix: Option<&st
     Plan {
         subs,
         pubs,
+        pacing: super::pacing::Reference::EachSubscriber,
         fanout_factor: opts.subscribers as u64,
         probe_queue: None,
         notes,

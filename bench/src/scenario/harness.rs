@@ -1,5 +1,6 @@
 //! Owns: running one [`Plan`] — subscribers connected and bound before any publisher
-//! starts, warm-up, the measured window, the per-second [`Sampler`], stopping the
+//! starts, the run's [`Pacer`] (closed loop for `--rate 0` unless `--open-loop`),
+//! warm-up, the measured window, the per-second [`Sampler`], stopping the
 //! publishers, draining in-flight deliveries — and gathering it all into a
 //! [`RunReport`].
 //! Does not: build plans (the scenarios do) or format results (`report`).
@@ -11,12 +12,13 @@ use std::time::{Duration, Instant};
 use sluice::client::ClientError;
 use tokio::sync::watch;
 
+use super::pacing::Pacer;
 use super::publisher::{prepare_pub, run_pub};
 use super::sampler::{QueueProbe, Sampler};
 use super::subscriber::{prepare_sub, run_sub};
 use super::{Opts, Plan, SubResult};
 use crate::broker::BrokerUnderTest;
-use crate::report::{Counts, GroupReport, Latency, RunData, RunReport};
+use crate::report::{Counts, GroupReport, Latency, PacingData, RunData, RunReport};
 use crate::stats::{Group, Shared};
 
 /// Sleeps `secs`, or less if the run is interrupted; `true` when interrupted.
@@ -73,15 +75,19 @@ pub async fn execute(
 ) -> Result<RunReport, String> {
     let url = broker.url.clone();
     let shared = Shared::new();
+    let throttled: Vec<bool> = plan.subs.iter().map(|s| s.slow_rate.is_some()).collect();
+    let max_ahead = if opts.rate > 0 { 0 } else { opts.max_ahead };
+    let pacer = Pacer::new(max_ahead, plan.pacing, &throttled);
     let e = |what: &str, err: ClientError| format!("{what}: {err}");
     // Subscribers first, so no message is published before every queue is bound.
     let mut sub_tasks = Vec::new();
-    for spec in plan.subs {
+    for (slot, spec) in plan.subs.into_iter().enumerate() {
         let (conn, ch, queue) = prepare_sub(&url, &spec)
             .await
             .map_err(|x| e("subscriber setup", x))?;
         sub_tasks.push(tokio::spawn(run_sub(
             Arc::clone(&shared),
+            pacer.subscriber(slot),
             spec,
             conn,
             ch,
@@ -100,7 +106,13 @@ pub async fn execute(
     shared.started_ns.store(shared.now_ns(), Ordering::Relaxed);
     let mut pub_tasks = Vec::new();
     for (spec, conn, ch) in pub_ready {
-        pub_tasks.push(tokio::spawn(run_pub(Arc::clone(&shared), spec, conn, ch)));
+        pub_tasks.push(tokio::spawn(run_pub(
+            Arc::clone(&shared),
+            pacer.publisher(),
+            spec,
+            conn,
+            ch,
+        )));
     }
     let probe = plan
         .probe_queue
@@ -179,6 +191,9 @@ pub async fn execute(
         .unwrap_or(0)
         .max(b1.map_or(0, |u| u.rss));
     let mut notes = plan.notes;
+    if let (true, Some(why)) = (max_ahead > 0, &opts.max_ahead_why) {
+        notes.push(why.clone());
+    }
     if broker_cpu_ns.is_none() {
         notes.push("broker CPU unknown: pass --broker-pid for an external broker".into());
     }
@@ -189,6 +204,7 @@ pub async fn execute(
         }
     }
     broker_log_codes.retain(|_, n| *n > 0);
+    let (written_off, stalls) = pacer.written_off();
     Ok(RunReport::new(
         scenario,
         broker,
@@ -215,6 +231,10 @@ pub async fn execute(
             publishers: pubs,
             timeline,
             broker_log_codes,
+            pacing: PacingData {
+                written_off,
+                stalls,
+            },
             notes,
             interrupted: was_interrupted,
         },

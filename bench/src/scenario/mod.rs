@@ -3,7 +3,9 @@
 //! arguments in [`args`]) and what a run is made of: a [`Plan`] of subscribers and
 //! publishers ([`subscriber`], [`publisher`]), run by the [`harness`] (warm-up,
 //! measured window, per-second samples from [`sampler`], drain), optionally after a
-//! [`calibrate`] run that measures the publishers' maximum rate.
+//! [`calibrate`] run that measures the publishers' maximum rate; `--rate 0`
+//! publishers are held a bounded number of messages ahead of their subscribers
+//! ([`pacing`], closed loop) unless `--open-loop`.
 //! Does not: assert speed, or know which broker it drives (any AMQP 0-9-1 broker).
 
 pub mod args;
@@ -12,6 +14,7 @@ pub mod fanout;
 pub mod flow;
 pub mod harness;
 pub mod matrix;
+pub mod pacing;
 pub mod persistent;
 pub mod publisher;
 pub mod sampler;
@@ -63,6 +66,12 @@ pub struct Opts {
     pub consumers: usize,
     pub size: usize,
     pub rate: u64,
+    /// Closed-loop pacing of `--rate 0` publishers: at most this many messages ahead
+    /// of their subscribers ([`pacing`]); 0 = open loop (always 0 with a fixed rate).
+    pub max_ahead: u64,
+    /// Why the default max ahead is less than usual (a queue bound it stays clear of).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_ahead_why: Option<String>,
     pub duration_s: f64,
     pub warmup_s: f64,
     pub prefetch: u16,
@@ -134,13 +143,20 @@ pub struct SubResult {
     pub slow: bool,
     pub delivered: u64,
     /// Sequence numbers skipped (messages the broker discarded for this subscriber,
-    /// e.g. by a cycle policy or `x-max-length`).
+    /// e.g. by a cycle policy or `x-max-length`), including those seen skipped in
+    /// `read_after_run`.
     pub gaps: u64,
     /// Reply code and text if the broker closed its channel (e.g. 506
     /// `Consuming too slow.`), and when (seconds since publishing started).
     pub closed_code: Option<u16>,
     pub closed_text: Option<String>,
     pub closed_at_s: Option<f64>,
+    /// The close was seen only after the run, behind `read_after_run` deliveries.
+    pub closed_after_run: bool,
+    /// Deliveries a throttled subscriber read (unthrottled, not counted as delivered)
+    /// after the run to learn whether the broker had closed its channel behind what
+    /// it had already written to the socket.
+    pub read_after_run: u64,
     pub error: Option<String>,
 }
 
@@ -166,6 +182,16 @@ pub struct PubResult {
     pub channel_flow_stops: u64,
     /// `connection.blocked` received.
     pub connection_blocks: u64,
+    /// Time spent waiting for subscribers under closed-loop pacing (ms): while it
+    /// waited, the rate was the subscribers' capacity, not the publisher's.
+    pub pacing_wait_ms: u64,
+    /// Times the publisher had to wait for subscribers.
+    pub pacing_waits: u64,
+    /// How long the publisher ran (ms), waits included.
+    pub run_ms: u64,
+    /// When (seconds since publishing started) no pacing subscriber was left and the
+    /// publisher went on open loop.
+    pub pacing_released_at_s: Option<f64>,
     pub error: Option<String>,
 }
 
@@ -219,6 +245,8 @@ pub struct Plan {
     pub pubs: Vec<PubSpec>,
     /// Deliveries expected per published message (fanout: subscribers; workq: 1).
     pub fanout_factor: u64,
+    /// What closed-loop publishers are paced against.
+    pub pacing: pacing::Reference,
     /// The single queue every subscriber shares, whose depth is sampled each second.
     pub probe_queue: Option<String>,
     pub notes: Vec<String>,

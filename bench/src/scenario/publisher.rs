@@ -1,5 +1,7 @@
 //! Owns: the publisher task — connect with the run's flow-control settings, publish
-//! stamped bodies as fast as allowed or on a fixed schedule, keep N confirms in
+//! stamped bodies as fast as allowed (closed loop: no more than `--max-ahead` past
+//! the subscribers, waiting on the run's [`Pacer`](super::pacing), and counting the
+//! time it waited) or on a fixed schedule, keep N confirms in
 //! flight, retry a publish that timed out under flow control, and report what the
 //! client saw of flow control (time held, waits, timeouts, `channel.flow` stops,
 //! `connection.blocked`) and of backpressure (time waiting for the socket).
@@ -8,13 +10,14 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice::client::{
     Channel, ClientError, Confirmation, Connection, NO_PROPERTIES, PERSISTENT_PROPERTIES,
 };
 
+use super::pacing::PubPacing;
 use super::setup::connect;
 use super::{PubResult, PubSpec};
 use crate::stats::{BodyMaker, Shared};
@@ -33,11 +36,13 @@ pub async fn prepare_pub(url: &str, spec: &PubSpec) -> Result<(Connection, Chann
 /// Publishes as fast as allowed (or at `rate`) until stopped or `max_messages`.
 pub async fn run_pub(
     shared: Arc<Shared>,
+    mut pacing: PubPacing,
     spec: PubSpec,
     conn: Connection,
     mut ch: Channel,
 ) -> PubResult {
     let mut res = PubResult::default();
+    let t0 = Instant::now();
     let returns = ch.take_returns();
     let (r, ch) = if spec.rate > 0 {
         let handle = tokio::runtime::Handle::current();
@@ -59,14 +64,18 @@ pub async fn run_pub(
             }
         }
     } else {
-        let r = fast_pub(&shared, &spec, &ch, &mut res).await;
+        let r = fast_pub(&shared, &mut pacing, &spec, &ch, &mut res).await;
         (r, ch)
     };
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    res.run_ms = ms(t0.elapsed());
+    res.pacing_wait_ms = ms(pacing.waited);
+    res.pacing_waits = pacing.waits;
+    res.pacing_released_at_s = pacing.released_at;
     if let Err(e) = r {
         res.error = Some(e.to_string());
     }
     let flow = ch.flow_stats();
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     res.flow_held_ms = ms(flow.held);
     res.send_blocked_ms = ms(flow.backpressure);
     res.flow_waits = flow.waits;
@@ -167,6 +176,7 @@ async fn settle(
 
 async fn fast_pub(
     shared: &Shared,
+    pacing: &mut PubPacing,
     spec: &PubSpec,
     ch: &Channel,
     res: &mut PubResult,
@@ -176,10 +186,23 @@ async fn fast_pub(
     let mut inflight = VecDeque::new();
     let mut counted = 0u64;
     let mut seq = 0u64;
+    // The message's index in the pacer, kept across retries of the same message.
+    let mut index = None;
     while !shared.stopped() && (spec.max_messages == 0 || seq < spec.max_messages) {
+        let i = *index.get_or_insert_with(|| pacing.take());
+        pacing
+            .admit(i, || shared.stopped(), || shared.since_start_s())
+            .await;
+        if shared.stopped() {
+            break;
+        }
+        // Stamped after any wait: latency counts from the actual send.
         let body = maker.make(shared.now_ns(), seq, spec.id);
         match publish_one(ch, spec, &props, body, &mut inflight, res).await? {
-            Sent::Yes => seq += 1,
+            Sent::Yes => {
+                seq += 1;
+                index = None;
+            }
             // Not sent: the same sequence number again, so no gap shows downstream.
             Sent::TimedOut => continue,
         }

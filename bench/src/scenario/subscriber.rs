@@ -1,17 +1,23 @@
 //! Owns: the subscriber task — connect, declare and bind its queue (or join a shared
 //! one), receive by `basic.consume` or `basic.get`, throttle to `--slow-rate` when
 //! slow, acknowledge as the ack mode says, count deliveries and sequence gaps, record
-//! latency into its group (fast or slow), and report how its channel ended (e.g. 506
-//! `Consuming too slow.`).
+//! latency into its group (fast or slow), tell the run's [`Pacer`](super::pacing)
+//! how far it got after every batch (and, by dropping its handle, that it ended),
+//! and report how its channel ended (e.g. 506 `Consuming too slow.`) — for a
+//! throttled subscriber, by reading what is left in its socket after the run, since
+//! a close comes behind every delivery the broker wrote before it.
 //! Does not: publish, or decide when the run ends (the harness sets `stop_consumers`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::client::{Channel, ClientError, Connection, ConsumeOptions, QueueDeclareOptions};
+use sluice::client::{
+    Channel, ClientError, Connection, ConsumeOptions, Consumer, QueueDeclareOptions,
+};
 use sluice::protocol::FieldTable;
 
+use super::pacing::SubPacing;
 use super::setup::connect_plain;
 use super::{AckMode, ConsumeMode, QueueSetup, SubResult, SubSpec};
 use crate::stats::{read_stamp, Recorder, Shared};
@@ -66,6 +72,7 @@ pub async fn prepare_sub(
 /// Receives until told to stop (or the channel dies), acking as the mode says.
 pub async fn run_sub(
     shared: Arc<Shared>,
+    pacing: SubPacing,
     spec: SubSpec,
     conn: Connection,
     ch: Channel,
@@ -77,7 +84,7 @@ pub async fn run_sub(
         slow: spec.slow_rate.is_some(),
         ..Default::default()
     };
-    let outcome = sub_loop(&shared, &spec, &ch, &queue, &mut res).await;
+    let outcome = sub_loop(&shared, pacing, &spec, &ch, &queue, &mut res).await;
     if let Err(e) = outcome {
         match e {
             ClientError::ChannelClosed { code, text, .. }
@@ -85,6 +92,7 @@ pub async fn run_sub(
                 res.closed_code = Some(code);
                 res.closed_text = Some(text);
                 res.closed_at_s = Some(shared.since_start_s());
+                res.closed_after_run = shared.stop_consumers.load(Ordering::Relaxed);
             }
             other => res.error = Some(other.to_string()),
         }
@@ -144,6 +152,8 @@ impl Acker {
 /// since the previous one of the same publisher.
 struct Seen<'a> {
     shared: &'a Shared,
+    /// Stops pacing publishers when dropped (however `sub_loop` ends).
+    pacing: SubPacing,
     rec: Recorder,
     last_seq: Vec<u64>,
     /// Deliveries already added to the group's shared counter.
@@ -153,10 +163,14 @@ struct Seen<'a> {
 impl Seen<'_> {
     fn one(&mut self, res: &mut SubResult, body: &[u8]) {
         res.delivered += 1;
-        let Some((sent, seq, publ)) = read_stamp(body) else {
-            return;
-        };
-        self.rec.record(self.shared, sent);
+        if let Some(sent) = self.sequence(res, body) {
+            self.rec.record(self.shared, sent);
+        }
+    }
+
+    /// Follows the stamp's sequence number, counting what was skipped; the send time.
+    fn sequence(&mut self, res: &mut SubResult, body: &[u8]) -> Option<u64> {
+        let (sent, seq, publ) = read_stamp(body)?;
         if let Some(l) = self.last_seq.get_mut(publ as usize) {
             if *l != u64::MAX && seq > *l + 1 {
                 res.gaps += seq - *l - 1;
@@ -165,6 +179,7 @@ impl Seen<'_> {
                 *l = seq;
             }
         }
+        Some(sent)
     }
 
     fn flush_count(&mut self, res: &SubResult) {
@@ -173,11 +188,43 @@ impl Seen<'_> {
             .delivered
             .fetch_add(res.delivered - self.counted, Ordering::Relaxed);
         self.counted = res.delivered;
+        self.pacing.progress(res.delivered, res.gaps);
     }
+}
+
+/// How long a throttled subscriber may read after the run to learn how its channel
+/// ended.
+const FATE_READ: Duration = Duration::from_secs(2);
+
+/// After the run, a throttled subscriber reads what is left in its socket at full
+/// speed (not counted as delivered, but sequence numbers skipped are) until the
+/// channel's close, nothing for 100 ms, or [`FATE_READ`]: a broker that closed it
+/// (506) or discarded its oldest messages (cycle) did so behind every delivery
+/// already in the socket, which at the throttled rate would take minutes to reach.
+async fn learn_fate(
+    consumer: &mut Consumer,
+    seen: &mut Seen<'_>,
+    res: &mut SubResult,
+) -> Result<(), ClientError> {
+    let deadline = Instant::now() + FATE_READ;
+    let mut batch = Vec::with_capacity(512);
+    while Instant::now() < deadline {
+        batch.clear();
+        let quiet = Duration::from_millis(100);
+        match tokio::time::timeout(quiet, consumer.recv_many(&mut batch, 512)).await {
+            Err(_) => break,
+            Ok(r) => res.read_after_run += r? as u64,
+        }
+        for d in &batch {
+            seen.sequence(res, &d.body);
+        }
+    }
+    Ok(())
 }
 
 async fn sub_loop(
     shared: &Shared,
+    pacing: SubPacing,
     spec: &SubSpec,
     ch: &Channel,
     queue: &str,
@@ -185,6 +232,7 @@ async fn sub_loop(
 ) -> Result<(), ClientError> {
     let mut seen = Seen {
         shared,
+        pacing,
         rec: Recorder::new(res.slow),
         last_seq: vec![u64::MAX; spec.publishers.max(1)],
         counted: 0,
@@ -223,6 +271,9 @@ async fn sub_loop(
                 let batch_max = if pace.is_some() { 1 } else { 512 };
                 loop {
                     if shared.stop_consumers.load(Ordering::Relaxed) {
+                        if pace.is_some() {
+                            break learn_fate(&mut consumer, &mut seen, res).await;
+                        }
                         break Ok(());
                     }
                     batch.clear();

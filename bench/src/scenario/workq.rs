@@ -26,6 +26,7 @@ pub fn plan(opts: &Opts, queue: &str) -> Plan {
     Plan {
         subs,
         pubs,
+        pacing: super::pacing::Reference::Total,
         fanout_factor: 1,
         probe_queue: Some(queue.into()),
         notes: Vec::new(),
