@@ -100,6 +100,12 @@ pub enum ConfigError {
     Parse { file: PathBuf, reason: String },
     /// A value is out of range.
     Invalid { key: String, reason: String },
+    /// A value of the configuration file is out of range.
+    InvalidInFile {
+        file: PathBuf,
+        key: String,
+        reason: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -112,6 +118,13 @@ impl fmt::Display for ConfigError {
                 write!(f, "config file {}: {reason}", file.display())
             }
             ConfigError::Invalid { key, reason } => write!(f, "option '{key}': {reason}"),
+            ConfigError::InvalidInFile { file, key, reason } => {
+                write!(
+                    f,
+                    "config file {}: option '{key}': {reason}",
+                    file.display()
+                )
+            }
         }
     }
 }
@@ -167,7 +180,17 @@ impl Config {
             file::apply_file(&mut config, path)?;
         }
         cli.apply(&mut config)?;
-        config.validate()?;
+        config.validate().map_err(|e| match (e, &cli.config) {
+            // A key of the file (not a flag) is reported with the file it came from.
+            (ConfigError::Invalid { key, reason }, Some(file)) if !key.starts_with("--") => {
+                ConfigError::InvalidInFile {
+                    file: file.clone(),
+                    key,
+                    reason,
+                }
+            }
+            (e, _) => e,
+        })?;
         Ok(config)
     }
 

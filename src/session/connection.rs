@@ -89,6 +89,8 @@ pub struct Conn {
     pub read_paused_since: Option<Instant>,
     /// Woken when a reason to hold the reader may have gone.
     pub resume: Rc<Signal>,
+    /// The broker already logged why it closed this connection (CON-1002).
+    pub close_logged: bool,
 }
 
 impl Conn {
@@ -127,6 +129,7 @@ impl Conn {
             hold_requested: false,
             read_paused_since: None,
             resume: Rc::new(Signal::new()),
+            close_logged: false,
         }
     }
 

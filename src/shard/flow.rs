@@ -15,7 +15,7 @@ use crate::ops::event::{FlowCause, OpsEvent};
 use crate::protocol::method::{ChannelFlow, ConnectionBlocked, ConnectionUnblocked};
 use crate::protocol::{Method, ShortStr};
 use crate::session::channel::ChannelPhase;
-use crate::session::connection::Phase;
+use crate::session::connection::{Conn, Phase};
 use crate::session::error::ChannelError;
 
 use super::inbox::{FlowNotice, FlowSignal};
@@ -23,6 +23,17 @@ use super::{Shard, State};
 
 /// The reason sent with `connection.blocked` (RabbitMQ's wording).
 const LOW_ON_MEMORY: &str = "low on memory";
+
+/// Sends `connection.blocked` (memory alarm) to a client that announced the capability.
+fn block_connection(c: &mut Conn) {
+    c.blocked_sent = true;
+    c.out.method(
+        0,
+        &Method::ConnectionBlocked(ConnectionBlocked {
+            reason: ShortStr::from_static(LOW_ON_MEMORY),
+        }),
+    );
+}
 
 impl State {
     /// Flow signals from queues' home shards for publishing channels on this shard.
@@ -96,8 +107,16 @@ impl State {
         let Some(c) = self.conn_mut(conn) else {
             return;
         };
-        let blocked = c.blocked_sent;
         let notify_by_flow = !c.capabilities.connection_blocked;
+        if alarm && !notify_by_flow && !c.blocked_sent {
+            // A publisher that starts (or connects) during the alarm is blocked too.
+            block_connection(c);
+            self.mark_writer(conn);
+        }
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let blocked = c.blocked_sent;
         let Some(ch) = c.channels.get_mut(&number) else {
             return;
         };
@@ -147,7 +166,8 @@ impl State {
     }
 
     /// Applies the broker-wide memory alarm to this shard's connections: on, clients that
-    /// announced `connection.blocked` get it and every other publishing channel gets
+    /// announced `connection.blocked` get it (one that connects during the alarm gets it
+    /// with its first publish) and every other publishing channel gets
     /// `channel.flow(active=false)`; off, both are reversed. Consumers keep running.
     pub fn apply_memory_alarm(&mut self, shard: &Shard, on: bool) {
         if self.memory_alarm == on {
@@ -166,13 +186,7 @@ impl State {
             };
             if c.capabilities.connection_blocked {
                 if on && !c.blocked_sent {
-                    c.blocked_sent = true;
-                    c.out.method(
-                        0,
-                        &Method::ConnectionBlocked(ConnectionBlocked {
-                            reason: ShortStr::from_static(LOW_ON_MEMORY),
-                        }),
-                    );
+                    block_connection(c);
                 } else if !on && c.blocked_sent {
                     c.blocked_sent = false;
                     c.out

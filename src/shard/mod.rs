@@ -114,7 +114,10 @@ pub struct State {
     pub queues: IdMap<QueueId, Queue>,
     pub conns: Slab<Conn>,
     next_generation: u32,
+    /// Next connection serial: shard `i` of `n` hands out `i+1, i+1+n, …`, so serials are
+    /// unique across the broker.
     next_serial: u64,
+    serial_step: u64,
     pub wheel: TimerWheel<TimerKey>,
     dirty_queues: Vec<QueueId>,
     dirty_conns: Vec<usize>,
@@ -161,7 +164,8 @@ impl Shard {
             queues: IdMap::default(),
             conns: Slab::new(),
             next_generation: 1,
-            next_serial: 1,
+            next_serial: u64::from(id) + 1,
+            serial_step: shards as u64,
             wheel: TimerWheel::new(now, config.shard.tick, 512),
             dirty_queues: Vec::new(),
             dirty_conns: Vec::new(),
@@ -280,7 +284,7 @@ impl State {
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1).max(1);
         let serial = self.next_serial;
-        self.next_serial += 1;
+        self.next_serial += self.serial_step;
         let entry = self.conns.vacant_entry();
         let id = ConnId {
             slot: entry.key() as u32,

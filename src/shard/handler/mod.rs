@@ -506,6 +506,7 @@ impl State {
         let handshake_done = c.phase == Phase::Open;
         let text = err.reply_text();
         if handshake_done {
+            c.close_logged = true;
             OpsEvent::ConnectionClose {
                 subject: c.log_subject(),
                 reason: format!("{} {}", err.code().code(), text),
@@ -643,7 +644,10 @@ impl State {
         }
         let slot = conn.slot as usize;
         let removed = self.conns.remove(slot);
-        if removed.phase != Phase::AwaitHeader && !removed.vhost_name.is_empty() {
+        if removed.phase != Phase::AwaitHeader
+            && !removed.vhost_name.is_empty()
+            && !removed.close_logged
+        {
             OpsEvent::ConnectionClose {
                 subject: removed.log_subject(),
                 reason: "closed".into(),
