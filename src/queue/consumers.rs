@@ -168,6 +168,9 @@ impl Queue {
         let n = self.consumers.len();
         let mut sent = 0;
         let mut pick = self.round_robin;
+        // No-ack dispatches leave the queue's entries but stay held until written; their
+        // totals are applied once after the loop.
+        let (mut gone, mut gone_bytes) = (0u64, 0u64);
         while sent < budget && !self.ready.is_empty() {
             // Next consumer with credit, starting at the rotation point.
             let Some(found) = (0..n)
@@ -191,18 +194,18 @@ impl Queue {
             consumer.credit_bytes = consumer.credit_bytes.saturating_sub(size);
             pick = if found + 1 == n { 0 } else { found + 1 };
             let (target, no_ack) = (consumer.target, consumer.no_ack);
-            if no_ack {
+            let (seq, redelivered) = (entry.seq, entry.redelivered);
+            let msg = if no_ack {
                 consumer.inflight += 1;
                 consumer.inflight_bytes += size;
-            }
-            let (seq, redelivered) = (entry.seq, entry.redelivered);
-            let msg = entry.msg.clone();
-            if no_ack {
-                self.inflight += 1;
-                self.inflight_bytes += size;
+                gone += 1;
+                gone_bytes += size;
+                entry.msg
             } else {
+                let msg = entry.msg.clone();
                 self.hold_unacked(entry);
-            }
+                msg
+            };
             out.push(Dispatch {
                 target,
                 seq,
@@ -212,6 +215,9 @@ impl Queue {
             });
             sent += 1;
         }
+        self.inflight += gone;
+        self.inflight_bytes += gone_bytes;
+        super::entries_dropped(gone);
         self.round_robin = pick;
         self.counters.delivered += sent as u64;
         if sent > 0 {

@@ -1,19 +1,21 @@
 //! Owns: [`Entry`], the per-queue record of one message: the shared message handle, its
-//! position (sequence number), when it was enqueued, when it expires and whether it has
-//! been delivered before. Every live entry is counted in the shard's memory ledger.
+//! position (sequence number), when it was enqueued, when it expires, whether it has been
+//! delivered before, and the two facts about the message the queue's accounting reads on
+//! every move (its size and whether it is persistent), kept here so that moving an entry
+//! never touches the shared message's cache line.
 //!
-//! Does not: own the message bytes (they are shared with every other queue).
+//! Does not: own the message bytes (they are shared with every other queue), or count
+//! itself in the memory ledger (its queue does, where entries are made and dropped).
 
 use std::time::Instant;
 
-use crate::model::ledger;
 use crate::model::message::LocalMessage;
 
 /// Bytes one entry costs a queue (the record itself and its slot), for the ledger.
 pub const ENTRY_BYTES: i64 = std::mem::size_of::<Entry>() as i64 + 8;
 
 /// One message in one queue.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Entry {
     /// Position in the queue; increases with every enqueue and orders requeues.
     pub seq: u64,
@@ -21,20 +23,26 @@ pub struct Entry {
     pub enqueued_at: Instant,
     /// Earliest of the queue's `x-message-ttl` and the message's `expiration`.
     pub expires_at: Option<Instant>,
+    /// Bytes the message counts for in its queue's depth.
+    pub size: u32,
     /// Set once the entry has been delivered and returned (nack/reject/recover/close).
     pub redelivered: bool,
+    /// Delivery mode 2.
+    pub persistent: bool,
 }
 
 impl Entry {
+    #[inline]
     pub fn new(
         seq: u64,
         msg: LocalMessage,
         enqueued_at: Instant,
         expires_at: Option<Instant>,
     ) -> Entry {
-        ledger::entries(ENTRY_BYTES);
         Entry {
             seq,
+            size: u32::try_from(msg.accounted_size()).unwrap_or(u32::MAX),
+            persistent: msg.is_persistent(),
             msg,
             enqueued_at,
             expires_at,
@@ -48,25 +56,6 @@ impl Entry {
 
     /// Bytes the entry's message counts for in its queue's depth.
     pub fn size(&self) -> u64 {
-        self.msg.accounted_size()
-    }
-}
-
-impl Clone for Entry {
-    fn clone(&self) -> Entry {
-        ledger::entries(ENTRY_BYTES);
-        Entry {
-            seq: self.seq,
-            msg: self.msg.clone(),
-            enqueued_at: self.enqueued_at,
-            expires_at: self.expires_at,
-            redelivered: self.redelivered,
-        }
-    }
-}
-
-impl Drop for Entry {
-    fn drop(&mut self) {
-        ledger::entries(-ENTRY_BYTES);
+        u64::from(self.size)
     }
 }

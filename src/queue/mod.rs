@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use crate::model::ids::{ChannelRef, QueueId};
+use crate::model::ledger;
 use crate::model::message::LocalMessage;
 use crate::policy::slow_consumer::Holdings;
 use crate::protocol::{FieldTable, ShortStr};
@@ -104,6 +105,8 @@ pub struct Queue {
     pub limits: QueueLimits,
     /// The slow-consumer policy deleted this queue; it accepts nothing more.
     pub condemned: bool,
+    /// The queue is on its shard's list of queues to dispatch this turn.
+    pub in_dirty_list: bool,
 }
 
 impl Queue {
@@ -139,6 +142,7 @@ impl Queue {
             counters: QueueCounters::default(),
             limits,
             condemned: false,
+            in_dirty_list: false,
         }
     }
 
@@ -152,12 +156,13 @@ impl Queue {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        self.ready_bytes += msg.accounted_size();
-        if msg.is_persistent() {
+        let entry = Entry::new(seq, msg, now, ttl.map(|ttl| now + ttl));
+        self.ready_bytes += entry.size();
+        if entry.persistent {
             self.persistent += 1;
         }
-        self.ready
-            .push_back(Entry::new(seq, msg, now, ttl.map(|ttl| now + ttl)));
+        self.ready.push_back(entry);
+        entries_made(1);
         self.counters.enqueued += 1;
         seq
     }
@@ -249,11 +254,13 @@ impl Queue {
         self.ready.front().and_then(|e| e.expires_at)
     }
 
-    /// Removes the head of the ready list, keeping the accounting.
+    /// Removes the head of the ready list, keeping the accounting (the caller keeps the
+    /// entry, or drops it and calls [`entries_dropped`]).
+    #[inline(always)]
     fn take_head(&mut self) -> Option<Entry> {
         let entry = self.ready.pop_front()?;
         self.ready_bytes -= entry.size();
-        if entry.msg.is_persistent() {
+        if entry.persistent {
             self.persistent -= 1;
         }
         if self.ready.is_empty() && self.ready.capacity() > 4096 {
@@ -271,6 +278,7 @@ impl Queue {
             self.take_head();
             dropped += 1;
         }
+        entries_dropped(dropped as u64);
         self.counters.expired += dropped as u64;
         dropped
     }
@@ -278,6 +286,7 @@ impl Queue {
     /// Discards the oldest ready message (a ring making room). Returns its size.
     pub fn discard_head(&mut self) -> Option<u64> {
         let entry = self.take_head()?;
+        entries_dropped(1);
         self.counters.discarded += 1;
         Some(entry.size())
     }
@@ -311,8 +320,11 @@ impl Queue {
         }
         let entry = self.pop_ready(now)?;
         if no_ack {
+            // The caller drops the entry it is given.
+            entries_dropped(1);
             self.counters.consumed += 1;
         } else {
+            // The unacked copy is the queue's; the one given out is dropped by the caller.
             self.hold_unacked(entry.clone());
         }
         self.counters.delivered += 1;
@@ -349,10 +361,12 @@ impl Queue {
             .any(|(_, at)| now.saturating_duration_since(*at) <= window)
     }
 
+    #[inline(always)]
     fn pop_ready(&mut self, now: Instant) -> Option<Entry> {
         loop {
             let entry = self.take_head()?;
             if entry.is_expired(now) {
+                entries_dropped(1);
                 self.counters.expired += 1;
                 continue;
             }
@@ -360,9 +374,10 @@ impl Queue {
         }
     }
 
+    #[inline]
     fn hold_unacked(&mut self, entry: Entry) {
         self.unacked_bytes += entry.size();
-        if entry.msg.is_persistent() {
+        if entry.persistent {
             self.persistent += 1;
         }
         self.unacked.insert(entry.seq, entry);
@@ -371,7 +386,7 @@ impl Queue {
     fn release_unacked(&mut self, seq: u64) -> Option<Entry> {
         let entry = self.unacked.remove(&seq)?;
         self.unacked_bytes -= entry.size();
-        if entry.msg.is_persistent() {
+        if entry.persistent {
             self.persistent -= 1;
         }
         Some(entry)
@@ -381,6 +396,7 @@ impl Queue {
     pub fn ack(&mut self, seq: u64) -> bool {
         let done = self.release_unacked(seq).is_some();
         if done {
+            entries_dropped(1);
             self.counters.consumed += 1;
         }
         done
@@ -398,7 +414,7 @@ impl Queue {
         };
         entry.redelivered = true;
         self.ready_bytes += entry.size();
-        if entry.msg.is_persistent() {
+        if entry.persistent {
             self.persistent += 1;
         }
         let at = self.ready.partition_point(|e| e.seq < entry.seq);
@@ -408,20 +424,39 @@ impl Queue {
 
     /// Removes all ready messages. Returns how many.
     pub fn purge(&mut self) -> u32 {
-        let n = u32::try_from(self.ready.len()).unwrap_or(u32::MAX);
-        while self.take_head().is_some() {}
+        let n = self.ready.len();
+        entries_dropped(n as u64);
         self.ready = VecDeque::new();
-        n
+        self.ready_bytes = 0;
+        self.persistent = self.unacked.values().filter(|e| e.persistent).count() as u64;
+        u32::try_from(n).unwrap_or(u32::MAX)
     }
 
     /// Releases everything the queue holds (it is being deleted): ready and unacked
     /// entries are dropped, so shared messages no other queue holds are freed now.
     pub fn release_all(&mut self) {
         self.purge();
+        entries_dropped(self.unacked.len() as u64);
         self.unacked.clear();
         self.unacked_bytes = 0;
         self.persistent = 0;
     }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        entries_dropped((self.ready.len() + self.unacked.len()) as u64);
+    }
+}
+
+/// `n` entries were made (counted in the shard's memory ledger).
+fn entries_made(n: u64) {
+    ledger::entries(n as i64 * entry::ENTRY_BYTES);
+}
+
+/// `n` entries were dropped.
+fn entries_dropped(n: u64) {
+    ledger::entries(-(n as i64) * entry::ENTRY_BYTES);
 }
 
 #[cfg(test)]

@@ -307,10 +307,14 @@ impl State {
             .filter(|c| c.id.generation == id.generation)
     }
 
-    /// Marks a queue as having something to dispatch this turn.
+    /// Marks a queue as having something to dispatch this turn (O(1): the queue carries
+    /// a flag, so a turn with many dirty queues does not scan the list).
     pub fn mark_dirty(&mut self, queue: QueueId) {
-        if !self.dirty_queues.contains(&queue) {
-            self.dirty_queues.push(queue);
+        if let Some(q) = self.queues.get_mut(&queue) {
+            if !q.in_dirty_list {
+                q.in_dirty_list = true;
+                self.dirty_queues.push(queue);
+            }
         }
     }
 

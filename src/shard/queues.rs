@@ -53,8 +53,9 @@ impl State {
         let checks = q.limits.max_length.is_some()
             || q.limits.capacity.is_some()
             || q.limits.slow.active().is_some();
-        if q.has_consumers() {
-            self.mark_dirty(queue);
+        if q.has_consumers() && !q.in_dirty_list {
+            q.in_dirty_list = true;
+            self.dirty_queues.push(queue);
         }
         if has_ttl && was_empty {
             self.ensure_queue_timer(queue);
@@ -75,6 +76,7 @@ impl State {
                 let mut out = std::mem::take(&mut self.scratch);
                 let more = match self.queues.get_mut(&qid) {
                     Some(q) => {
+                        q.in_dirty_list = false;
                         q.dispatch(now, budget, &mut out);
                         q.can_dispatch()
                     }
