@@ -11,8 +11,10 @@
 #   capacity  4 publishers at their maximum rate into a queue with capacity 10 MiB and
 #             resume capacity 8 MiB, one consumer at 10% of that rate; then the same
 #             with publishers that ignore the flow signal.
-#   flood     open-loop 1->16 fan-out at the publisher's maximum rate, 64 B, no-ack:
-#             with a 256 MiB memory watermark (60 s) and with the default one (20 s).
+#   flood     open-loop 1->16 fan-out at the publisher's maximum rate, 64 B, no-ack, the
+#             16 subscribers each taking at most 20,000 msg/s (so the publisher outruns
+#             them and every queue grows): with a 256 MiB memory watermark (60 s) and with
+#             the default one (20 s).
 #
 # Writes perf/results/<stamp>-policies/*.json and *.txt and prints a summary table.
 # Usage: perf/policies.sh [--duration S] [--only NAME] [--no-rabbit]
@@ -53,7 +55,7 @@ RUNS=(
   "heavy-none|sluice|slowsub $SLOW --subscribers 990 --slow 0"
   "capacity|sluice|flow --warmup 2"
   "capacity-ignoring|sluice|flow --warmup 2 --ignore-flow"
-  "flood-watermark|sluice|fanout --publishers 1 --subscribers 16 --size 64 --ack no-ack --open-loop --warmup 2 --broker-arg=--memory-high-watermark=268435456"
+  "flood-watermark|sluice|fanout --publishers 1 --subscribers 16 --slow 16 --slow-rate 20000 --size 64 --ack no-ack --open-loop --warmup 2 --broker-arg=--memory-high-watermark=268435456"
 )
 
 HAVE_RABBIT=0
@@ -88,7 +90,7 @@ for entry in "${RUNS[@]}"; do
   fi
 done
 if [ -z "$ONLY" ] || [[ flood-default == *"$ONLY"* ]]; then
-  run flood-default sluice 20 fanout --publishers 1 --subscribers 16 --size 64 --ack no-ack --open-loop --warmup 2
+  run flood-default sluice 20 fanout --publishers 1 --subscribers 16 --slow 16 --slow-rate 20000 --size 64 --ack no-ack --open-loop --warmup 2
 fi
 
 REV="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo -dirty)"

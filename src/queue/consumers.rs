@@ -217,7 +217,6 @@ impl Queue {
         }
         self.inflight += gone;
         self.inflight_bytes += gone_bytes;
-        super::entries_dropped(gone);
         self.round_robin = pick;
         self.counters.delivered += sent as u64;
         if sent > 0 {

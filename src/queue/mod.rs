@@ -87,6 +87,9 @@ pub struct Queue {
     pub settings: QueueSettings,
     ready: VecDeque<Entry>,
     ready_bytes: u64,
+    /// Bytes of the ready list's allocation as counted in the memory ledger (its capacity,
+    /// which may be twice its length: that is memory the queue holds too).
+    ready_accounted: u64,
     unacked: BTreeMap<u64, Entry>,
     unacked_bytes: u64,
     inflight: u64,
@@ -127,6 +130,7 @@ impl Queue {
             settings,
             ready: VecDeque::new(),
             ready_bytes: 0,
+            ready_accounted: 0,
             unacked: BTreeMap::new(),
             unacked_bytes: 0,
             inflight: 0,
@@ -162,7 +166,7 @@ impl Queue {
             self.persistent += 1;
         }
         self.ready.push_back(entry);
-        entries_made(1);
+        self.sync_ready_capacity();
         self.counters.enqueued += 1;
         seq
     }
@@ -254,8 +258,17 @@ impl Queue {
         self.ready.front().and_then(|e| e.expires_at)
     }
 
-    /// Removes the head of the ready list, keeping the accounting (the caller keeps the
-    /// entry, or drops it and calls [`entries_dropped`]).
+    /// Brings the ledger's count of the ready list's allocation up to date.
+    #[inline]
+    fn sync_ready_capacity(&mut self) {
+        let now = (self.ready.capacity() * std::mem::size_of::<Entry>()) as u64;
+        if now != self.ready_accounted {
+            ledger::entries(now as i64 - self.ready_accounted as i64);
+            self.ready_accounted = now;
+        }
+    }
+
+    /// Removes the head of the ready list, keeping the accounting.
     #[inline(always)]
     fn take_head(&mut self) -> Option<Entry> {
         let entry = self.ready.pop_front()?;
@@ -266,6 +279,7 @@ impl Queue {
         if self.ready.is_empty() && self.ready.capacity() > 4096 {
             // A drained backlog gives its memory back.
             self.ready.shrink_to(64);
+            self.sync_ready_capacity();
         }
         Some(entry)
     }
@@ -278,7 +292,6 @@ impl Queue {
             self.take_head();
             dropped += 1;
         }
-        entries_dropped(dropped as u64);
         self.counters.expired += dropped as u64;
         dropped
     }
@@ -286,7 +299,6 @@ impl Queue {
     /// Discards the oldest ready message (a ring making room). Returns its size.
     pub fn discard_head(&mut self) -> Option<u64> {
         let entry = self.take_head()?;
-        entries_dropped(1);
         self.counters.discarded += 1;
         Some(entry.size())
     }
@@ -320,11 +332,8 @@ impl Queue {
         }
         let entry = self.pop_ready(now)?;
         if no_ack {
-            // The caller drops the entry it is given.
-            entries_dropped(1);
             self.counters.consumed += 1;
         } else {
-            // The unacked copy is the queue's; the one given out is dropped by the caller.
             self.hold_unacked(entry.clone());
         }
         self.counters.delivered += 1;
@@ -366,7 +375,6 @@ impl Queue {
         loop {
             let entry = self.take_head()?;
             if entry.is_expired(now) {
-                entries_dropped(1);
                 self.counters.expired += 1;
                 continue;
             }
@@ -376,6 +384,7 @@ impl Queue {
 
     #[inline]
     fn hold_unacked(&mut self, entry: Entry) {
+        unacked_entries(1);
         self.unacked_bytes += entry.size();
         if entry.persistent {
             self.persistent += 1;
@@ -385,6 +394,7 @@ impl Queue {
 
     fn release_unacked(&mut self, seq: u64) -> Option<Entry> {
         let entry = self.unacked.remove(&seq)?;
+        unacked_entries(-1);
         self.unacked_bytes -= entry.size();
         if entry.persistent {
             self.persistent -= 1;
@@ -396,7 +406,6 @@ impl Queue {
     pub fn ack(&mut self, seq: u64) -> bool {
         let done = self.release_unacked(seq).is_some();
         if done {
-            entries_dropped(1);
             self.counters.consumed += 1;
         }
         done
@@ -419,14 +428,15 @@ impl Queue {
         }
         let at = self.ready.partition_point(|e| e.seq < entry.seq);
         self.ready.insert(at, entry);
+        self.sync_ready_capacity();
         true
     }
 
     /// Removes all ready messages. Returns how many.
     pub fn purge(&mut self) -> u32 {
         let n = self.ready.len();
-        entries_dropped(n as u64);
         self.ready = VecDeque::new();
+        self.sync_ready_capacity();
         self.ready_bytes = 0;
         self.persistent = self.unacked.values().filter(|e| e.persistent).count() as u64;
         u32::try_from(n).unwrap_or(u32::MAX)
@@ -436,7 +446,7 @@ impl Queue {
     /// entries are dropped, so shared messages no other queue holds are freed now.
     pub fn release_all(&mut self) {
         self.purge();
-        entries_dropped(self.unacked.len() as u64);
+        unacked_entries(-(self.unacked.len() as i64));
         self.unacked.clear();
         self.unacked_bytes = 0;
         self.persistent = 0;
@@ -445,18 +455,14 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        entries_dropped((self.ready.len() + self.unacked.len()) as u64);
+        ledger::entries(-(self.ready_accounted as i64));
+        unacked_entries(-(self.unacked.len() as i64));
     }
 }
 
-/// `n` entries were made (counted in the shard's memory ledger).
-fn entries_made(n: u64) {
-    ledger::entries(n as i64 * entry::ENTRY_BYTES);
-}
-
-/// `n` entries were dropped.
-fn entries_dropped(n: u64) {
-    ledger::entries(-(n as i64) * entry::ENTRY_BYTES);
+/// Unacknowledged entries were added (positive) or removed, in the shard's memory ledger.
+fn unacked_entries(n: i64) {
+    ledger::entries(n * entry::ENTRY_BYTES);
 }
 
 #[cfg(test)]

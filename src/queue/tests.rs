@@ -290,7 +290,10 @@ fn entries_are_counted_in_the_ledger() {
         q.enqueue(msg(b"abc"), now);
         q.enqueue(msg(b"def"), now);
         let mid = crate::model::ledger::snapshot();
-        assert_eq!(mid.entries - before.entries, 2 * entry::ENTRY_BYTES);
+        assert!(
+            mid.entries - before.entries >= 2 * std::mem::size_of::<Entry>() as i64,
+            "the ready list's allocation is counted"
+        );
         assert!(mid.messages > before.messages);
         drop(q);
         let after = crate::model::ledger::snapshot();
