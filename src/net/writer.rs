@@ -73,7 +73,7 @@ async fn write_loop(
                     return;
                 }
             };
-            {
+            let drained = {
                 let mut st = shard.state.borrow_mut();
                 let now = shard.clock.now();
                 let drained = match st.conn_mut(conn) {
@@ -84,14 +84,17 @@ async fn write_loop(
                     }
                     None => false,
                 };
-                // No-ack runs now on the wire stop counting against their queues.
+                // No-ack runs now on the wire stop counting against their queues (local
+                // queues at once; others with this shard's next flush, at most a tick away).
                 st.settle_written(shard, conn);
                 if drained {
                     st.top_up_conn(shard, conn);
                 }
+                drained
+            };
+            if drained {
+                shard.flush();
             }
-            // The settlements and grants go out now, not at some later turn's end.
-            shard.flush();
             progress.notify();
         }
     }

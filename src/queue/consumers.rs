@@ -31,7 +31,6 @@ pub struct ConsumerSlot {
     /// No-ack deliveries dispatched and not yet reported written.
     pub inflight: u64,
     pub inflight_bytes: u64,
-    pub attached_at: Instant,
 }
 
 /// One message handed to one consumer, produced by [`Queue::dispatch`].
@@ -77,7 +76,6 @@ impl Queue {
             exclusive,
             inflight: 0,
             inflight_bytes: 0,
-            attached_at: now,
         });
         self.had_consumer = true;
         self.last_used = now;
@@ -120,11 +118,6 @@ impl Queue {
     /// All consumers, for cancel notifications when the queue is deleted.
     pub fn consumers(&self) -> &[ConsumerSlot] {
         &self.consumers
-    }
-
-    /// The earliest time a current consumer attached.
-    pub fn first_attached(&self) -> Option<Instant> {
-        self.consumers.iter().map(|c| c.attached_at).min()
     }
 
     /// Adds credit to a consumer. Unknown keys (consumer already gone) are ignored.

@@ -211,6 +211,16 @@ impl Queue {
             .map(|e| now.saturating_duration_since(e.enqueued_at))
     }
 
+    /// What the queue holds, without the oldest age (the O(1) figures the count and depth
+    /// thresholds read on every enqueue).
+    pub fn held(&self) -> Holdings {
+        Holdings {
+            count: self.held_count(),
+            bytes: self.held_bytes(),
+            oldest_age: None,
+        }
+    }
+
     /// What the queue holds for its subscription, with the age of the oldest entry
     /// ready or awaiting ack.
     pub fn holdings(&self, now: Instant) -> Holdings {

@@ -46,10 +46,6 @@ impl PublisherFlow {
         self.memory = on;
     }
 
-    pub fn is_blocked_on_queue(&self) -> bool {
-        !self.blocked_on.is_empty()
-    }
-
     /// Whether the channel should be stopped now.
     pub fn wants_stopped(&self) -> bool {
         !self.blocked_on.is_empty() || self.memory

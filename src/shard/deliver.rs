@@ -9,6 +9,8 @@
 
 use std::borrow::Borrow;
 
+use smallvec::SmallVec;
+
 use crate::model::ids::{ConnId, QueueRef};
 use crate::model::message::Message;
 use crate::session::channel::ChannelPhase;
@@ -125,7 +127,8 @@ impl State {
             return;
         };
         let written = c.out.total_written();
-        let mut done: Vec<WriteMark> = Vec::new();
+        // One consumer per connection is the common case: no allocation per write.
+        let mut done: SmallVec<[WriteMark; 4]> = SmallVec::new();
         while let Some(mark) = c.write_marks.front().copied() {
             if mark.end > written {
                 break;

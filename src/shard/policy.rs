@@ -136,11 +136,7 @@ impl State {
             }
         }
         if let Some(policy) = q.limits.slow.active() {
-            let held = crate::policy::slow_consumer::Holdings {
-                count: q.held_count(),
-                bytes: q.held_bytes(),
-                oldest_age: None,
-            };
+            let held = q.held();
             if let Some(threshold) = policy.size_breach(&held) {
                 match policy.action {
                     Action::Delete => todo.fire = Some(threshold),
@@ -476,11 +472,7 @@ fn measure(q: &mut Queue, interval: Duration, now: Instant) -> Option<f64> {
 fn cycle(q: &mut Queue, policy: &SlowConsumerPolicy) -> bool {
     let mut n = 0;
     loop {
-        let held = crate::policy::slow_consumer::Holdings {
-            count: q.held_count(),
-            bytes: q.held_bytes(),
-            oldest_age: None,
-        };
+        let held = q.held();
         if !policy.ring_overfull(&held) || q.discard_head().is_none() {
             break;
         }
