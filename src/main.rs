@@ -24,6 +24,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stdout)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
+    sluice::server::abort_on_panic();
     sluice::server::block_signals();
     let broker = match sluice::server::start(config) {
         Ok(broker) => broker,

@@ -59,6 +59,69 @@ fn check_cores(config: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Raises the soft open-files limit to the hard limit (every connection is a
+/// descriptor; distributions default the soft limit to 1,024) and logs both (BRK-1011).
+pub fn raise_file_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write one rlimit struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        let was = lim.rlim_cur;
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+        OpsEvent::FileLimit {
+            soft_was: was,
+            soft: lim.rlim_cur,
+            hard: lim.rlim_max,
+        }
+        .emit();
+    }
+}
+
+/// Makes any panic, on any thread, log BRK-1012 and abort the process. A shard whose
+/// task panicked would otherwise be silently gone (its connections and queues with it)
+/// while the rest of the broker goes on; a supervisor (systemd `Restart=on-failure`)
+/// restarts a broker that stopped, but nothing restarts one that is half alive. The
+/// release profile also sets `panic = "abort"`.
+pub fn abort_on_panic() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_string();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string payload".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        OpsEvent::Panic {
+            thread,
+            message: format!("{message}{at}"),
+        }
+        .emit();
+        std::process::abort();
+    }));
+}
+
 /// Starts all shards and returns once every one accepts connections.
 pub fn start(config: Config) -> Result<Broker, StartError> {
     check_cores(&config).map_err(StartError::Config)?;
@@ -68,6 +131,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         shards: config.shards,
     }
     .emit();
+    raise_file_limit();
     let (listeners, addresses) =
         crate::net::listener::bind_all(&config.listen, config.shards).map_err(StartError::Bind)?;
     let (peers, inboxes) = inbox::mesh(

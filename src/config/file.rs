@@ -77,6 +77,7 @@ struct MemorySection {
     high_watermark: Option<LimitValue>,
     low_watermark: Option<LimitValue>,
     report_interval_ms: Option<u64>,
+    return_interval_ms: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -202,6 +203,7 @@ struct LimitsSection {
 #[serde(deny_unknown_fields)]
 struct NetSection {
     read_buffer: Option<usize>,
+    read_buffer_min: Option<usize>,
     write_high_water: Option<usize>,
     write_low_water: Option<usize>,
     inline_body_max: Option<usize>,
@@ -281,6 +283,7 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
     }
     if let Some(n) = file.net {
         set(&mut config.net.read_buffer, n.read_buffer);
+        set(&mut config.net.read_buffer_min, n.read_buffer_min);
         set(&mut config.net.write_high_water, n.write_high_water);
         set(&mut config.net.write_low_water, n.write_low_water);
         set(&mut config.net.inline_body_max, n.inline_body_max);
@@ -331,6 +334,7 @@ fn apply_policies(config: &mut Config, file: PolicyFile) -> Result<(), String> {
             p.memory.low_watermark = Some(v.parse("memory.low_watermark")?);
         }
         set(&mut p.memory.report_interval, ms(m.report_interval_ms));
+        set(&mut p.memory.return_interval, ms(m.return_interval_ms));
     }
     for (name, v) in file.vhost.unwrap_or_default() {
         let key = format!("vhost.\"{name}\"");

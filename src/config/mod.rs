@@ -42,8 +42,12 @@ pub struct Limits {
 /// Socket-level tuning.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetTuning {
-    /// Bytes requested per socket read; also the reader's per-turn budget.
+    /// The most bytes requested per socket read (a busy connection's read buffer); also
+    /// the reader's per-turn budget.
     pub read_buffer: usize,
+    /// The read buffer a connection starts with and shrinks back to when its traffic is
+    /// light (an idle subscriber holds this much).
+    pub read_buffer_min: usize,
     /// Outbound bytes queued for one connection above which deliveries stop.
     pub write_high_water: usize,
     /// Outbound bytes below which deliveries resume.
@@ -155,6 +159,7 @@ impl Default for Config {
             },
             net: NetTuning {
                 read_buffer: 128 * 1024,
+                read_buffer_min: 2048,
                 write_high_water: 1024 * 1024,
                 write_low_water: 256 * 1024,
                 inline_body_max: 512,
@@ -243,6 +248,12 @@ impl Config {
         }
         if self.net.read_buffer < 4096 {
             return invalid("net.read_buffer", "must be at least 4096 bytes".into());
+        }
+        if self.net.read_buffer_min < 512 || self.net.read_buffer_min > self.net.read_buffer {
+            return invalid(
+                "net.read_buffer_min",
+                "must be at least 512 bytes and at most net.read_buffer".into(),
+            );
         }
         if self.shard.inbox_capacity == 0 || self.shard.dispatch_budget == 0 {
             return invalid(

@@ -45,6 +45,8 @@ pub struct MemoryConfig {
     pub low_watermark: Option<MemoryLimit>,
     /// How often the memory ledger is logged (BRK-1010) when it changed; zero: never.
     pub report_interval: Duration,
+    /// How often each shard gives freed memory back to the operating system; zero: never.
+    pub return_interval: Duration,
 }
 
 /// Defaults for every queue of one virtual host.
@@ -103,6 +105,7 @@ impl Default for Policies {
                 high_watermark: MemoryLimit::Fraction(0.4),
                 low_watermark: None,
                 report_interval: Duration::ZERO,
+                return_interval: Duration::from_secs(1),
             },
             vhosts: Vec::new(),
             topics: Vec::new(),

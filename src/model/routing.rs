@@ -120,14 +120,13 @@ impl VhostDirectory {
         self.exchanges.values()
     }
 
-    /// Is this queue the destination of any binding other than the implicit default one?
+    /// The bindings whose destination is this queue (besides the implicit default one);
+    /// O(exchanges + its bindings).
     pub fn bindings_to(&self, queue: QueueRef) -> Vec<(ShortStr, Binding)> {
         let mut out = Vec::new();
         for ex in self.exchanges.values() {
-            for b in ex.bindings() {
-                if b.queue == queue {
-                    out.push((ex.def.name.clone(), b.clone()));
-                }
+            for b in ex.bindings_of(queue) {
+                out.push((ex.def.name.clone(), b.clone()));
             }
         }
         out

@@ -42,9 +42,20 @@ fn bind_one(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-/// Accepts connections on one listener of one shard until the shard stops.
+/// How long accepting pauses after a failure (the connection waits in the backlog).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Accept failures are logged (CON-1005) at most this often, summed.
+const ACCEPT_REPORT_GAP: Duration = Duration::from_secs(10);
+
+/// Accepts connections on one listener of one shard until the shard stops. When accept
+/// fails (EMFILE/ENFILE: out of descriptors) the loop backs off, logs at most once per
+/// [`ACCEPT_REPORT_GAP`] with the number of failures, and goes on: connections already
+/// open are served meanwhile, and a connection waiting in the backlog is accepted once
+/// a descriptor is free.
 pub async fn accept_loop(shard: Rc<Shard>, listener: std::net::TcpListener) {
     let listener = tokio_uring::net::TcpListener::from_std(listener);
+    let mut failures = 0u64;
+    let mut reported: Option<std::time::Instant> = None;
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -57,9 +68,19 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: std::net::TcpListener) {
                 tokio_uring::spawn(super::reader::serve(Rc::clone(&shard), stream, peer));
             }
             Err(e) => {
-                // Out of file descriptors and similar: back off instead of spinning.
-                tracing::warn!("accept failed on shard {}: {e}", shard.id);
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                failures += 1;
+                let now = std::time::Instant::now();
+                if reported.is_none_or(|at| now.duration_since(at) >= ACCEPT_REPORT_GAP) {
+                    crate::ops::event::OpsEvent::AcceptFailed {
+                        shard: shard.id,
+                        error: e.to_string(),
+                        failures,
+                    }
+                    .emit();
+                    reported = Some(now);
+                    failures = 0;
+                }
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
             }
         }
     }

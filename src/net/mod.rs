@@ -7,5 +7,6 @@
 //! lost). Buffers go into the kernel by value and come back with the result.
 
 pub mod listener;
+pub mod read_buf;
 pub mod reader;
 pub mod writer;

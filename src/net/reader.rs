@@ -14,6 +14,7 @@ use bytes::BytesMut;
 use tokio_uring::buf::BoundedBuf;
 use tokio_uring::net::TcpStream;
 
+use super::read_buf::ReadBuffer;
 use crate::model::ids::ConnId;
 use crate::protocol::frame::split_frame;
 use crate::session::connection::{Conn, Phase};
@@ -82,13 +83,15 @@ fn phase(shard: &Shard, conn: ConnId) -> Option<Phase> {
 }
 
 async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress: &Signal) {
-    let chunk = shard.config.net.read_buffer;
+    let mut rb = ReadBuffer::new(
+        shard.config.net.read_buffer_min,
+        shard.config.net.read_buffer,
+    );
     let pause_above = shard
         .config
         .net
         .write_high_water
         .saturating_mul(READ_PAUSE_FACTOR);
-    let mut buf = BytesMut::with_capacity(chunk);
     loop {
         // A client that does not read what we send (returns, confirms, replies) is not
         // read either: its outbound buffer stays bounded.
@@ -100,24 +103,24 @@ async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress
                 .is_some_and(|c| c.out.queued_bytes() > pause_above && c.phase != Phase::Closed)
         };
         if full(shard) {
+            rb.release_if_empty();
             set_paused(shard, conn, true);
             while full(shard) {
                 progress.wait().await;
             }
             set_paused(shard, conn, false);
         }
-        if buf.capacity() - buf.len() < chunk / 2 {
-            buf.reserve(chunk);
-        }
         // tokio-uring reads at the start of the buffer it is given, so hand it the spare
         // capacity as a slice; the bytes already there (a partial frame) stay intact.
+        let buf = rb.take_for_read();
         let (start, end) = (buf.len(), buf.capacity());
         let (res, returned) = stream.read(buf.slice(start..end)).await;
-        buf = returned.into_inner();
-        match res {
+        let n = match res {
             Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
+            Ok(n) => n,
+        };
+        rb.put_back(returned.into_inner(), n, end - start);
+        let buf = rb.bytes();
         shard.clock.refresh();
         match phase(shard, conn) {
             None | Some(Phase::Closed) => return,
@@ -134,9 +137,10 @@ async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress
             }
             Some(_) => {}
         }
-        if !process_frames(shard, stream, conn, &mut buf).await {
+        if !process_frames(shard, stream, conn, buf).await {
             return;
         }
+        rb.settle();
     }
 }
 

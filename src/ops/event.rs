@@ -64,6 +64,16 @@ pub enum OpsEvent {
     MemoryAlarmCleared { used: u64, low: u64 },
     /// BRK-1009: the memory watermarks in force (at start).
     MemoryWatermarks { high: u64, low: u64, available: u64 },
+    /// BRK-1011: the open-files limit at start (the soft limit raised to the hard one).
+    FileLimit { soft_was: u64, soft: u64, hard: u64 },
+    /// BRK-1012: a panic; the process aborts (a half-alive broker is worse than none).
+    Panic { thread: String, message: String },
+    /// CON-1005: accepting failed (out of file descriptors, usually); summed per report.
+    AcceptFailed {
+        shard: u16,
+        error: String,
+        failures: u64,
+    },
     /// BRK-1010: the memory ledger, by where the bytes live (when `memory.report_interval_ms`
     /// is set and it changed).
     MemoryReport {
@@ -195,6 +205,9 @@ impl OpsEvent {
             OpsEvent::MemoryAlarmCleared { .. } => "BRK-1008",
             OpsEvent::MemoryWatermarks { .. } => "BRK-1009",
             OpsEvent::MemoryReport { .. } => "BRK-1010",
+            OpsEvent::FileLimit { .. } => "BRK-1011",
+            OpsEvent::Panic { .. } => "BRK-1012",
+            OpsEvent::AcceptFailed { .. } => "CON-1005",
             OpsEvent::ReadingSuspended { .. } => "CON-1003",
             OpsEvent::ReadingResumed { .. } => "CON-1004",
             OpsEvent::FlowEnforced { .. } => "CHN-1005",
@@ -221,7 +234,9 @@ impl OpsEvent {
             | OpsEvent::ReadingSuspended { .. }
             | OpsEvent::SlowConsumerDetected(_)
             | OpsEvent::SlowConsumerPredicted(_)
-            | OpsEvent::SlowConsumerExempt(_) => tracing::warn!(target: "sluice::ops", "{self}"),
+            | OpsEvent::SlowConsumerExempt(_)
+            | OpsEvent::AcceptFailed { .. } => tracing::warn!(target: "sluice::ops", "{self}"),
+            OpsEvent::Panic { .. } => tracing::error!(target: "sluice::ops", "{self}"),
             _ => tracing::info!(target: "sluice::ops", "{self}"),
         }
     }
@@ -334,6 +349,28 @@ impl fmt::Display for OpsEvent {
                 thousands((*entries).max(0) as u64),
                 thousands((*outbound).max(0) as u64),
                 thousands((*partial).max(0) as u64)
+            ),
+            OpsEvent::FileLimit {
+                soft_was,
+                soft,
+                hard,
+            } => {
+                write!(f, "{code} : Open files limit : {soft} (hard limit {hard}")?;
+                if soft_was != soft {
+                    write!(f, ", raised from {soft_was}")?;
+                }
+                write!(f, ")")
+            }
+            OpsEvent::Panic { thread, message } => {
+                write!(f, "{code} : Panic in thread {thread} : {message} : aborting")
+            }
+            OpsEvent::AcceptFailed {
+                shard,
+                error,
+                failures,
+            } => write!(
+                f,
+                "{code} : Accept failed on shard {shard} : {error} : {failures} failures since the last report; open connections are served, accepting resumes when descriptors free up"
             ),
             OpsEvent::ReadingSuspended {
                 subject,

@@ -9,7 +9,7 @@
 //! - `unacked` is sorted by delivery tag (tags are assigned in increasing order).
 //! - Per consumer, `unacked` counts the entries in `unacked` with that consumer.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use crate::model::ids::{IdMap, QueueRef};
 use crate::model::ledger::PartialBytes;
@@ -85,6 +85,9 @@ pub struct Channel {
     next_tag: u64,
     pub unacked: VecDeque<Unacked>,
     pub consumers: IdMap<u32, ChannelConsumer>,
+    /// Consumer tag → id in `consumers` (kept by `add_consumer` / `remove_consumer` /
+    /// `drain_consumers`), so a cancel or a duplicate-tag check is O(1).
+    by_tag: HashMap<ShortStr, u32>,
     next_consumer: u32,
     /// Prefetch for consumers created from now on (basic.qos global=false).
     pub prefetch: u32,
@@ -113,6 +116,7 @@ impl Channel {
             next_tag: 1,
             unacked: VecDeque::new(),
             consumers: IdMap::default(),
+            by_tag: HashMap::new(),
             next_consumer: 1,
             prefetch: 0,
             global_prefetch: 0,
@@ -136,18 +140,31 @@ impl Channel {
     }
 
     pub fn consumer_by_tag(&self, tag: &ShortStr) -> Option<u32> {
-        self.consumers
-            .iter()
-            .find(|(_, c)| c.tag == *tag)
-            .map(|(id, _)| *id)
+        self.by_tag.get(tag).copied()
     }
 
     /// Registers a consumer (before the queue knows it). Returns its channel-local id.
     pub fn add_consumer(&mut self, consumer: ChannelConsumer) -> u32 {
         let id = self.next_consumer;
         self.next_consumer += 1;
+        self.by_tag.insert(consumer.tag.clone(), id);
         self.consumers.insert(id, consumer);
         id
+    }
+
+    /// Forgets a consumer; returns it if it was there.
+    pub fn remove_consumer(&mut self, id: u32) -> Option<ChannelConsumer> {
+        let consumer = self.consumers.remove(&id)?;
+        if self.by_tag.get(&consumer.tag) == Some(&id) {
+            self.by_tag.remove(&consumer.tag);
+        }
+        Some(consumer)
+    }
+
+    /// Forgets every consumer (the channel is closing).
+    pub fn drain_consumers(&mut self) -> Vec<ChannelConsumer> {
+        self.by_tag.clear();
+        self.consumers.drain().map(|(_, c)| c).collect()
     }
 
     /// The tag the next delivery will get.
@@ -237,6 +254,38 @@ mod tests {
             id: QueueId(7),
             home: 0,
         }
+    }
+
+    fn consumer(tag: &str) -> ChannelConsumer {
+        ChannelConsumer {
+            tag: tag.into(),
+            queue: q(),
+            queue_key: 0,
+            no_ack: true,
+            prefetch: 0,
+            unacked: 0,
+            credit: 0,
+            credit_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn consumer_tags_are_found_and_forgotten_through_the_index() {
+        let mut ch = Channel::new(1, 1);
+        let ids: Vec<u32> = (0..10_000)
+            .map(|i| ch.add_consumer(consumer(&format!("c{i}"))))
+            .collect();
+        assert_eq!(ch.consumer_by_tag(&"c9999".into()), Some(ids[9999]));
+        assert_eq!(ch.consumer_by_tag(&"nope".into()), None);
+        let gone = ch.remove_consumer(ids[5]).map(|c| c.tag);
+        assert_eq!(gone, Some("c5".into()));
+        assert_eq!(ch.consumer_by_tag(&"c5".into()), None);
+        assert!(ch.remove_consumer(ids[5]).is_none());
+        let id = ch.add_consumer(consumer("c5"));
+        assert_eq!(ch.consumer_by_tag(&"c5".into()), Some(id));
+        assert_eq!(ch.drain_consumers().len(), 10_000);
+        assert_eq!(ch.consumer_by_tag(&"c1".into()), None);
+        assert!(ch.consumers.is_empty());
     }
 
     #[test]

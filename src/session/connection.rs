@@ -91,6 +91,9 @@ pub struct Conn {
     pub resume: Rc<Signal>,
     /// The broker already logged why it closed this connection (CON-1002).
     pub close_logged: bool,
+    /// On the shard's list of writers to wake at the end of this turn (so marking a
+    /// writer is O(1) however many connections a turn touches).
+    pub writer_marked: bool,
 }
 
 impl Conn {
@@ -130,6 +133,7 @@ impl Conn {
             read_paused_since: None,
             resume: Rc::new(Signal::new()),
             close_logged: false,
+            writer_marked: false,
         }
     }
 

@@ -1,6 +1,9 @@
 //! Owns: [`Outbound`], one connection's queue of bytes waiting for its writer: small
 //! encoded frames are appended to a shared arena; large bodies are queued as their own
-//! `Bytes` (the publisher's buffer, not a copy) and written with `writev`.
+//! `Bytes` (the publisher's buffer, not a copy) and written with `writev`. The arena is
+//! sized to the traffic (4 KiB, doubling up to 64 KiB while one write's worth fills it,
+//! halving when little is written) and let go whenever the writer has taken everything,
+//! so an idle connection holds no outbound memory.
 //!
 //! Does not: write to the socket (the writer task does) or decide when to stop filling it
 //! (consumers stop getting credit above `write_high_water`).
@@ -15,7 +18,10 @@ use crate::protocol::frame;
 use crate::protocol::method::FRAME_END;
 use crate::protocol::{Method, ShortStr};
 
-const ARENA: usize = 64 * 1024;
+/// The arena a connection starts with and shrinks back to.
+const ARENA_MIN: usize = 4 * 1024;
+/// The largest arena (a busy subscriber's).
+const ARENA_MAX: usize = 64 * 1024;
 
 /// Bytes queued for one socket.
 pub struct Outbound {
@@ -27,6 +33,12 @@ pub struct Outbound {
     total: u64,
     inline_max: usize,
     frame_max: u32,
+    /// The size of the next arena.
+    arena_size: usize,
+    /// Arenas started since the writer last took the buffers.
+    arenas_this_cycle: u32,
+    /// `total` when the writer last took the buffers.
+    total_at_take: u64,
 }
 
 impl Outbound {
@@ -38,6 +50,9 @@ impl Outbound {
             total: 0,
             inline_max,
             frame_max,
+            arena_size: ARENA_MIN,
+            arenas_this_cycle: 0,
+            total_at_take: 0,
         }
     }
 
@@ -76,7 +91,11 @@ impl Outbound {
     fn arena(&mut self) -> &mut BytesMut {
         if self.pending.capacity() - self.pending.len() < 1024 {
             self.seal_pending();
-            self.pending.reserve(ARENA);
+            if self.arenas_this_cycle > 0 {
+                self.arena_size = (self.arena_size * 2).min(ARENA_MAX);
+            }
+            self.arenas_this_cycle += 1;
+            self.pending.reserve(self.arena_size);
         }
         &mut self.pending
     }
@@ -234,7 +253,19 @@ impl Outbound {
     pub fn take(&mut self, max_iov: usize) -> Vec<Bytes> {
         self.seal_pending();
         let n = self.chunks.len().min(max_iov);
-        self.chunks.drain(..n).collect()
+        let taken = self.chunks.drain(..n).collect();
+        let cycle = self.total - self.total_at_take;
+        if cycle < (self.arena_size / 4) as u64 {
+            self.arena_size = (self.arena_size / 2).max(ARENA_MIN);
+        }
+        self.total_at_take = self.total;
+        self.arenas_this_cycle = 0;
+        if self.chunks.is_empty() {
+            // The rest of the arena would keep the whole allocation alive after the
+            // writer drops what it wrote; start a fresh one when there is more to say.
+            self.pending = BytesMut::new();
+        }
+        taken
     }
 
     /// Accounts for bytes the writer has written.
@@ -356,5 +387,28 @@ mod tests {
         let bytes = written(&mut out);
         assert_eq!(bytes.len(), queued);
         assert_eq!(bytes, expected(3, &msg, &body, 4096));
+    }
+
+    #[test]
+    fn an_idle_connection_holds_no_arena_and_a_busy_one_grows_it() {
+        let msg = message(b"payload");
+        let mut out = Outbound::new(512, 4096);
+        out.deliver(1, &"ctag".into(), 1, false, &msg);
+        assert_eq!(out.pending.capacity(), ARENA_MIN);
+        let _ = out.take(1024);
+        assert_eq!(out.pending.capacity(), 0, "drained: the arena is let go");
+        for tag in 0..2000 {
+            out.deliver(1, &"ctag".into(), tag, false, &msg);
+        }
+        assert_eq!(
+            out.arena_size, ARENA_MAX,
+            "one write's worth filled several arenas"
+        );
+        let _ = out.take(1024);
+        for _ in 0..8 {
+            out.deliver(1, &"ctag".into(), 1, false, &msg);
+            let _ = out.take(1024);
+        }
+        assert_eq!(out.arena_size, ARENA_MIN, "light traffic shrinks it back");
     }
 }

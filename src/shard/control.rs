@@ -288,7 +288,7 @@ fn plan(
             let Some(ex) = dir.exchange(&name) else {
                 return Ok((Vec::new(), ControlOk::ExchangeDeleted));
             };
-            if if_unused && !ex.bindings().is_empty() {
+            if if_unused && ex.binding_count() > 0 {
                 return Err(ChannelError::InUse {
                     kind: ObjectKind::Exchange,
                     name: name.to_string(),
@@ -424,7 +424,7 @@ fn plan(
                 return Ok((Vec::new(), ControlOk::Bound));
             }
             let mut changes = Vec::new();
-            if ex.def.auto_delete && ex.bindings().len() == 1 {
+            if ex.def.auto_delete && ex.binding_count() == 1 {
                 changes.push(DirectoryChange::Unbind {
                     vhost,
                     exchange: exchange.clone(),
@@ -510,12 +510,8 @@ async fn delete_queue(
             name: name.clone(),
         }];
         for ex in dir.exchanges() {
-            let bound = ex
-                .bindings()
-                .iter()
-                .filter(|b| b.queue == meta.queue)
-                .count();
-            if ex.def.auto_delete && bound > 0 && bound == ex.bindings().len() {
+            let bound = ex.bindings_of(meta.queue).len();
+            if ex.def.auto_delete && bound > 0 && bound == ex.binding_count() {
                 changes.push(DirectoryChange::DeleteExchange {
                     vhost,
                     name: ex.def.name.clone(),
@@ -560,8 +556,11 @@ impl State {
         let topic = self.topic_bindings_changed_by(shard, change);
         self.directory.apply(change);
         match change {
-            DirectoryChange::DeclareQueue { vhost, meta } if meta.queue.home == shard.id => {
-                self.create_home_queue(&shard.config, *vhost, meta, now);
+            DirectoryChange::DeclareQueue { vhost, meta } => {
+                if meta.queue.home == shard.id {
+                    self.create_home_queue(&shard.config, *vhost, meta, now);
+                }
+                self.queue_declared(shard, meta.queue.id, now);
             }
             DirectoryChange::DeleteQueue { queue, .. } if queue.home == shard.id => {
                 self.delete_home_queue(shard, queue.id);
@@ -611,7 +610,6 @@ impl State {
             DirectoryChange::DeleteExchange { vhost, name } => match topic_exchange(*vhost, name) {
                 Some(ex) => ex
                     .bindings()
-                    .iter()
                     .filter(|b| mine(b))
                     .map(|b| entry(name, b, false))
                     .collect(),

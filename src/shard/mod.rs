@@ -9,6 +9,7 @@
 //! The per-connection protocol handling lives in `handler`, the queue side in `queues`, the
 //! control-plane coordinator in `control`, the thread and listener in `runtime`.
 
+pub mod arrivals;
 pub mod control;
 pub mod deliver;
 pub mod flow;
@@ -18,6 +19,7 @@ pub mod memory;
 pub mod placement;
 pub mod policy;
 pub mod queues;
+pub mod reclaim;
 pub mod runtime;
 
 use std::cell::{Cell, RefCell};
@@ -120,7 +122,9 @@ pub struct State {
     serial_step: u64,
     pub wheel: TimerWheel<TimerKey>,
     dirty_queues: Vec<QueueId>,
-    dirty_conns: Vec<usize>,
+    dirty_conns: Vec<ConnId>,
+    /// Counter behind [`State::next_rotation`].
+    rotation: u64,
     pub outbox: Outbox,
     scratch: Vec<Dispatch>,
     /// Housekeeping timer armed per queue, with its deadline.
@@ -137,6 +141,8 @@ pub struct State {
     pub slow_deleted: Vec<(QueueId, Instant)>,
     /// The watermark's hysteresis (evaluated by the coordinating shard only).
     pub watermark: Watermark,
+    /// Publishes from other shards waiting for their queue's declaration.
+    pub arrivals: arrivals::Arrivals,
 }
 
 /// One shard. Lives in an `Rc` on its own thread.
@@ -169,6 +175,7 @@ impl Shard {
             wheel: TimerWheel::new(now, config.shard.tick, 512),
             dirty_queues: Vec::new(),
             dirty_conns: Vec::new(),
+            rotation: 0,
             outbox: Outbox::new(shards),
             scratch: Vec::new(),
             queue_timers: IdMap::default(),
@@ -178,6 +185,7 @@ impl Shard {
             memory_alarm: false,
             slow_deleted: Vec::new(),
             watermark: Watermark::new(memory.high, memory.low),
+            arrivals: arrivals::Arrivals::default(),
         };
         Shard {
             id,
@@ -318,20 +326,41 @@ impl State {
         }
     }
 
-    /// Marks a connection's writer to be woken at the end of the turn.
+    /// Marks a connection's writer to be woken at the end of the turn (O(1): the
+    /// connection carries a flag).
     pub fn mark_writer(&mut self, id: ConnId) {
-        let slot = id.slot as usize;
-        if !self.dirty_conns.contains(&slot) {
-            self.dirty_conns.push(slot);
+        if let Some(c) = self.conn_mut(id) {
+            if !c.writer_marked {
+                c.writer_marked = true;
+                self.dirty_conns.push(id);
+            }
         }
     }
 
+    /// A starting point in `0..len` that moves on every call, spread over the range
+    /// (Fibonacci hashing of a counter), for rotating work lists.
+    pub fn next_rotation(&mut self, len: usize) -> usize {
+        self.rotation = self.rotation.wrapping_add(1);
+        if len < 2 {
+            return 0;
+        }
+        let spread = self.rotation.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        ((spread >> 32) as usize) % len
+    }
+
+    /// Wakes the writers marked this turn, starting at a rotating point so that no
+    /// connection's writes always go first.
     fn wake_writers(&mut self) {
-        for slot in self.dirty_conns.drain(..) {
-            if let Some(conn) = self.conns.get(slot) {
+        let mut dirty = std::mem::take(&mut self.dirty_conns);
+        let start = self.next_rotation(dirty.len());
+        dirty.rotate_left(start);
+        for id in dirty.drain(..) {
+            if let Some(conn) = self.conn_mut(id) {
+                conn.writer_marked = false;
                 conn.writer.notify();
             }
         }
+        self.dirty_conns = dirty;
     }
 
     /// A seed for server-generated names, different on every call.

@@ -66,12 +66,16 @@ impl State {
         true
     }
 
-    /// Dispatches every dirty queue as far as consumer credit allows.
+    /// Dispatches every dirty queue as far as consumer credit allows. Each round starts
+    /// at a different queue (see [`State::next_rotation`]), so which subscriber is
+    /// served first in a turn does not depend on when its queue was bound or declared.
     pub fn run_dispatch(&mut self, shard: &Shard, now: Instant) {
         let budget = shard.config.shard.dispatch_budget;
         let mut local = Vec::new();
         while !self.dirty_queues.is_empty() {
-            let round = std::mem::take(&mut self.dirty_queues);
+            let mut round = std::mem::take(&mut self.dirty_queues);
+            let start = self.next_rotation(round.len());
+            round.rotate_left(start);
             for qid in round {
                 let mut out = std::mem::take(&mut self.scratch);
                 let more = match self.queues.get_mut(&qid) {
@@ -351,7 +355,7 @@ impl State {
         let Some(ch) = conn.channels.get_mut(&target.channel) else {
             return;
         };
-        let Some(consumer) = ch.consumers.remove(&target.consumer) else {
+        let Some(consumer) = ch.remove_consumer(target.consumer) else {
             return;
         };
         if notify && ch.phase == ChannelPhase::Open {

@@ -11,12 +11,19 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::model::ids::ShardId;
 use crate::ops::event::OpsEvent;
-use crate::shard::inbox::{ConfirmDone, Inbox, Peers, ShardMsg};
+use crate::shard::inbox::{Inbox, Peers, ShardMsg};
 use crate::shard::memory::MemoryBoard;
+use crate::shard::reclaim::Reclaimer;
 use crate::shard::{control, Shard, TimerKey};
 
-/// Messages the inbox loop handles before it flushes.
+/// Inbox messages a shard handles in one turn before it flushes and lets its sockets
+/// run.
 const INBOX_BATCH: usize = 64;
+
+/// Work (messages published, delivered or settled) a shard takes from its inboxes in
+/// one turn; a turn that reaches it ends early, so a burst from other shards delays the
+/// shard's own sockets by a bounded amount.
+const INBOX_WORK_BUDGET: usize = 4096;
 
 /// Everything a shard thread needs.
 pub struct ShardSeed {
@@ -103,36 +110,82 @@ async fn inbox_loop(shard: Rc<Shard>, mut inbox: Inbox) {
             return;
         };
         shard.clock.refresh();
-        on_inbox_message(&shard, &mut inbox, first);
-        for _ in 1..INBOX_BATCH {
-            let next = inbox
+        let mut work = 0;
+        let mut next = Some(first);
+        for _ in 0..INBOX_BATCH {
+            let Some(msg) = next.take() else {
+                break;
+            };
+            if needs_earlier_publishes(&msg) {
+                take_earlier_publishes(&shard, &mut inbox).await;
+            }
+            work += work_of(&msg);
+            on_message(&shard, msg);
+            if work >= INBOX_WORK_BUDGET {
+                break;
+            }
+            next = inbox
                 .control
                 .try_recv()
                 .ok()
                 .or_else(|| inbox.publish.try_recv().ok());
-            match next {
-                Some(m) => on_inbox_message(&shard, &mut inbox, m),
-                None => break,
+        }
+        if let Some(msg) = next {
+            // Taken but over budget: it leads the next turn.
+            shard.flush();
+            tokio::task::yield_now().await;
+            shard.clock.refresh();
+            if needs_earlier_publishes(&msg) {
+                take_earlier_publishes(&shard, &mut inbox).await;
             }
+            on_message(&shard, msg);
         }
         shard.flush();
     }
 }
 
-/// Handles one message from either inbox. A request to a queue (or a directory change)
-/// first takes every publish already waiting in the publish inbox: its sender finished
-/// sending those publishes before it sent the request, so the request must see them
-/// (publish then `basic.get`, a confirmed publish then a count).
-fn on_inbox_message(shard: &Rc<Shard>, inbox: &mut Inbox, msg: ShardMsg) {
-    if matches!(
+/// A request to a queue (or a directory change) must see every publish its sender sent
+/// before it (publish then `basic.get`, a confirmed publish then a count).
+fn needs_earlier_publishes(msg: &ShardMsg) -> bool {
+    matches!(
         msg,
         ShardMsg::Queue(..) | ShardMsg::Apply(..) | ShardMsg::Control(..)
-    ) {
-        while let Ok(publish) = inbox.publish.try_recv() {
+    )
+}
+
+/// Takes the publishes that were in the publish inbox when a request arrived (its
+/// sender finished sending them first), in turns of at most [`INBOX_WORK_BUDGET`], with
+/// a flush and a yield to the shard's sockets between turns.
+async fn take_earlier_publishes(shard: &Rc<Shard>, inbox: &mut Inbox) {
+    let mut owed = inbox.publish.len();
+    while owed > 0 {
+        let mut work = 0;
+        while owed > 0 && work < INBOX_WORK_BUDGET {
+            let Ok(publish) = inbox.publish.try_recv() else {
+                return;
+            };
+            owed -= 1;
+            work += work_of(&publish);
             on_message(shard, publish);
         }
+        if owed > 0 {
+            shard.flush();
+            tokio::task::yield_now().await;
+            shard.clock.refresh();
+        }
     }
-    on_message(shard, msg);
+}
+
+/// How much work a message is, for the turn's budget.
+fn work_of(msg: &ShardMsg) -> usize {
+    match msg {
+        ShardMsg::Publish(batch) => batch.routed.len(),
+        ShardMsg::Deliver(batch) => batch.len(),
+        ShardMsg::Settle(batch) => batch.len(),
+        ShardMsg::Confirms(done) => done.len(),
+        _ => 1,
+    }
+    .max(1)
 }
 
 fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
@@ -141,23 +194,7 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
         ShardMsg::Publish(batch) => {
             let mut st = shard.state.borrow_mut();
             for routed in batch.routed {
-                let local = std::rc::Rc::new(routed.msg);
-                let mut accepted = true;
-                for queue in routed.queues {
-                    accepted &=
-                        st.enqueue(shard, queue, std::rc::Rc::clone(&local), routed.origin, now);
-                }
-                if routed.confirm != 0 {
-                    st.outbox.confirm(
-                        routed.origin.shard,
-                        ConfirmDone {
-                            channel: routed.origin,
-                            first: routed.confirm,
-                            last: routed.confirm,
-                            rejected: !accepted,
-                        },
-                    );
-                }
+                st.take_routed(shard, routed, now);
             }
             shard.peers.release_budget(shard.id, batch.permits);
         }
@@ -245,6 +282,10 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
     let tick = shard.config.shard.tick;
     let mut expired = Vec::new();
     let mut last_report = None;
+    let mut reclaim = Reclaimer::new(
+        shard.config.policies.memory.return_interval,
+        shard.clock.now(),
+    );
     loop {
         tokio::time::sleep(tick).await;
         shard.clock.refresh();
@@ -270,6 +311,7 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
             if alarm != st.memory_alarm {
                 st.apply_memory_alarm(&shard, alarm);
             }
+            reclaim.tick(&mut st, now);
         }
         shard.flush();
     }

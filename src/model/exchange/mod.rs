@@ -4,8 +4,14 @@
 //! Does not: know queues' contents, sockets or shards beyond the `QueueRef` it returns.
 //!
 //! # Invariants
-//! - `bindings` holds every binding exactly once (unique on queue, key, arguments).
+//! - `bindings` holds every binding exactly once (unique on queue, key, arguments),
+//!   grouped by destination queue; `binding_count` is their number.
 //! - The matcher holds the same set of (key, queue) pairs as `bindings`, de-duplicated.
+//!
+//! # Costs
+//! Checking, adding or removing one binding, and removing every binding of one queue,
+//! cost O(bindings of that queue) (usually one), never O(bindings of the exchange) —
+//! except for headers exchanges, whose routing is a scan of their rules anyway.
 
 pub mod headers;
 
@@ -75,7 +81,8 @@ pub struct Binding {
 
 enum Matcher {
     Direct(HashMap<Bytes, SmallVec<[QueueRef; 2]>>),
-    Fanout(Vec<QueueRef>),
+    /// Bound queues, and where each is in the list (so removal is a swap-remove).
+    Fanout(Vec<QueueRef>, HashMap<QueueRef, usize>),
     Topic(TopicTrie<QueueRef>),
     Headers(Vec<(HeadersRule, QueueRef)>),
 }
@@ -83,7 +90,8 @@ enum Matcher {
 /// An exchange in one shard's routing replica.
 pub struct Exchange {
     pub def: ExchangeDef,
-    bindings: Vec<Binding>,
+    bindings: HashMap<QueueRef, SmallVec<[Binding; 1]>>,
+    binding_count: usize,
     matcher: Matcher,
 }
 
@@ -91,23 +99,35 @@ impl Exchange {
     pub fn new(def: ExchangeDef) -> Exchange {
         let matcher = match def.kind {
             ExchangeKind::Direct => Matcher::Direct(HashMap::new()),
-            ExchangeKind::Fanout => Matcher::Fanout(Vec::new()),
+            ExchangeKind::Fanout => Matcher::Fanout(Vec::new(), HashMap::new()),
             ExchangeKind::Topic => Matcher::Topic(TopicTrie::new()),
             ExchangeKind::Headers => Matcher::Headers(Vec::new()),
         };
         Exchange {
             def,
-            bindings: Vec::new(),
+            bindings: HashMap::new(),
+            binding_count: 0,
             matcher,
         }
     }
 
-    pub fn bindings(&self) -> &[Binding] {
-        &self.bindings
+    /// Every binding, in no particular order.
+    pub fn bindings(&self) -> impl Iterator<Item = &Binding> {
+        self.bindings.values().flatten()
+    }
+
+    /// How many bindings this exchange has.
+    pub fn binding_count(&self) -> usize {
+        self.binding_count
+    }
+
+    /// The bindings from this exchange to one queue.
+    pub fn bindings_of(&self, queue: QueueRef) -> &[Binding] {
+        self.bindings.get(&queue).map_or(&[], |b| b.as_slice())
     }
 
     pub fn has_binding(&self, binding: &Binding) -> bool {
-        self.bindings.iter().any(|b| b == binding)
+        self.bindings_of(binding.queue).contains(binding)
     }
 
     /// Adds a binding; a duplicate is a no-op. Returns whether it was new.
@@ -123,10 +143,11 @@ impl Exchange {
                     entry.push(queue);
                 }
             }
-            Matcher::Fanout(list) => {
-                if !list.contains(&queue) {
+            Matcher::Fanout(list, at) => {
+                at.entry(queue).or_insert_with(|| {
                     list.push(queue);
-                }
+                    list.len() - 1
+                });
             }
             Matcher::Topic(trie) => {
                 trie.insert(key.as_bytes(), queue);
@@ -135,26 +156,34 @@ impl Exchange {
                 rules.push((HeadersRule::compile(&binding.arguments), queue));
             }
         }
-        self.bindings.push(binding);
+        self.bindings.entry(queue).or_default().push(binding);
+        self.binding_count += 1;
         true
     }
 
     /// Removes a binding. Returns whether it existed.
     pub fn unbind(&mut self, binding: &Binding) -> bool {
-        let Some(pos) = self.bindings.iter().position(|b| b == binding) else {
+        let Some(of_queue) = self.bindings.get_mut(&binding.queue) else {
             return false;
         };
-        self.bindings.remove(pos);
+        let Some(pos) = of_queue.iter().position(|b| b == binding) else {
+            return false;
+        };
+        of_queue.remove(pos);
+        if of_queue.is_empty() {
+            self.bindings.remove(&binding.queue);
+        }
+        self.binding_count -= 1;
         self.forget_in_matcher(binding);
         true
     }
 
     /// Removes every binding to one queue. Returns how many were removed.
     pub fn unbind_queue(&mut self, queue: QueueRef) -> usize {
-        let (gone, kept): (Vec<Binding>, Vec<Binding>) = std::mem::take(&mut self.bindings)
-            .into_iter()
-            .partition(|b| b.queue == queue);
-        self.bindings = kept;
+        let Some(gone) = self.bindings.remove(&queue) else {
+            return 0;
+        };
+        self.binding_count -= gone.len();
         for binding in &gone {
             self.forget_in_matcher(binding);
         }
@@ -164,10 +193,11 @@ impl Exchange {
     /// Drops a (key, queue) pair from the matcher unless another binding still needs it.
     fn forget_in_matcher(&mut self, binding: &Binding) {
         let queue = binding.queue;
-        let same_key = |b: &Binding| b.queue == queue && b.routing_key == binding.routing_key;
+        let remaining = self.bindings.get(&queue).map_or(&[][..], |b| b.as_slice());
+        let same_key = |b: &Binding| b.routing_key == binding.routing_key;
         match &mut self.matcher {
             Matcher::Direct(map) => {
-                if self.bindings.iter().any(same_key) {
+                if remaining.iter().any(same_key) {
                     return;
                 }
                 if let Some(list) = map.get_mut(binding.routing_key.as_bytes()) {
@@ -177,13 +207,18 @@ impl Exchange {
                     }
                 }
             }
-            Matcher::Fanout(list) => {
-                if !self.bindings.iter().any(|b| b.queue == queue) {
-                    list.retain(|q| *q != queue);
+            Matcher::Fanout(list, at) => {
+                if remaining.is_empty() {
+                    if let Some(pos) = at.remove(&queue) {
+                        list.swap_remove(pos);
+                        if let Some(moved) = list.get(pos) {
+                            at.insert(*moved, pos);
+                        }
+                    }
                 }
             }
             Matcher::Topic(trie) => {
-                if !self.bindings.iter().any(same_key) {
+                if !remaining.iter().any(same_key) {
                     trie.remove(binding.routing_key.as_bytes(), queue);
                 }
             }
@@ -210,7 +245,7 @@ impl Exchange {
                     out.extend_from_slice(list);
                 }
             }
-            Matcher::Fanout(list) => out.extend_from_slice(list),
+            Matcher::Fanout(list, _) => out.extend_from_slice(list),
             Matcher::Topic(trie) => trie.match_into(routing_key, out),
             Matcher::Headers(rules) => {
                 if rules.is_empty() {

@@ -458,7 +458,7 @@ impl State {
                     .and_then(|c| c.channels.get_mut(&number))
                     .and_then(|ch| {
                         let id = ch.consumer_by_tag(&cancel.consumer_tag)?;
-                        ch.consumers.remove(&id)
+                        ch.remove_consumer(id)
                     });
                 match removed {
                     Some(cons) if cons.queue_key != 0 => pending(PendingOp::Cancel {

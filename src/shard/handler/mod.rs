@@ -467,7 +467,7 @@ impl State {
         let Some(ch) = c.channels.get_mut(&number) else {
             return;
         };
-        let consumers: Vec<_> = ch.consumers.drain().map(|(_, cons)| cons).collect();
+        let consumers = ch.drain_consumers();
         let unacked = ch.take_all_unacked();
         ch.content = Default::default();
         ch.tx = None;

@@ -459,7 +459,7 @@ impl State {
             .conn_mut(conn)
             .and_then(|c| c.channels.get_mut(&number))
         {
-            ch.consumers.remove(&consumer);
+            ch.remove_consumer(consumer);
         }
     }
 
