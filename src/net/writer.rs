@@ -73,7 +73,7 @@ async fn write_loop(
                     return;
                 }
             };
-            let drained = {
+            {
                 let mut st = shard.state.borrow_mut();
                 let now = shard.clock.now();
                 let drained = match st.conn_mut(conn) {
@@ -85,16 +85,15 @@ async fn write_loop(
                     None => false,
                 };
                 // No-ack runs now on the wire stop counting against their queues (local
-                // queues at once; others with this shard's next flush, at most a tick away).
+                // queues at once; others with the deferred flush below).
                 st.settle_written(shard, conn);
                 if drained {
                     st.top_up_conn(shard, conn);
                 }
-                drained
-            };
-            if drained {
-                shard.flush();
             }
+            // Settlements and credit go out with one flush for every writer that completed
+            // in this tick.
+            shard.flush_soon();
             progress.notify();
         }
     }

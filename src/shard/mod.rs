@@ -159,6 +159,8 @@ pub struct Shard {
     pub stopping: Cell<bool>,
     /// Woken when the shard should leave its event loop.
     pub stopped: Signal,
+    /// Raised by [`Shard::flush_soon`]; the shard's deferred-flush task waits on it.
+    pub flush_wanted: Signal,
 }
 
 impl Shard {
@@ -197,7 +199,15 @@ impl Shard {
             state: RefCell::new(state),
             stopping: Cell::new(false),
             stopped: Signal::new(),
+            flush_wanted: Signal::new(),
         }
+    }
+
+    /// Asks for a flush after every task already woken in this event-loop tick has run:
+    /// a thousand writers completing in one tick then send their settlements and credit
+    /// to other shards as one message each way, not one per writer.
+    pub fn flush_soon(&self) {
+        self.flush_wanted.notify();
     }
 
     /// Ends a turn: dispatches dirty queues, hands the broker's own queue deletions to
@@ -377,4 +387,108 @@ fn wall_nanos() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::queue::{QueueLimits, QueueSettings};
+
+    fn shard() -> Shard {
+        let config = Arc::new(Config::default());
+        let (peers, _inboxes) = inbox::mesh(1, 4, 1 << 20);
+        let memory = Arc::new(MemoryBoard::new(1, u64::MAX - 1, u64::MAX));
+        Shard::new(0, config, peers, memory)
+    }
+
+    fn conn(st: &mut State, signal: &Rc<Signal>) -> ConnId {
+        let now = Instant::now();
+        st.add_conn(|id, serial| {
+            Conn::new(
+                id,
+                serial,
+                "127.0.0.1:1".parse().expect("address"),
+                now,
+                512,
+                131_072,
+                Rc::clone(signal),
+            )
+        })
+    }
+
+    #[test]
+    fn a_writer_marked_many_times_in_a_turn_is_listed_once() {
+        let shard = shard();
+        let mut st = shard.state.borrow_mut();
+        let signals: Vec<Rc<Signal>> = (0..1000).map(|_| Rc::new(Signal::new())).collect();
+        let ids: Vec<ConnId> = signals.iter().map(|s| conn(&mut st, s)).collect();
+        for _ in 0..5 {
+            for id in &ids {
+                st.mark_writer(*id);
+            }
+        }
+        assert_eq!(st.dirty_conns.len(), 1000);
+        st.wake_writers();
+        assert!(st.dirty_conns.is_empty());
+        assert!(st.conns.iter().all(|(_, c)| !c.writer_marked));
+        // Marked again in the next turn; a connection gone meanwhile is skipped.
+        st.mark_writer(ids[0]);
+        st.mark_writer(ids[1]);
+        st.conns.remove(ids[1].slot as usize);
+        st.mark_writer(ids[1]);
+        assert_eq!(st.dirty_conns.len(), 2);
+        st.wake_writers();
+        assert!(st.dirty_conns.is_empty());
+    }
+
+    #[test]
+    fn a_queue_marked_dirty_many_times_is_listed_once() {
+        let shard = shard();
+        let mut st = shard.state.borrow_mut();
+        let now = Instant::now();
+        for i in 1..=100 {
+            let q = Queue::new(
+                QueueId(i),
+                0,
+                "/".into(),
+                format!("q{i}").into(),
+                QueueSettings {
+                    durable: false,
+                    exclusive: false,
+                    auto_delete: false,
+                    arguments: Default::default(),
+                    message_ttl: None,
+                    expires: None,
+                },
+                QueueLimits::new(std::time::Duration::from_secs(5)),
+                now,
+            );
+            st.queues.insert(QueueId(i), q);
+        }
+        for _ in 0..10 {
+            for i in 1..=100 {
+                st.mark_dirty(QueueId(i));
+            }
+        }
+        st.mark_dirty(QueueId(999));
+        assert_eq!(st.dirty_queues.len(), 100);
+        assert!(st.queues.values().all(|q| q.in_dirty_list));
+    }
+
+    #[test]
+    fn rotation_starts_anywhere_in_the_list() {
+        let shard = shard();
+        let mut st = shard.state.borrow_mut();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let start = st.next_rotation(10);
+            assert!(start < 10);
+            seen.insert(start);
+        }
+        assert_eq!(seen.len(), 10, "every start is used: {seen:?}");
+        assert_eq!(st.next_rotation(1), 0);
+        assert_eq!(st.next_rotation(0), 0);
+    }
 }

@@ -92,6 +92,7 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
         }
         tokio_uring::spawn(inbox_loop(Rc::clone(&shard), inbox));
         tokio_uring::spawn(housekeeping_loop(Rc::clone(&shard)));
+        tokio_uring::spawn(deferred_flush_loop(Rc::clone(&shard)));
         OpsEvent::ShardStarted { shard: id, core }.emit();
         let _ = ready.send(id);
         shard.stopped.wait().await;
@@ -249,6 +250,16 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             let shard = Rc::clone(shard);
             tokio_uring::spawn(shutdown(shard));
         }
+    }
+}
+
+/// Runs the flushes asked for with [`Shard::flush_soon`], once per wake-up: the task is
+/// queued behind the tasks woken before it, so their work is flushed together.
+async fn deferred_flush_loop(shard: Rc<Shard>) {
+    loop {
+        shard.flush_wanted.wait().await;
+        shard.clock.refresh();
+        shard.flush();
     }
 }
 
