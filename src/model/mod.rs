@@ -13,3 +13,9 @@ pub mod ledger;
 pub mod message;
 pub mod routing;
 pub mod topic_trie;
+
+/// Whether a container holding `len` items in room for `capacity` should give its spare
+/// room back (after thousands of subscribers left): it is large and mostly empty.
+pub fn worth_shrinking(len: usize, capacity: usize) -> bool {
+    capacity > 64 && len.saturating_mul(4) < capacity
+}

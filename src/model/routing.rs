@@ -200,7 +200,26 @@ pub struct Directory {
     generation: u64,
 }
 
+impl VhostDirectory {
+    /// Gives back the room of maps that are mostly empty.
+    fn release_spare(&mut self) {
+        if super::worth_shrinking(self.queues.len(), self.queues.capacity()) {
+            self.queues.shrink_to_fit();
+        }
+        for ex in self.exchanges.values_mut() {
+            ex.release_spare();
+        }
+    }
+}
+
 impl Directory {
+    /// Gives back the room of maps that are mostly empty (after many queues went).
+    pub fn release_spare(&mut self) {
+        for v in &mut self.vhosts {
+            v.release_spare();
+        }
+    }
+
     pub fn new(vhost_names: &[String]) -> Directory {
         Directory {
             vhosts: vhost_names

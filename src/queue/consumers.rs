@@ -7,6 +7,8 @@
 //! delivers what dispatch produces.
 //!
 //! # Invariants
+//! - `consumers` is sorted by key (keys are handed out in increasing order and slots are
+//!   only appended or removed), so finding a consumer by key is a binary search.
 //! - A consumer receives a dispatch only while it has message credit and byte credit;
 //!   each dispatch spends one message and the message's size (saturating), so the bytes
 //!   in flight exceed the byte credit by at most one message.
@@ -90,7 +92,7 @@ impl Queue {
     /// Removes a consumer. Returns whether it existed.
     pub fn remove_consumer(&mut self, key: u64, now: Instant) -> bool {
         self.last_used = now;
-        let Some(pos) = self.consumers.iter().position(|c| c.key == key) else {
+        let Ok(pos) = self.consumer_at(key) else {
             return false;
         };
         let slot = self.consumers.remove(pos);
@@ -120,9 +122,18 @@ impl Queue {
         &self.consumers
     }
 
+    /// Where the consumer with this key is in `consumers` (O(log consumers)).
+    fn consumer_at(&self, key: u64) -> Result<usize, usize> {
+        self.consumers.binary_search_by_key(&key, |c| c.key)
+    }
+
     /// Adds credit to a consumer. Unknown keys (consumer already gone) are ignored.
     pub fn grant(&mut self, key: u64, credit: u32, bytes: u64) {
-        if let Some(c) = self.consumers.iter_mut().find(|c| c.key == key) {
+        if let Some(c) = self
+            .consumer_at(key)
+            .ok()
+            .and_then(|i| self.consumers.get_mut(i))
+        {
             c.credit = c.credit.saturating_add(credit);
             c.credit_bytes = c.credit_bytes.saturating_add(bytes);
         }
@@ -131,7 +142,11 @@ impl Queue {
     /// The consumer's connection wrote `count` no-ack deliveries of `bytes`: they are no
     /// longer held, and they count as consumed.
     pub fn written(&mut self, key: u64, count: u64, bytes: u64) {
-        if let Some(c) = self.consumers.iter_mut().find(|c| c.key == key) {
+        if let Some(c) = self
+            .consumer_at(key)
+            .ok()
+            .and_then(|i| self.consumers.get_mut(i))
+        {
             let count = count.min(c.inflight);
             let bytes = bytes.min(c.inflight_bytes);
             c.inflight -= count;

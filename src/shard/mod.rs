@@ -373,6 +373,20 @@ impl State {
         self.dirty_conns = dirty;
     }
 
+    /// Gives back the room of per-turn lists that grew in a burst (called by
+    /// `reclaim`, between turns, when they are empty).
+    pub fn release_spare_lists(&mut self) {
+        if self.dirty_queues.is_empty() && self.dirty_queues.capacity() > 64 {
+            self.dirty_queues = Vec::new();
+        }
+        if self.dirty_conns.is_empty() && self.dirty_conns.capacity() > 64 {
+            self.dirty_conns = Vec::new();
+        }
+        if self.scratch.is_empty() && self.scratch.capacity() > 64 {
+            self.scratch = Vec::new();
+        }
+    }
+
     /// A seed for server-generated names, different on every call.
     pub fn next_name_seed(&mut self) -> u64 {
         self.name_seed = self

@@ -2,14 +2,16 @@
 //! keeps pages a thread freed for reuse; a shard whose connections and queues went away
 //! would otherwise go on holding their memory (10,000 subscribers gone left ~80 MiB
 //! resident). Every `memory.return_interval_ms` each shard asks the allocator to purge
-//! its own thread's free pages (`mi_collect(false)`: no lock shared with other shards)
-//! and trims the tail of its connection slab.
+//! its own thread's free pages (`mi_collect(false)`: no lock shared with other shards),
+//! after giving back the spare room of its tables that are mostly empty (connections,
+//! queues, timers, the routing replica).
 //!
 //! Does not: free anything that is still in use, or run on the hot path (it runs on the
 //! housekeeping tick, at most once per interval).
 
 use std::time::{Duration, Instant};
 
+use crate::model::worth_shrinking;
 use crate::shard::State;
 
 /// When each shard last gave memory back.
@@ -30,10 +32,25 @@ impl Reclaimer {
         }
         self.last = now;
         trim_connection_slab(st);
+        release_spare(st);
         // SAFETY: mi_collect only walks and purges the calling thread's own heap (and
         // abandoned pages it may reclaim); it has no preconditions.
         unsafe { libmimalloc_sys::mi_collect(false) };
     }
+}
+
+/// Gives back the room of the shard's tables that are mostly empty: queues, timers,
+/// the routing replica, per-turn lists.
+fn release_spare(st: &mut State) {
+    if worth_shrinking(st.queues.len(), st.queues.capacity()) {
+        st.queues.shrink_to_fit();
+    }
+    if worth_shrinking(st.queue_timers.len(), st.queue_timers.capacity()) {
+        st.queue_timers.shrink_to_fit();
+    }
+    st.wheel.release_spare();
+    st.directory.release_spare();
+    st.release_spare_lists();
 }
 
 /// Drops vacant slots at the end of the connection slab once most of it is empty (ids

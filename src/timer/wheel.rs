@@ -73,6 +73,13 @@ pub struct TimerWheel<K> {
 }
 
 impl<K> TimerWheel<K> {
+    /// Gives back vacant entry slots at the end of the arena once it is mostly empty.
+    pub fn release_spare(&mut self) {
+        if crate::model::worth_shrinking(self.entries.len(), self.entries.capacity()) {
+            self.entries.shrink_to_fit();
+        }
+    }
+
     /// A wheel whose tick 0 begins at `start`.
     ///
     /// # Panics

@@ -111,6 +111,32 @@ impl Exchange {
         }
     }
 
+    /// Gives back the room of maps that are mostly empty (after many unbinds).
+    pub fn release_spare(&mut self) {
+        if super::worth_shrinking(self.bindings.len(), self.bindings.capacity()) {
+            self.bindings.shrink_to_fit();
+        }
+        match &mut self.matcher {
+            Matcher::Direct(map) => {
+                if super::worth_shrinking(map.len(), map.capacity()) {
+                    map.shrink_to_fit();
+                }
+            }
+            Matcher::Fanout(list, at) => {
+                if super::worth_shrinking(list.len(), list.capacity()) {
+                    list.shrink_to_fit();
+                    at.shrink_to_fit();
+                }
+            }
+            Matcher::Topic(trie) => trie.release_spare(),
+            Matcher::Headers(rules) => {
+                if super::worth_shrinking(rules.len(), rules.capacity()) {
+                    rules.shrink_to_fit();
+                }
+            }
+        }
+    }
+
     /// Every binding, in no particular order.
     pub fn bindings(&self) -> impl Iterator<Item = &Binding> {
         self.bindings.values().flatten()

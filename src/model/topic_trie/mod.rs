@@ -235,6 +235,17 @@ impl<T: Copy + Eq + Hash> TopicTrie<T> {
         }
     }
 
+    /// Gives back the room of a mostly empty trie (vacant node slots at the end of the
+    /// arena, the per-value counts).
+    pub fn release_spare(&mut self) {
+        if super::worth_shrinking(self.nodes.len(), self.nodes.capacity()) {
+            self.nodes.shrink_to_fit();
+        }
+        if super::worth_shrinking(self.per_value.len(), self.per_value.capacity()) {
+            self.per_value.shrink_to_fit();
+        }
+    }
+
     /// Number of (pattern, value) bindings.
     pub fn len(&self) -> usize {
         self.len
