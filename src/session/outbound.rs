@@ -2,8 +2,10 @@
 //! encoded frames are appended to a shared arena; large bodies are queued as their own
 //! `Bytes` (the publisher's buffer, not a copy) and written with `writev`. The arena is
 //! sized to the traffic (4 KiB, doubling up to 64 KiB while one write's worth fills it,
-//! halving when little is written) and let go whenever the writer has taken everything,
-//! so an idle connection holds no outbound memory.
+//! halving when little is written). A busy connection keeps reusing its arena (the
+//! allocation comes back to it once the writer dropped what it wrote); an idle one lets
+//! it go ([`Outbound::release_idle`], once per reclaim interval), so it holds no
+//! outbound memory.
 //!
 //! Does not: write to the socket (the writer task does) or decide when to stop filling it
 //! (consumers stop getting credit above `write_high_water`).
@@ -39,6 +41,8 @@ pub struct Outbound {
     arenas_this_cycle: u32,
     /// `total` when the writer last took the buffers.
     total_at_take: u64,
+    /// `total` at the last [`Outbound::release_idle`].
+    total_at_idle_check: u64,
 }
 
 impl Outbound {
@@ -53,6 +57,7 @@ impl Outbound {
             arena_size: ARENA_MIN,
             arenas_this_cycle: 0,
             total_at_take: 0,
+            total_at_idle_check: 0,
         }
     }
 
@@ -260,12 +265,19 @@ impl Outbound {
         }
         self.total_at_take = self.total;
         self.arenas_this_cycle = 0;
-        if self.chunks.is_empty() {
-            // The rest of the arena would keep the whole allocation alive after the
-            // writer drops what it wrote; start a fresh one when there is more to say.
-            self.pending = BytesMut::new();
-        }
         taken
+    }
+
+    /// Lets the arena go if nothing has been queued since the last call and nothing is
+    /// waiting: the connection is idle. Returns whether memory was released.
+    pub fn release_idle(&mut self) -> bool {
+        let idle = self.total == self.total_at_idle_check && self.queued == 0;
+        self.total_at_idle_check = self.total;
+        if idle && self.chunks.is_empty() && self.pending.capacity() > 0 {
+            self.pending = BytesMut::new();
+            return true;
+        }
+        false
     }
 
     /// Accounts for bytes the writer has written.
@@ -396,7 +408,10 @@ mod tests {
         out.deliver(1, &"ctag".into(), 1, false, &msg);
         assert_eq!(out.pending.capacity(), ARENA_MIN);
         let _ = out.take(1024);
-        assert_eq!(out.pending.capacity(), 0, "drained: the arena is let go");
+        out.written(out.queued_bytes());
+        assert!(!out.release_idle(), "just written to: kept");
+        assert!(out.release_idle(), "idle since the last check: let go");
+        assert_eq!(out.pending.capacity(), 0);
         for tag in 0..2000 {
             out.deliver(1, &"ctag".into(), tag, false, &msg);
         }

@@ -3,8 +3,8 @@
 //! would otherwise go on holding their memory (10,000 subscribers gone left ~80 MiB
 //! resident). Every `memory.return_interval_ms` each shard asks the allocator to purge
 //! its own thread's free pages (`mi_collect(false)`: no lock shared with other shards),
-//! after giving back the spare room of its tables that are mostly empty (connections,
-//! queues, timers, the routing replica).
+//! after letting idle connections' outbound arenas go and giving back the spare room of
+//! its tables that are mostly empty (connections, queues, timers, the routing replica).
 //!
 //! Does not: free anything that is still in use, or run on the hot path (it runs on the
 //! housekeeping tick, at most once per interval).
@@ -31,6 +31,9 @@ impl Reclaimer {
             return;
         }
         self.last = now;
+        for (_, conn) in st.conns.iter_mut() {
+            conn.out.release_idle();
+        }
         trim_connection_slab(st);
         release_spare(st);
         // SAFETY: mi_collect only walks and purges the calling thread's own heap (and

@@ -75,7 +75,8 @@ pub struct TimerWheel<K> {
 impl<K> TimerWheel<K> {
     /// Gives back vacant entry slots at the end of the arena once it is mostly empty.
     pub fn release_spare(&mut self) {
-        if crate::model::worth_shrinking(self.entries.len(), self.entries.capacity()) {
+        let (len, capacity) = (self.entries.len(), self.entries.capacity());
+        if capacity > 64 && len * 4 < capacity {
             self.entries.shrink_to_fit();
         }
     }
