@@ -104,6 +104,10 @@ pub struct Channel {
     /// methods means this one (AMQP 0-9-1).
     pub last_queue: ShortStr,
     next_generated_tag: u64,
+    /// While this channel waits for its own `queue.delete`: the tags of consumers whose
+    /// queue went meanwhile, told with `basic.cancel` only after `delete-ok` (RabbitMQ's
+    /// order; py-amqp fails on a cancel while it waits for the delete-ok).
+    held_cancels: Option<Vec<ShortStr>>,
 }
 
 impl Channel {
@@ -126,7 +130,29 @@ impl Channel {
             flow_active: true,
             last_queue: ShortStr::default(),
             next_generated_tag: 1,
+            held_cancels: None,
         }
+    }
+
+    /// From now on, server-sent `basic.cancel`s wait for [`Channel::release_cancels`].
+    pub fn hold_cancels(&mut self) {
+        self.held_cancels.get_or_insert_with(Vec::new);
+    }
+
+    /// Holds `tag`'s `basic.cancel` if cancels are held; gives it back otherwise.
+    pub fn hold_cancel(&mut self, tag: ShortStr) -> Option<ShortStr> {
+        match self.held_cancels.as_mut() {
+            Some(held) => {
+                held.push(tag);
+                None
+            }
+            None => Some(tag),
+        }
+    }
+
+    /// Stops holding cancels and returns the tags held, in order.
+    pub fn release_cancels(&mut self) -> Vec<ShortStr> {
+        self.held_cancels.take().unwrap_or_default()
     }
 
     /// A server-generated consumer tag, unique on this channel.

@@ -108,14 +108,13 @@ impl ChannelError {
             | ChannelError::TxNotSelected
             | ChannelError::TxTooLarge { .. }
             | ChannelError::ConfirmInTx
-            | ChannelError::TxInConfirm => ReplyCode::PreconditionFailed,
+            | ChannelError::TxInConfirm
+            | ChannelError::UnknownExchangeType(_) => ReplyCode::PreconditionFailed,
             ChannelError::DefaultExchange
             | ChannelError::ReservedPrefix { .. }
             | ChannelError::ExclusiveConsumer { .. }
             | ChannelError::InternalExchange { .. } => ReplyCode::AccessRefused,
-            ChannelError::ConsumerTagInUse(_) | ChannelError::UnknownExchangeType(_) => {
-                ReplyCode::CommandInvalid
-            }
+            ChannelError::ConsumerTagInUse(_) => ReplyCode::CommandInvalid,
             ChannelError::ConsumingTooSlow | ChannelError::FlowControlIgnored { .. } => {
                 ReplyCode::ResourceError
             }
@@ -193,7 +192,7 @@ impl fmt::Display for ChannelError {
                 write!(f, "invalid arg '{argument}': {reason}")
             }
             ChannelError::UnknownExchangeType(kind) => {
-                write!(f, "invalid exchange type '{kind}'")
+                write!(f, "unknown exchange type '{kind}'")
             }
             ChannelError::MessageTooLarge { size, max } => write!(
                 f,
@@ -374,5 +373,12 @@ mod tests {
         // 506 is a hard code in the spec, but a slow consumer only loses its channel.
         assert!(!ChannelError::ConsumingTooSlow.closes_connection());
         assert!(ChannelError::ConsumerTagInUse("t".into()).closes_connection());
+        // RabbitMQ 3.13.3+ (rabbit_exchange:check_type): 406 on the channel.
+        let e = ChannelError::UnknownExchangeType("no-such".into());
+        assert!(!e.closes_connection());
+        assert_eq!(
+            e.reply_text(),
+            "PRECONDITION_FAILED - unknown exchange type 'no-such'"
+        );
     }
 }

@@ -389,12 +389,15 @@ fn plan(
             if exchange.is_empty() {
                 return Err(ChannelError::DefaultExchange);
             }
-            let meta = dir
-                .queue(&queue)
-                .ok_or_else(|| not_found(ObjectKind::Queue, &queue, &dir.name))?;
-            let ex = dir
-                .exchange(&exchange)
-                .ok_or_else(|| not_found(ObjectKind::Exchange, &exchange, &dir.name))?;
+            let (meta, ex) = (dir.queue(&queue), dir.exchange(&exchange));
+            if unbind && (meta.is_none() || ex.is_none()) {
+                // Unbinding is idempotent: with the queue or the exchange (or both) gone
+                // there is no binding left to remove, and RabbitMQ answers unbind-ok
+                // (rabbit_db_binding:delete).
+                return Ok((Vec::new(), ControlOk::Bound));
+            }
+            let meta = meta.ok_or_else(|| not_found(ObjectKind::Queue, &queue, &dir.name))?;
+            let ex = ex.ok_or_else(|| not_found(ObjectKind::Exchange, &exchange, &dir.name))?;
             check_exclusive(meta, Some(requester), &dir.name)?;
             if ex.def.kind == crate::model::exchange::ExchangeKind::Headers
                 && !HeadersRule::valid_mode(&arguments)

@@ -359,10 +359,14 @@ impl State {
             return;
         };
         if notify && ch.phase == ChannelPhase::Open {
+            // A channel waiting for its own queue.delete-ok gets the cancel after it.
+            let Some(consumer_tag) = ch.hold_cancel(consumer.tag) else {
+                return;
+            };
             conn.out.method(
                 target.channel,
                 &Method::BasicCancel(BasicCancel {
-                    consumer_tag: consumer.tag,
+                    consumer_tag,
                     nowait: true,
                 }),
             );

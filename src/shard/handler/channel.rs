@@ -277,11 +277,8 @@ impl State {
                 Ok(Flow::Continue)
             }
             Method::ExchangeDeclare(decl) => {
-                let Some(kind) = ExchangeKind::parse(decl.kind.as_bytes()) else {
-                    return Err(MethodError::Connection(ConnectionError::CommandInvalid(
-                        format!("invalid exchange type '{}'", decl.kind),
-                    )));
-                };
+                // A passive declare only checks that the exchange exists: type (even an
+                // empty one), flags and arguments are ignored, as RabbitMQ does.
                 if decl.passive {
                     self.passive_exchange(conn, &decl.exchange)?;
                     if !decl.nowait {
@@ -289,6 +286,12 @@ impl State {
                     }
                     return Ok(Flow::Continue);
                 }
+                // An unknown type is 406 on the channel (RabbitMQ's check_type).
+                let Some(kind) = ExchangeKind::parse(decl.kind.as_bytes()) else {
+                    return Err(MethodError::Channel(ChannelError::UnknownExchangeType(
+                        decl.kind.to_string(),
+                    )));
+                };
                 let def = ExchangeDef {
                     name: decl.exchange,
                     kind,
@@ -381,6 +384,9 @@ impl State {
             }
             Method::QueueDelete(del) => {
                 let name = self.queue_name(conn, number, del.queue);
+                // basic.cancel for this channel's consumers goes after delete-ok
+                // (`State::complete`), as RabbitMQ orders them.
+                self.channel_mut(conn, number)?.hold_cancels();
                 pending(PendingOp::Control {
                     req: ControlRequest::DeleteQueue {
                         vhost,

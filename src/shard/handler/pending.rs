@@ -10,8 +10,8 @@ use std::rc::Rc;
 
 use crate::model::ids::{ConnId, QueueRef};
 use crate::protocol::method::{
-    BasicCancelOk, BasicConsumeOk, BasicGetEmpty, BasicGetOk, ExchangeDeclareOk, ExchangeDeleteOk,
-    QueueBindOk, QueueDeclareOk, QueueDeleteOk, QueuePurgeOk, QueueUnbindOk,
+    BasicCancel, BasicCancelOk, BasicConsumeOk, BasicGetEmpty, BasicGetOk, ExchangeDeclareOk,
+    ExchangeDeleteOk, QueueBindOk, QueueDeclareOk, QueueDeleteOk, QueuePurgeOk, QueueUnbindOk,
 };
 use crate::protocol::{Method, ShortStr};
 use crate::queue::{ConsumeRefused, QueueStats};
@@ -248,6 +248,16 @@ impl State {
             name: name.to_string(),
             vhost: vhost_name.clone(),
         };
+        // The channel's own queue.delete is answered: the cancels it held go after the
+        // delete-ok (or nowhere, if the channel is closed).
+        let held_cancels = match &resolved {
+            Resolved::Control(_, Then::QueueDeleteOk { .. }, _) => self
+                .conn_mut(conn)
+                .and_then(|c| c.channels.get_mut(&number))
+                .map(|ch| ch.release_cancels())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
         let result: Result<Option<Method>, (ChannelError, u16, u16)> = match resolved {
             Resolved::Control(reply, then, stats) => {
                 let ids = then_ids(&then);
@@ -376,8 +386,19 @@ impl State {
             Ok(Some(method)) => self.reply_now(conn, number, method),
             Ok(None) => {}
             Err((e, class_id, method_id)) => {
-                self.close_channel(shard, conn, number, &e, class_id, method_id)
+                self.close_channel(shard, conn, number, &e, class_id, method_id);
+                return;
             }
+        }
+        for consumer_tag in held_cancels {
+            self.reply_now(
+                conn,
+                number,
+                Method::BasicCancel(BasicCancel {
+                    consumer_tag,
+                    nowait: true,
+                }),
+            );
         }
     }
 
