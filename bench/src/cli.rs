@@ -2,7 +2,9 @@
 //! per-scenario defaults — resolved into the [`Opts`] a run is made of (queue
 //! arguments typed from the conveniences, flow-control settings from the flags or
 //! the client's environment variables, closed-loop pacing of `--rate 0` publishers:
-//! `--max-ahead`, default 10,000 except for `flow`, or `--open-loop`).
+//! `--max-backlog` (alias `--max-ahead`), default 10,000 except for `flow`, or
+//! `--open-loop`; the subscriber client, set-up concurrency and settle time of runs
+//! with thousands of connections; `--topics`; the `idle` scenario's connections).
 //! Does not: run anything.
 
 use std::path::PathBuf;
@@ -14,7 +16,7 @@ use crate::broker::Embedded;
 use crate::scenario::args::{add_defaults, SlowConsumerArgs};
 use crate::scenario::matrix::Policy;
 use crate::scenario::pacing::default_max_ahead;
-use crate::scenario::{flow, AckMode, ConsumeMode, Opts};
+use crate::scenario::{flow, AckMode, ConsumeMode, Opts, SubscriberClient};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
@@ -31,6 +33,9 @@ pub enum Scenario {
     Persistent,
     /// Seed 000's test matrix: ack mode × consume mode × topic type.
     Matrix,
+    /// --connections N connections that log in, open one channel and do nothing
+    /// else for --duration seconds: broker RSS per connection, and after they close.
+    Idle,
 }
 
 /// Load benchmarks for AMQP 0-9-1 brokers. With no --url an embedded sluice is
@@ -76,18 +81,19 @@ pub struct Cli {
     #[arg(long)]
     pub size: Option<usize>,
     /// Messages per second per publisher (a fixed rate: open loop); 0 = as fast as
-    /// the subscribers take (closed loop, see --max-ahead).
+    /// the subscribers take (closed loop, see --max-backlog).
     #[arg(long)]
     pub rate: Option<u64>,
-    /// --rate 0 publishers publish only while they are at most N messages ahead of
-    /// the slowest subscriber that is not throttled (fanout, slowsub, matrix) or of
-    /// all consumers together (workq, flow, persistent); 0 = open loop [default:
-    /// 10000, or half a smaller x-slow-consumer-max-count / -max-depth / x-max-length
-    /// of the run's queues; flow: 0 (its queue is meant to overfill)].
-    #[arg(long, value_name = "N")]
+    /// --rate 0 publishers publish only while they are at most K messages per
+    /// subscriber ahead of the slowest subscriber that is not throttled (fanout,
+    /// slowsub, matrix) or of all consumers together (workq, flow, persistent); 0 =
+    /// open loop [default: 10000, or half a smaller x-slow-consumer-max-count /
+    /// -max-depth / x-max-length of the run's queues; flow: 0 (its queue is meant to
+    /// overfill)]. Also --max-ahead.
+    #[arg(long = "max-backlog", visible_alias = "max-ahead", value_name = "K")]
     pub max_ahead: Option<u64>,
     /// --rate 0 publishers publish as fast as they can, however far ahead of the
-    /// subscribers (same as --max-ahead 0): measures backlog growth, e.g. fan-out
+    /// subscribers (same as --max-backlog 0): measures backlog growth, e.g. fan-out
     /// under the memory watermark.
     #[arg(long, conflicts_with = "max_ahead")]
     pub open_loop: bool,
@@ -132,6 +138,26 @@ pub struct Cli {
     /// Routing key (and binding key) of the fanout scenarios.
     #[arg(long, default_value = "sluice.bench")]
     pub routing_key: String,
+    /// fanout over T topics: subscriber i follows topic i % T (exact, `*` and `#`
+    /// bindings, each matching only its topic) and publishers round-robin over the
+    /// topics; --subscribers must be a multiple of T.
+    #[arg(long, value_name = "T", default_value_t = 0)]
+    pub topics: usize,
+    /// The client subscribers connect with: wire (a lean consumer, for thousands of
+    /// connections: no-ack or client acks only), full (sluice's client, every
+    /// feature), auto (wire above 64 subscribers when the run allows it).
+    #[arg(long, value_enum, default_value_t = SubscriberClient::Auto)]
+    pub subscriber_client: SubscriberClient,
+    /// Subscriber (and idle) connection set-ups in flight at most.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub setup_concurrency: usize,
+    /// Seconds to wait after every connection closed before sampling the broker's
+    /// RSS again (0: no sample) [default: 3; matrix: 0].
+    #[arg(long, value_name = "S", value_parser = non_negative_f64)]
+    pub settle: Option<f64>,
+    /// Connections of the idle scenario.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub connections: usize,
     /// Queue argument key=value for subscriber / shared queues (repeatable; integers
     /// are sent as signed 64-bit, decimals as doubles, true/false as booleans).
     #[arg(long = "queue-arg", value_parser = parse_kv)]
@@ -232,11 +258,26 @@ impl Cli {
 
     /// Flag combinations the parser cannot refuse on its own.
     pub fn check(&self) -> Result<(), String> {
-        let rate = self.opts().rate;
+        let o = self.opts();
+        let rate = o.rate;
         if rate > 0 && self.max_ahead.is_some_and(|n| n > 0) {
             return Err(format!(
-                "--max-ahead paces --rate 0 publishers; --rate {rate} is a fixed rate (open loop)"
+                "--max-backlog paces --rate 0 publishers; --rate {rate} is a fixed rate (open loop)"
             ));
+        }
+        if self.topics > 1 {
+            if !matches!(self.scenario, Scenario::Fanout | Scenario::Slowsub) {
+                return Err("--topics is a form of fanout (and slowsub)".into());
+            }
+            if !o.subscribers.is_multiple_of(self.topics) {
+                return Err(format!(
+                    "--subscribers {} is not a multiple of --topics {}",
+                    o.subscribers, self.topics
+                ));
+            }
+        }
+        if self.scenario == Scenario::Idle && self.connections == 0 {
+            return Err("idle needs --connections N > 0".into());
         }
         Ok(())
     }
@@ -251,6 +292,7 @@ impl Cli {
             Flow => (4, 1, 1, 1024, AckMode::Client),
             Persistent => (1, 1, 1, 1024, AckMode::Client),
             Matrix => (1, 3, 1, 64, AckMode::Client),
+            Idle => (0, 0, 0, 64, AckMode::NoAck),
         };
         // Conveniences first, so an explicit --queue-arg of the same key wins.
         let mut queue_args = self.slow_consumer_args().pairs();
@@ -282,9 +324,11 @@ impl Cli {
             rate,
             max_ahead,
             max_ahead_why,
-            duration_s: self
-                .duration
-                .unwrap_or(if s == Matrix { 2.0 } else { 10.0 }),
+            duration_s: self.duration.unwrap_or(match s {
+                Matrix => 2.0,
+                Idle => 3.0,
+                _ => 10.0,
+            }),
             warmup_s: self.warmup.unwrap_or(if s == Matrix { 0.5 } else { 2.0 }),
             prefetch: self.prefetch.unwrap_or(1000),
             ack: self.ack.unwrap_or(ack),
@@ -303,6 +347,11 @@ impl Cli {
             slow_fraction,
             calibrate_s: self.calibrate,
             routing_key: self.routing_key.clone(),
+            topics: self.topics,
+            subscriber_client: self.subscriber_client,
+            setup_concurrency: self.setup_concurrency.max(1),
+            settle_s: self.settle.unwrap_or(if s == Matrix { 0.0 } else { 3.0 }),
+            connections: self.connections,
             queue_args,
             max_messages: self.max_messages,
             drain_timeout_s: self.drain_timeout,
@@ -378,6 +427,11 @@ mod tests {
             parse(&["fanout", "--max-ahead", "1000"]).opts().max_ahead,
             1000
         );
+        assert_eq!(
+            parse(&["fanout", "--max-backlog", "700"]).opts().max_ahead,
+            700,
+            "--max-backlog is the name, --max-ahead its alias"
+        );
         assert_eq!(parse(&["fanout", "--open-loop"]).opts().max_ahead, 0);
         assert_eq!(parse(&["fanout", "--max-ahead", "0"]).opts().max_ahead, 0);
         // A fixed rate is open loop.
@@ -401,6 +455,35 @@ mod tests {
             Cli::try_parse_from(["sluice-bench", "fanout", "--open-loop", "--max-ahead", "5"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn scale_flags() {
+        let o = parse(&["fanout", "--subscribers", "10000", "--topics", "100"]).opts();
+        assert_eq!((o.subscribers, o.topics), (10_000, 100));
+        assert_eq!(o.subscriber_client, SubscriberClient::Auto);
+        assert_eq!((o.setup_concurrency, o.settle_s), (256, 3.0));
+        assert!(parse(&["fanout", "--subscribers", "10", "--topics", "3"])
+            .check()
+            .is_err());
+        assert!(parse(&["workq", "--topics", "4"]).check().is_err());
+        assert!(parse(&["fanout", "--subscribers", "12", "--topics", "3"])
+            .check()
+            .is_ok());
+        assert_eq!(parse(&["matrix"]).opts().settle_s, 0.0);
+        let idle = parse(&["idle", "--connections", "500", "--settle", "1"]);
+        assert!(idle.check().is_ok());
+        assert_eq!((idle.opts().connections, idle.opts().settle_s), (500, 1.0));
+        assert!(parse(&["idle", "--connections", "0"]).check().is_err());
+        let w = parse(&[
+            "fanout",
+            "--subscriber-client",
+            "wire",
+            "--setup-concurrency",
+            "8",
+        ]);
+        assert_eq!(w.opts().subscriber_client, SubscriberClient::Wire);
+        assert_eq!(w.opts().setup_concurrency, 8);
     }
 
     #[test]

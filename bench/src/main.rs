@@ -4,7 +4,8 @@
 //! scenario (with its calibration run when `--slow-fraction` asks for one), Ctrl-C
 //! handling, raising the open-file limit for runs with thousands of connections, and
 //! writing the summary, `--json` and `--report`. The flags are in `cli.rs`.
-//! Does not: touch broker internals; it drives any broker through sluice's client.
+//! Does not: touch broker internals; it drives any broker through sluice's client
+//! or its own lean wire client (thousands of subscribers).
 //!
 //! ```text
 //! cargo run --release -p sluice-bench -- fanout --subscribers 16 --size 64
@@ -13,21 +14,27 @@
 //! sluice-bench flow --duration 60 --json flow.json          # issue 7's capacity run
 //! sluice-bench fanout --embedded process --open-loop \
 //!     --broker-arg=--memory-high-watermark=268435456 --duration 60
+//! sluice-bench fanout --embedded process --subscribers 10000 --rate 100  # wire client
+//! sluice-bench fanout --embedded process --subscribers 10000 --topics 100
+//! sluice-bench idle --embedded process --connections 10000
 //! ```
 //!
 //! A `--rate 0` run is closed loop unless `--open-loop`: each publisher stays at
-//! most `--max-ahead` (10,000, or half a smaller `--max-count` of the run's queues)
-//! messages ahead of the slowest subscriber that is not throttled (or of all
-//! consumers of a shared queue), so its rate is what the subscribers take; the
-//! summary's `pacing` line and the JSON say which, and how long the publishers
-//! waited. `flow` is open loop by default (its queue is meant to overfill).
+//! most `--max-backlog` K (alias `--max-ahead`; 10,000, or half a smaller
+//! `--max-count` of the run's queues) messages per subscriber ahead of the slowest
+//! subscriber that is not throttled (or of all consumers of a shared queue), so its
+//! rate is what the subscribers take; the summary's `pacing` line and the JSON say
+//! which, and how long the publishers waited. `flow` is open loop by default (its
+//! queue is meant to overfill).
 //!
 //! Every `--json` has the per-second `timeline` (published/s, delivered/s — all, fast
 //! and slow subscribers —, p99, broker RSS, and for runs on one shared queue its
 //! depth), the fast and slow subscribers' figures apart (`fast`, `slow`), each
-//! subscriber's close code and text and gaps, each publisher's time held by flow
-//! control and the flow signals it saw, and its time waiting for subscribers
-//! (`pacing_wait_ms`).
+//! subscriber's close code and text, gaps and p99, the spread of those across
+//! subscribers (`spread`), connections, set-up time and broker RSS before, after the
+//! set-up, at its peak and after disconnect (`connections`), each publisher's time
+//! held by flow control and the flow signals it saw, and its time waiting for
+//! subscribers (`pacing_wait_ms`).
 
 mod broker;
 mod cli;
@@ -157,6 +164,7 @@ async fn run(
             delete_queue(url, persistent::QUEUE).await;
             r
         }
+        Scenario::Idle => idle::run(broker, opts, intr).await,
         Scenario::Matrix => {
             if opts.slow_fraction.is_some() {
                 return Err("matrix does not take --slow-fraction; give --slow-rate".into());
@@ -167,20 +175,39 @@ async fn run(
     }
 }
 
-/// Raises the soft open-file limit to the hard one: a run with 1,000 subscribers
-/// holds 1,000 sockets here (and as many in an in-process broker).
-fn raise_open_file_limit() {
+/// Raises the soft open-file limit to the hard one: a run with 10,000 subscribers
+/// holds 10,000 sockets here (and as many in an in-process broker; an embedded
+/// broker process inherits the raised limit). Returns (soft, hard) after.
+fn raise_open_file_limit() -> (u64, u64) {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a live struct.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return (0, 0);
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim = raised;
+            }
         }
     }
+    (lim.rlim_cur, lim.rlim_max)
+}
+
+/// Descriptors a run needs: its connections (an in-process broker's too), plus slack.
+fn descriptors_needed(opts: &Opts, scenario: Scenario, in_process: bool) -> u64 {
+    let conns = match scenario {
+        Scenario::Idle => opts.connections,
+        _ => opts.subscribers + opts.publishers + opts.consumers,
+    } as u64;
+    conns * if in_process { 2 } else { 1 } + 64
 }
 
 fn main() -> std::process::ExitCode {
@@ -191,12 +218,20 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    raise_open_file_limit();
+    let (soft, hard) = raise_open_file_limit();
     if let Err(e) = cli.check() {
         eprintln!("sluice-bench: {e}");
         return std::process::ExitCode::from(2);
     }
     let opts = cli.opts();
+    let in_process = cli.url.is_none() && cli.embedded == broker::Embedded::Inproc;
+    let needed = descriptors_needed(&opts, cli.scenario, in_process);
+    if needed > soft {
+        eprintln!(
+            "sluice-bench: warning: open-file limit {soft} (hard {hard}) is below the \
+             ~{needed} descriptors this run needs"
+        );
+    }
     if cli.url.is_some() && !cli.broker_args.is_empty() {
         eprintln!(
             "sluice-bench: --broker-arg is for the embedded sluice; it has no effect with --url"

@@ -2,55 +2,10 @@
 //! through the real command line, and its `--json` has every field filled and
 //! internally consistent. Bounded in time; never asserts speed.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
+use common::{f, run, u};
 use serde_json::Value;
-
-fn run(name: &str, args: &[&str]) -> Value {
-    let dir = std::env::temp_dir().join(format!("sluice-bench-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("out.json");
-    let html = dir.join("out.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice-bench"))
-        .args(args)
-        .args(["--embedded", "inproc", "--quiet", "--shards", "2"])
-        .arg("--json")
-        .arg(&json)
-        .arg("--report")
-        .arg(&html)
-        .output()
-        .expect("run sluice-bench");
-    assert!(
-        out.status.success(),
-        "{name} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        summary.contains("delivered/s"),
-        "summary table printed: {summary}"
-    );
-    let html_text = std::fs::read_to_string(&html).unwrap();
-    assert!(
-        html_text.contains("<svg") && html_text.contains("<polyline"),
-        "plots in the report"
-    );
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_dir_all(PathBuf::from(&dir));
-    v
-}
-
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64()
-        .unwrap_or_else(|| panic!("{k} missing or not a number in {v}"))
-}
-
-fn f(v: &Value, k: &str) -> f64 {
-    v[k].as_f64()
-        .unwrap_or_else(|| panic!("{k} missing or not a number"))
-}
 
 /// The fields every report has, filled and consistent.
 fn common(v: &Value, with_latency: bool) {
@@ -136,7 +91,7 @@ fn common(v: &Value, with_latency: bool) {
     }
     let pacing = v["pacing"].as_str().expect("pacing");
     assert!(
-        pacing.starts_with("closed loop, max ahead ") || pacing.starts_with("open loop"),
+        pacing.starts_with("closed loop, max backlog ") || pacing.starts_with("open loop"),
         "{pacing}"
     );
     for sub in v["subscribers"].as_array().unwrap() {
@@ -145,6 +100,32 @@ fn common(v: &Value, with_latency: bool) {
         }
     }
     assert!(v["broker_log_codes"].is_object());
+    let c = &v["connections"];
+    assert!(u(c, "connections") >= 1, "{c}");
+    assert_eq!(
+        u(c, "subscriber_connections"),
+        v["subscribers"].as_array().unwrap().len() as u64
+            / v["cells"].as_array().map_or(1, |a| a.len().max(1) as u64),
+        "{c}"
+    );
+    assert!(["wire", "full"].contains(&c["subscriber_client"].as_str().unwrap()));
+    assert!(f(c, "setup_s") >= 0.0);
+    assert!(u(c, "broker_rss_baseline_bytes") > 0 && u(c, "broker_rss_start_bytes") > 0);
+    assert!(u(c, "broker_rss_peak_bytes") >= u(c, "broker_rss_start_bytes"));
+    let sp = &v["spread"];
+    assert_eq!(u(sp, "subscribers"), u(&v["fast"], "subscribers"));
+    assert!(u(sp, "delivered_min") <= u(sp, "delivered_max"));
+    // (A flow run's consumers are all throttled: no fast subscriber to spread.)
+    if with_latency && u(sp, "subscribers") > 0 {
+        let (lo, mid, hi) = (
+            u(sp, "p99_min_ns"),
+            u(sp, "p99_median_ns"),
+            u(sp, "p99_max_ns"),
+        );
+        assert!(lo > 0 && lo <= mid && mid <= hi, "{sp}");
+        assert_eq!(u(sp, "reordered"), 0, "in order");
+    }
+    assert!(f(v, "tool_cpu_ns_per_delivered") >= 0.0);
     let subs: u64 = v["subscribers"]
         .as_array()
         .unwrap()
@@ -177,13 +158,15 @@ fn common(v: &Value, with_latency: bool) {
     }
 }
 
-const SHORT: [&str; 6] = [
+const SHORT: [&str; 8] = [
     "--duration",
     "2",
     "--warmup",
     "0.5",
     "--drain-timeout",
     "20",
+    "--settle",
+    "0.2",
 ];
 
 #[test]
@@ -224,7 +207,7 @@ fn fanout_at_max_rate_is_closed_loop() {
         .concat(),
     );
     common(&v, true);
-    assert_eq!(v["pacing"], "closed loop, max ahead 1000");
+    assert_eq!(v["pacing"], "closed loop, max backlog 1000");
     assert_eq!(u(&v, "pacing_max_ahead"), 1000);
     assert_eq!(
         u(&v, "delivered"),

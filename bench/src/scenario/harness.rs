@@ -1,8 +1,10 @@
-//! Owns: running one [`Plan`] — subscribers connected and bound before any publisher
-//! starts, the run's [`Pacer`] (closed loop for `--rate 0` unless `--open-loop`),
-//! warm-up, the measured window, the per-second [`Sampler`], stopping the
-//! publishers, draining in-flight deliveries — and gathering it all into a
-//! [`RunReport`].
+//! Owns: running one [`Plan`] — subscribers connected and bound (by the [`Fleet`],
+//! with bounded concurrency) before any publisher starts, the run's [`Pacer`]
+//! (closed loop for `--rate 0` unless `--open-loop`), warm-up, the measured window,
+//! the per-second [`Sampler`], stopping the publishers, draining in-flight
+//! deliveries, disconnecting everyone, broker RSS before the subscribers connect,
+//! after the set-up and `--settle` seconds after the last disconnect — and gathering
+//! it all into a [`RunReport`].
 //! Does not: build plans (the scenarios do) or format results (`report`).
 
 use std::sync::atomic::Ordering;
@@ -12,17 +14,17 @@ use std::time::{Duration, Instant};
 use sluice::client::ClientError;
 use tokio::sync::watch;
 
+use super::fleet::{self, Fleet};
 use super::pacing::Pacer;
 use super::publisher::{prepare_pub, run_pub};
 use super::sampler::{QueueProbe, Sampler};
-use super::subscriber::{prepare_sub, run_sub};
 use super::{Opts, Plan, SubResult};
 use crate::broker::BrokerUnderTest;
-use crate::report::{Counts, GroupReport, Latency, PacingData, RunData, RunReport};
+use crate::report::{Connections, Counts, GroupReport, Latency, PacingData, RunData, RunReport};
 use crate::stats::{Group, Shared};
 
 /// Sleeps `secs`, or less if the run is interrupted; `true` when interrupted.
-async fn wait(secs: f64, intr: &watch::Receiver<bool>) -> bool {
+pub async fn wait(secs: f64, intr: &watch::Receiver<bool>) -> bool {
     let mut intr = intr.clone();
     if *intr.borrow() {
         return true;
@@ -77,23 +79,27 @@ pub async fn execute(
     let shared = Shared::new();
     let throttled: Vec<bool> = plan.subs.iter().map(|s| s.slow_rate.is_some()).collect();
     let max_ahead = if opts.rate > 0 { 0 } else { opts.max_ahead };
-    let pacer = Pacer::new(max_ahead, plan.pacing, &throttled);
+    let pacer = Pacer::new(max_ahead, plan.pacing, &throttled, plan.pacing_scale);
     let e = |what: &str, err: ClientError| format!("{what}: {err}");
+    let client = fleet::choose(opts.subscriber_client, &plan.subs)?;
+    let n_subs = plan.subs.len();
+    let n_pubs = plan.pubs.len();
+    let rss_now = || broker.usage().map(|u| u.rss).filter(|&r| r > 0);
+    let rss_baseline = rss_now();
     // Subscribers first, so no message is published before every queue is bound.
-    let mut sub_tasks = Vec::new();
-    for (slot, spec) in plan.subs.into_iter().enumerate() {
-        let (conn, ch, queue) = prepare_sub(&url, &spec)
-            .await
-            .map_err(|x| e("subscriber setup", x))?;
-        sub_tasks.push(tokio::spawn(run_sub(
-            Arc::clone(&shared),
-            pacer.subscriber(slot),
-            spec,
-            conn,
-            ch,
-            queue,
-        )));
-    }
+    let concurrency = opts.setup_concurrency;
+    let fleet = Fleet::start(
+        &url,
+        plan.subs,
+        client,
+        concurrency,
+        &shared,
+        &pacer,
+        opts.quiet,
+    )
+    .await?;
+    let rss_start = rss_now();
+    let tool_rss = crate::broker::process_usage(std::process::id()).map_or(0, |u| u.rss);
     let mut pub_ready = Vec::new();
     for spec in plan.pubs {
         let (conn, ch) = prepare_pub(&url, &spec)
@@ -168,11 +174,42 @@ pub async fn execute(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     shared.stop_consumers.store(true, Ordering::Relaxed);
-    let mut subs = Vec::new();
-    for t in sub_tasks {
-        subs.push(t.await.unwrap_or_default());
-    }
+    let client_name = fleet.client_name();
+    let (setup_s, concurrency) = (fleet.setup_s, fleet.concurrency);
+    let subs = fleet.stop().await;
     let timeline = sampler.finish();
+    let rss_peak = timeline
+        .iter()
+        .map(|s| s.broker_rss)
+        .chain(rss_start)
+        .chain(b1.map(|u| u.rss))
+        .max()
+        .filter(|&r| r > 0);
+    let rss_after = if opts.settle_s > 0.0 && !was_interrupted {
+        let _ = wait(opts.settle_s, interrupted).await;
+        rss_now()
+    } else {
+        None
+    };
+    let mut connections = Connections {
+        connections: n_subs + n_pubs,
+        subscriber_connections: n_subs,
+        subscriber_client: client_name.into(),
+        setup_concurrency: concurrency,
+        setup_s,
+        broker_rss_baseline_bytes: rss_baseline,
+        broker_rss_start_bytes: rss_start,
+        broker_rss_peak_bytes: rss_peak,
+        broker_rss_after_disconnect_bytes: rss_after,
+        settle_s: if rss_after.is_some() {
+            opts.settle_s
+        } else {
+            0.0
+        },
+        tool_rss_bytes: tool_rss,
+        ..Default::default()
+    };
+    connections.derive(if n_subs > 0 { n_subs } else { n_subs + n_pubs });
     let delivered: u64 = subs.iter().map(|s| s.delivered).sum();
     let fixed_rate = opts.rate > 0;
     let fast = group_report(&subs, false, &shared.fast, w.fast, window, fixed_rate);
@@ -193,6 +230,9 @@ pub async fn execute(
     let mut notes = plan.notes;
     if let (true, Some(why)) = (max_ahead > 0, &opts.max_ahead_why) {
         notes.push(why.clone());
+    }
+    if matches!(broker.kind, crate::broker::BrokerKind::InProcess(_)) {
+        notes.push("broker RSS is the whole process, tool included (in-process broker)".into());
     }
     if broker_cpu_ns.is_none() {
         notes.push("broker CPU unknown: pass --broker-pid for an external broker".into());
@@ -235,6 +275,7 @@ pub async fn execute(
                 written_off,
                 stalls,
             },
+            connections,
             notes,
             interrupted: was_interrupted,
         },

@@ -1,18 +1,22 @@
-//! Owns: the scenarios (`fanout` with its `slowsub` variant in [`fanout`], `workq`,
-//! `flow`, `persistent`, `matrix`), what parameterises them ([`Opts`], typed queue
-//! arguments in [`args`]) and what a run is made of: a [`Plan`] of subscribers and
-//! publishers ([`subscriber`], [`publisher`]), run by the [`harness`] (warm-up,
-//! measured window, per-second samples from [`sampler`], drain), optionally after a
-//! [`calibrate`] run that measures the publishers' maximum rate; `--rate 0`
-//! publishers are held a bounded number of messages ahead of their subscribers
-//! ([`pacing`], closed loop) unless `--open-loop`.
+//! Owns: the scenarios (`fanout` with its `slowsub` variant and `--topics` in
+//! [`fanout`], `workq`, `flow`, `persistent`, `matrix`, `idle`), what parameterises
+//! them ([`Opts`], typed queue arguments in [`args`]) and what a run is made of: a
+//! [`Plan`] of subscribers and publishers ([`subscriber`] on sluice's client, or the
+//! lean [`wire`] client for thousands of connections, connected by the [`fleet`];
+//! [`publisher`]), run by the [`harness`] (warm-up, measured window, per-second
+//! samples from [`sampler`], drain, disconnect, broker RSS before and after),
+//! optionally after a [`calibrate`] run that measures the publishers' maximum rate;
+//! `--rate 0` publishers are held a bounded number of messages per subscriber ahead
+//! of their subscribers ([`pacing`], closed loop) unless `--open-loop`.
 //! Does not: assert speed, or know which broker it drives (any AMQP 0-9-1 broker).
 
 pub mod args;
 pub mod calibrate;
 pub mod fanout;
+pub mod fleet;
 pub mod flow;
 pub mod harness;
+pub mod idle;
 pub mod matrix;
 pub mod pacing;
 pub mod persistent;
@@ -20,6 +24,7 @@ pub mod publisher;
 pub mod sampler;
 pub mod setup;
 pub mod subscriber;
+pub mod wire;
 pub mod workq;
 
 use std::time::Duration;
@@ -29,6 +34,7 @@ use sluice::client::FlowOptions;
 use sluice::protocol::{FieldTable, ShortStr};
 
 pub use args::queue_arguments;
+pub use fleet::SubscriberClient;
 pub use harness::execute;
 pub use setup::{declare_exchange, declare_queue, delete_queue};
 
@@ -90,6 +96,18 @@ pub struct Opts {
     /// Length of the calibration run (seconds).
     pub calibrate_s: f64,
     pub routing_key: String,
+    /// Fan-out over this many topics (0 or 1: one routing key): subscriber `i`
+    /// follows topic `i % topics`, publishers round-robin over them.
+    pub topics: usize,
+    /// The client subscribers connect with.
+    pub subscriber_client: SubscriberClient,
+    /// Subscriber (and idle connection) set-ups in flight at most.
+    pub setup_concurrency: usize,
+    /// Seconds between the last disconnect and the after-disconnect RSS sample
+    /// (0: not sampled).
+    pub settle_s: f64,
+    /// Connections of the `idle` scenario.
+    pub connections: usize,
     /// Arguments of every subscriber queue and shared queue, as given (`--queue-arg`
     /// and the slow-consumer / capacity conveniences); typed by [`queue_arguments`].
     pub queue_args: Vec<(String, String)>,
@@ -146,6 +164,13 @@ pub struct SubResult {
     /// e.g. by a cycle policy or `x-max-length`), including those seen skipped in
     /// `read_after_run`.
     pub gaps: u64,
+    /// Deliveries whose sequence number was at or below one seen before (out of
+    /// order or duplicated).
+    pub reordered: u64,
+    /// Deliveries in the measured window (those its latency figures cover).
+    pub measured: u64,
+    /// p99 latency of its deliveries in the measured window (±3.2 %).
+    pub p99_ns: Option<u64>,
     /// Reply code and text if the broker closed its channel (e.g. 506
     /// `Consuming too slow.`), and when (seconds since publishing started).
     pub closed_code: Option<u16>,
@@ -208,7 +233,9 @@ pub struct SubSpec {
 pub struct PubSpec {
     pub id: u32,
     pub exchange: ShortStr,
-    pub routing_key: ShortStr,
+    /// Routing keys published to in turn (one per topic); each has its own sequence
+    /// numbers, so a subscriber of one topic sees no gaps.
+    pub routing_keys: Vec<ShortStr>,
     pub mandatory: bool,
     pub persistent: bool,
     pub confirm: usize,
@@ -226,7 +253,7 @@ impl PubSpec {
         PubSpec {
             id: id as u32,
             exchange: exchange.into(),
-            routing_key: routing_key.into(),
+            routing_keys: vec![routing_key.into()],
             mandatory: false,
             persistent: opts.persistent,
             confirm: opts.confirm,
@@ -247,6 +274,8 @@ pub struct Plan {
     pub fanout_factor: u64,
     /// What closed-loop publishers are paced against.
     pub pacing: pacing::Reference,
+    /// Messages of the whole stream per message one subscriber receives (topics).
+    pub pacing_scale: u64,
     /// The single queue every subscriber shares, whose depth is sampled each second.
     pub probe_queue: Option<String>,
     pub notes: Vec<String>,

@@ -1,11 +1,14 @@
-//! Owns: closed-loop pacing of `--rate 0` publishers (`--max-ahead N`): a [`Pacer`]
-//! per run that the subscribers tell how far they got and the publishers ask for
-//! room, so a max-rate run measures what the subscribers can take rather than how
-//! fast a backlog grows. A publisher takes a global index for each message and sends
-//! it only once `index - reference <= N`, where the reference is
+//! Owns: closed-loop pacing of `--rate 0` publishers (`--max-backlog N`, alias
+//! `--max-ahead`): a [`Pacer`] per run that the subscribers tell how far they got and
+//! the publishers ask for room, so a max-rate run measures what the subscribers can
+//! take rather than how fast a backlog grows. A publisher takes a global index for
+//! each message and sends it only once `index - reference <= N × scale`, where the
+//! reference is
 //! - fan-out runs ([`Reference::EachSubscriber`]: fanout, slowsub, matrix): the
 //!   fewest messages any pacing subscriber has received (each receives every
-//!   publisher's messages); throttled (`--slow`) subscribers do not pace, and a
+//!   publisher's messages; with `--topics T` one in T, so its count is scaled by T),
+//!   kept incrementally in levels of N/64 messages so neither side pays
+//!   O(subscribers) per message; throttled (`--slow`) subscribers do not pace, and a
 //!   subscriber whose channel ended (e.g. closed with 506) stops counting;
 //! - shared-queue runs ([`Reference::Total`]: workq, flow, persistent): the messages
 //!   all consumers together received.
@@ -14,8 +17,8 @@
 //! of the run (`x-slow-consumer-max-count`, …) so fast subscribers stay clear of it.
 //! A skipped sequence number (a message the broker discarded for a fan-out
 //! subscriber) counts as received. Once blocked, a publisher resumes when it is
-//! N/8 under the limit again. A blocked publisher sleeps on a [`Notify`] that
-//! subscribers ring only while someone waits, with a short timeout so it still sees
+//! N/8 under the limit again. A blocked publisher sleeps on a [`Notify`] rung when
+//! the reference moves while someone waits, with a short timeout so it still sees
 //! the end of the run. When no pacing subscriber is left the publishers run open
 //! loop; when the reference does not move for [`STALL`] while a publisher waits
 //! (messages lost on the way, a wedged consumer), what is outstanding is written off
@@ -23,8 +26,9 @@
 //! Does not: pace fixed-rate (`--rate R`) publishers, which are open loop by
 //! definition.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -82,24 +86,44 @@ pub enum Reference {
     Total,
 }
 
-struct Slot {
-    /// Messages received (fan-out: plus sequence numbers skipped).
-    progress: AtomicU64,
-    /// Still receiving (its task has not ended).
-    live: AtomicBool,
-    /// Counts toward the reference (fan-out: not throttled).
-    paces: bool,
-}
+/// "No pacing subscriber left" in [`Pacer::floor`].
+const NONE_LEFT: u64 = u64::MAX;
+
+/// Levels a fan-out pacer's `--max-backlog` is cut into: subscribers report a new
+/// level only every `max_backlog / LEVELS` messages.
+const LEVELS: u64 = 64;
 
 /// The pacing state of one run, shared by its publishers and subscribers.
+///
+/// Fan-out runs keep the slowest subscriber incrementally: each pacing subscriber
+/// is counted at its *level* (progress / granule) in an ordered map, and moves —
+/// one lock — only when it crosses into the next level; the reference is the lowest
+/// level with anyone on it. Neither a subscriber's progress nor a publisher's look
+/// costs O(subscribers), and publishers are woken only when the lowest level moves.
+/// The reference is thus up to one granule (`max_backlog / 64`) conservative.
 pub struct Pacer {
-    /// 0 = open loop.
+    /// 0 = open loop. In messages of the whole stream (`--max-backlog` × scale).
     max_ahead: u64,
     reference: Reference,
+    /// Messages of the whole stream per message one subscriber receives (topics
+    /// mode: the number of topics, as each subscriber sees one topic).
+    scale: u64,
+    /// Messages per level (fan-out).
+    granule: u64,
     /// Messages publishers took an index for (each is published, or the publisher
     /// stopped with it in hand).
     taken: AtomicU64,
-    slots: Vec<Slot>,
+    /// Whether subscriber `i` paces (fan-out: not throttled).
+    paces: Vec<bool>,
+    /// Fan-out: live pacing subscribers per level.
+    levels: Mutex<BTreeMap<u64, usize>>,
+    /// Fan-out: the lowest level anyone is on × granule ([`NONE_LEFT`] when none is
+    /// left).
+    floor: AtomicU64,
+    /// Shared queue: deliveries to all consumers together.
+    total: AtomicU64,
+    /// Shared queue: consumers still receiving.
+    live: AtomicUsize,
     /// Messages written off after a stall, added to the reference.
     written_off: AtomicU64,
     stalls: AtomicU64,
@@ -109,22 +133,32 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    /// A pacer for `subs` subscribers, `throttled[i]` saying whether subscriber `i`
-    /// is slow; `max_ahead` 0 paces nothing.
-    pub fn new(max_ahead: u64, reference: Reference, throttled: &[bool]) -> Arc<Pacer> {
-        let slots = throttled
+    /// A pacer for `throttled.len()` subscribers, `throttled[i]` saying whether
+    /// subscriber `i` is slow; `max_ahead` (messages per subscriber) 0 paces nothing;
+    /// each subscriber sees one in `scale` messages of the stream (topics).
+    pub fn new(max_ahead: u64, reference: Reference, throttled: &[bool], scale: u64) -> Arc<Pacer> {
+        let scale = scale.max(1);
+        let max_ahead = max_ahead.saturating_mul(scale);
+        let paces: Vec<bool> = throttled
             .iter()
-            .map(|&slow| Slot {
-                progress: AtomicU64::new(0),
-                live: AtomicBool::new(true),
-                paces: reference == Reference::Total || !slow,
-            })
+            .map(|&slow| reference == Reference::Total || !slow)
             .collect();
+        let pacing = paces.iter().filter(|&&p| p).count();
+        let mut levels = BTreeMap::new();
+        if pacing > 0 {
+            levels.insert(0, pacing);
+        }
         Arc::new(Pacer {
             max_ahead,
             reference,
+            scale,
+            granule: (max_ahead / LEVELS).max(1),
             taken: AtomicU64::new(0),
-            slots,
+            paces,
+            levels: Mutex::new(levels),
+            floor: AtomicU64::new(if pacing > 0 { 0 } else { NONE_LEFT }),
+            total: AtomicU64::new(0),
+            live: AtomicUsize::new(throttled.len()),
             written_off: AtomicU64::new(0),
             stalls: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
@@ -145,22 +179,18 @@ impl Pacer {
     }
 
     /// The reference with the write-offs, or `None` when no pacing subscriber is
-    /// left (the publishers are no longer paced).
+    /// left (the publishers are no longer paced). O(1).
     fn reference(&self) -> Option<u64> {
-        let live = |s: &&Slot| s.paces && s.live.load(Ordering::SeqCst);
         let raw = match self.reference {
-            Reference::EachSubscriber => self
-                .slots
-                .iter()
-                .filter(live)
-                .map(|s| s.progress.load(Ordering::SeqCst))
-                .min()?,
+            Reference::EachSubscriber => match self.floor.load(Ordering::SeqCst) {
+                NONE_LEFT => return None,
+                f => f,
+            },
             Reference::Total => {
-                self.slots.iter().find(live)?;
-                self.slots
-                    .iter()
-                    .map(|s| s.progress.load(Ordering::SeqCst))
-                    .sum()
+                if self.live.load(Ordering::SeqCst) == 0 {
+                    return None;
+                }
+                self.total.load(Ordering::SeqCst)
             }
         };
         Some(raw.saturating_add(self.written_off.load(Ordering::SeqCst)))
@@ -172,11 +202,39 @@ impl Pacer {
         }
     }
 
+    /// Moves one fan-out subscriber from level `from` to `to` (`None`: it left);
+    /// wakes the publishers when the lowest level moved.
+    fn move_level(&self, from: u64, to: Option<u64>) {
+        let floor = {
+            let Ok(mut levels) = self.levels.lock() else {
+                return;
+            };
+            if let Some(n) = levels.get_mut(&from) {
+                *n -= 1;
+                if *n == 0 {
+                    levels.remove(&from);
+                }
+            }
+            if let Some(to) = to {
+                *levels.entry(to).or_insert(0) += 1;
+            }
+            levels
+                .keys()
+                .next()
+                .map_or(NONE_LEFT, |l| l.saturating_mul(self.granule))
+        };
+        if self.floor.swap(floor, Ordering::SeqCst) != floor {
+            self.wake();
+        }
+    }
+
     /// The handle subscriber `slot` reports through; it stops counting when dropped.
     pub fn subscriber(self: &Arc<Pacer>, slot: usize) -> SubPacing {
         SubPacing {
             pacer: Arc::clone(self),
-            slot,
+            paces: self.paces.get(slot).copied().unwrap_or(false),
+            level: 0,
+            last: 0,
         }
     }
 
@@ -196,26 +254,37 @@ impl Pacer {
 /// A subscriber's side: how far it got, and that it ended.
 pub struct SubPacing {
     pacer: Arc<Pacer>,
-    slot: usize,
+    paces: bool,
+    /// Fan-out: the level it is counted at.
+    level: u64,
+    /// Shared queue: deliveries already added to the total.
+    last: u64,
 }
 
 impl SubPacing {
     /// The subscriber has received `delivered` messages and seen `skipped` sequence
     /// numbers go by (fan-out only: on a shared queue each consumer sees a subset).
-    pub fn progress(&self, delivered: u64, skipped: u64) {
+    pub fn progress(&mut self, delivered: u64, skipped: u64) {
         let p = &self.pacer;
-        if !p.closed_loop() {
+        if !p.closed_loop() || !self.paces {
             return;
         }
-        let Some(s) = p.slots.get(self.slot) else {
-            return;
-        };
-        let n = match p.reference {
-            Reference::EachSubscriber => delivered.saturating_add(skipped),
-            Reference::Total => delivered,
-        };
-        s.progress.store(n, Ordering::SeqCst);
-        p.wake();
+        match p.reference {
+            Reference::EachSubscriber => {
+                let n = delivered.saturating_add(skipped).saturating_mul(p.scale);
+                let level = n / p.granule;
+                if level > self.level {
+                    p.move_level(self.level, Some(level));
+                    self.level = level;
+                }
+            }
+            Reference::Total => {
+                p.total
+                    .fetch_add(delivered.saturating_sub(self.last), Ordering::SeqCst);
+                self.last = self.last.max(delivered);
+                p.wake();
+            }
+        }
     }
 }
 
@@ -223,10 +292,15 @@ impl Drop for SubPacing {
     /// However the subscriber ended (closed by the broker, an error, the end of the
     /// run, a panic), it no longer holds publishers back.
     fn drop(&mut self) {
-        if let Some(s) = self.pacer.slots.get(self.slot) {
-            s.live.store(false, Ordering::SeqCst);
+        let p = &self.pacer;
+        match p.reference {
+            Reference::EachSubscriber if self.paces => p.move_level(self.level, None),
+            Reference::EachSubscriber => {}
+            Reference::Total => {
+                p.live.fetch_sub(1, Ordering::SeqCst);
+                p.wake();
+            }
         }
-        self.pacer.wake();
     }
 }
 
@@ -330,6 +404,8 @@ impl PubPacing {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicBool;
+
     use super::*;
 
     #[test]
@@ -370,8 +446,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn fanout_is_paced_by_the_slowest_fast_subscriber() {
         // Subscriber 0 is throttled: it never paces.
-        let p = Pacer::new(10, Reference::EachSubscriber, &[true, false, false]);
-        let (s0, s1, s2) = (p.subscriber(0), p.subscriber(1), p.subscriber(2));
+        let p = Pacer::new(10, Reference::EachSubscriber, &[true, false, false], 1);
+        let (mut s0, mut s1, mut s2) = (p.subscriber(0), p.subscriber(1), p.subscriber(2));
         let mut pb = p.publisher();
         for _ in 0..10 {
             let i = pb.take();
@@ -405,8 +481,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn shared_queue_counts_every_consumer_and_a_stall_is_written_off() {
-        let p = Pacer::new(8, Reference::Total, &[true, false]);
-        let (a, b) = (p.subscriber(0), p.subscriber(1));
+        let p = Pacer::new(8, Reference::Total, &[true, false], 1);
+        let (mut a, mut b) = (p.subscriber(0), p.subscriber(1));
         a.progress(2, 99);
         b.progress(3, 0);
         assert_eq!(p.reference(), Some(5));
@@ -422,7 +498,7 @@ mod tests {
 
     #[tokio::test]
     async fn open_loop_never_waits() {
-        let p = Pacer::new(0, Reference::EachSubscriber, &[false]);
+        let p = Pacer::new(0, Reference::EachSubscriber, &[false], 1);
         let _s = p.subscriber(0);
         let mut pb = p.publisher();
         for _ in 0..1000 {
@@ -434,7 +510,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stopped_run_ends_a_wait() {
-        let p = Pacer::new(1, Reference::EachSubscriber, &[false]);
+        let p = Pacer::new(1, Reference::EachSubscriber, &[false], 1);
         let _s = p.subscriber(0);
         let mut pb = p.publisher();
         let i = take_n(&pb, 5);

@@ -1,5 +1,6 @@
 //! Owns: the publisher task — connect with the run's flow-control settings, publish
-//! stamped bodies as fast as allowed (closed loop: no more than `--max-ahead` past
+//! stamped bodies (round-robin over the run's routing keys with `--topics`, each
+//! topic numbered on its own) as fast as allowed (closed loop: no more than `--max-ahead` past
 //! the subscribers, waiting on the run's [`Pacer`](super::pacing), and counting the
 //! time it waited) or on a fixed schedule, keep N confirms in
 //! flight, retry a publish that timed out under flow control, and report what the
@@ -16,6 +17,7 @@ use bytes::Bytes;
 use sluice::client::{
     Channel, ClientError, Confirmation, Connection, NO_PROPERTIES, PERSISTENT_PROPERTIES,
 };
+use sluice::protocol::ShortStr;
 
 use super::pacing::PubPacing;
 use super::setup::connect;
@@ -110,6 +112,7 @@ enum Sent {
 async fn publish_one(
     ch: &Channel,
     spec: &PubSpec,
+    key: &ShortStr,
     props: &Bytes,
     body: Bytes,
     inflight: &mut VecDeque<Confirmation>,
@@ -127,7 +130,7 @@ async fn publish_one(
         }
         ch.basic_publish_confirmed(
             spec.exchange.clone(),
-            spec.routing_key.clone(),
+            key.clone(),
             spec.mandatory,
             props.clone(),
             body,
@@ -137,7 +140,7 @@ async fn publish_one(
     } else {
         ch.basic_publish(
             spec.exchange.clone(),
-            spec.routing_key.clone(),
+            key.clone(),
             spec.mandatory,
             props.clone(),
             body,
@@ -174,6 +177,34 @@ async fn settle(
     Ok(())
 }
 
+/// The routing keys in turn, each with its own sequence numbers.
+struct Topics<'a> {
+    keys: &'a [ShortStr],
+    seqs: Vec<u64>,
+    next: usize,
+}
+
+impl<'a> Topics<'a> {
+    fn new(keys: &'a [ShortStr]) -> Topics<'a> {
+        Topics {
+            keys,
+            seqs: vec![0; keys.len()],
+            next: 0,
+        }
+    }
+
+    /// The next message's routing key and sequence number (within its topic).
+    fn current(&self) -> (&'a ShortStr, u64) {
+        (&self.keys[self.next], self.seqs[self.next])
+    }
+
+    /// The current message went out: on to the next topic.
+    fn sent(&mut self) {
+        self.seqs[self.next] += 1;
+        self.next = (self.next + 1) % self.keys.len();
+    }
+}
+
 async fn fast_pub(
     shared: &Shared,
     pacing: &mut PubPacing,
@@ -185,10 +216,11 @@ async fn fast_pub(
     let props = props_for(spec);
     let mut inflight = VecDeque::new();
     let mut counted = 0u64;
-    let mut seq = 0u64;
+    let mut n = 0u64;
+    let mut topics = Topics::new(&spec.routing_keys);
     // The message's index in the pacer, kept across retries of the same message.
     let mut index = None;
-    while !shared.stopped() && (spec.max_messages == 0 || seq < spec.max_messages) {
+    while !shared.stopped() && (spec.max_messages == 0 || n < spec.max_messages) {
         let i = *index.get_or_insert_with(|| pacing.take());
         pacing
             .admit(i, || shared.stopped(), || shared.since_start_s())
@@ -197,16 +229,18 @@ async fn fast_pub(
             break;
         }
         // Stamped after any wait: latency counts from the actual send.
+        let (key, seq) = topics.current();
         let body = maker.make(shared.now_ns(), seq, spec.id);
-        match publish_one(ch, spec, &props, body, &mut inflight, res).await? {
+        match publish_one(ch, spec, key, &props, body, &mut inflight, res).await? {
             Sent::Yes => {
-                seq += 1;
+                n += 1;
+                topics.sent();
                 index = None;
             }
             // Not sent: the same sequence number again, so no gap shows downstream.
             Sent::TimedOut => continue,
         }
-        if seq.is_multiple_of(256) {
+        if n.is_multiple_of(256) {
             shared
                 .published
                 .fetch_add(res.published - counted, Ordering::Relaxed);
@@ -235,17 +269,23 @@ fn paced_pub(
     let mut inflight = VecDeque::new();
     let interval_ns = 1_000_000_000 / spec.rate.max(1);
     let start_ns = shared.now_ns();
-    let mut seq = 0u64;
+    let mut n = 0u64;
     let mut counted = 0u64;
-    while !shared.stopped() && (spec.max_messages == 0 || seq < spec.max_messages) {
-        let intended = start_ns + seq * interval_ns;
+    let mut topics = Topics::new(&spec.routing_keys);
+    while !shared.stopped() && (spec.max_messages == 0 || n < spec.max_messages) {
+        let intended = start_ns + n * interval_ns;
         let now = shared.now_ns();
         if intended > now {
             std::thread::sleep(Duration::from_nanos(intended - now));
         }
+        let (key, seq) = topics.current();
         let body = maker.make(intended, seq, spec.id);
-        match handle.block_on(publish_one(ch, spec, &props, body, &mut inflight, res))? {
-            Sent::Yes => seq += 1,
+        let sent = publish_one(ch, spec, key, &props, body, &mut inflight, res);
+        match handle.block_on(sent)? {
+            Sent::Yes => {
+                n += 1;
+                topics.sent();
+            }
             Sent::TimedOut => continue,
         }
         if res.published - counted >= 16 {

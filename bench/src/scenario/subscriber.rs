@@ -20,7 +20,7 @@ use sluice::protocol::FieldTable;
 use super::pacing::SubPacing;
 use super::setup::connect_plain;
 use super::{AckMode, ConsumeMode, QueueSetup, SubResult, SubSpec};
-use crate::stats::{read_stamp, Recorder, Shared};
+use crate::stats::{read_stamp, Recorder, Sequence, Shared};
 
 /// Connects a subscriber and declares/binds its queue; returns the connection,
 /// channel and queue name. Done before publishers start.
@@ -152,10 +152,11 @@ impl Acker {
 /// since the previous one of the same publisher.
 struct Seen<'a> {
     shared: &'a Shared,
+    slot: usize,
     /// Stops pacing publishers when dropped (however `sub_loop` ends).
     pacing: SubPacing,
     rec: Recorder,
-    last_seq: Vec<u64>,
+    seq: Sequence,
     /// Deliveries already added to the group's shared counter.
     counted: u64,
 }
@@ -171,14 +172,9 @@ impl Seen<'_> {
     /// Follows the stamp's sequence number, counting what was skipped; the send time.
     fn sequence(&mut self, res: &mut SubResult, body: &[u8]) -> Option<u64> {
         let (sent, seq, publ) = read_stamp(body)?;
-        if let Some(l) = self.last_seq.get_mut(publ as usize) {
-            if *l != u64::MAX && seq > *l + 1 {
-                res.gaps += seq - *l - 1;
-            }
-            if *l == u64::MAX || seq > *l {
-                *l = seq;
-            }
-        }
+        let (skipped, reordered) = self.seq.see(seq, publ);
+        res.gaps += skipped;
+        res.reordered += u64::from(reordered);
         Some(sent)
     }
 
@@ -186,7 +182,7 @@ impl Seen<'_> {
         self.shared
             .group(res.slow)
             .delivered
-            .fetch_add(res.delivered - self.counted, Ordering::Relaxed);
+            .add(self.slot, res.delivered - self.counted);
         self.counted = res.delivered;
         self.pacing.progress(res.delivered, res.gaps);
     }
@@ -232,9 +228,10 @@ async fn sub_loop(
 ) -> Result<(), ClientError> {
     let mut seen = Seen {
         shared,
+        slot: spec.id,
         pacing,
-        rec: Recorder::new(res.slow),
-        last_seq: vec![u64::MAX; spec.publishers.max(1)],
+        rec: Recorder::new(spec.id, res.slow),
+        seq: Sequence::new(spec.publishers),
         counted: 0,
     };
     let mut acker = Acker {
@@ -329,5 +326,7 @@ async fn sub_loop(
     }
     seen.flush_count(res);
     seen.rec.flush(shared);
+    res.p99_ns = (!seen.rec.hist.is_empty()).then(|| seen.rec.hist.quantile(0.99));
+    res.measured = seen.rec.hist.len();
     result
 }

@@ -27,6 +27,7 @@ pub fn plan(opts: &Opts, queue: &str) -> Plan {
         subs,
         pubs,
         pacing: super::pacing::Reference::Total,
+        pacing_scale: 1,
         fanout_factor: 1,
         probe_queue: Some(queue.into()),
         notes: Vec::new(),

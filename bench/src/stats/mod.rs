@@ -1,16 +1,22 @@
 //! Owns: what a run measures while it runs — message counters and latency histograms
-//! (hdrhistogram, nanoseconds), kept apart for fast and throttled subscribers, the
-//! per-second [`Sample`] — and the message stamp (intended send time, sequence,
-//! publisher) every body starts with.
+//! (hdrhistogram, nanoseconds), kept apart for fast and throttled subscribers and
+//! sharded by subscriber slot so thousands of subscribers on two threads seldom share
+//! a lock; each subscriber's own small histogram ([`subhist`]) for the per-subscriber
+//! spread; the per-second [`Sample`] — and the message stamp (intended send time,
+//! sequence, publisher) every body starts with.
 //! Does not: talk to the broker or decide what a scenario does.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use hdrhistogram::Histogram;
 use serde::Serialize;
+
+pub mod subhist;
+
+pub use subhist::SubHist;
 
 /// Bytes of the stamp at the start of every body: intended send time (ns since the
 /// run's base instant), sequence number, publisher id.
@@ -56,6 +62,41 @@ pub fn read_stamp(body: &[u8]) -> Option<(u64, u64, u32)> {
     Some((sent, seq, u32::from_be_bytes(p)))
 }
 
+/// Follows the sequence numbers of each publisher's messages as one subscriber sees
+/// them.
+pub struct Sequence {
+    /// Last sequence number seen per publisher (`u64::MAX`: none yet).
+    last: Vec<u64>,
+}
+
+impl Sequence {
+    pub fn new(publishers: usize) -> Sequence {
+        Sequence {
+            last: vec![u64::MAX; publishers.max(1)],
+        }
+    }
+
+    /// Sees `seq` of publisher `publ`: the sequence numbers it skipped, and whether
+    /// it came out of order (at or below one seen before).
+    #[inline]
+    pub fn see(&mut self, seq: u64, publ: u32) -> (u64, bool) {
+        let Some(l) = self.last.get_mut(publ as usize) else {
+            return (0, false);
+        };
+        if *l == u64::MAX {
+            *l = seq;
+            return (0, false);
+        }
+        if seq > *l {
+            let skipped = seq - *l - 1;
+            *l = seq;
+            (skipped, false)
+        } else {
+            (0, true)
+        }
+    }
+}
+
 pub fn new_hist() -> Histogram<u64> {
     // 1 ns .. 100 s at 3 significant digits.
     Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid histogram bounds")
@@ -85,43 +126,98 @@ pub struct Sample {
     pub queue_messages: Option<u64>,
 }
 
+/// Shards of the run's shared counters and histograms: subscribers record into the
+/// shard of their slot, so two worker threads rarely touch the same lock or line.
+pub const SHARDS: usize = 8;
+
+/// An atomic counter on a cache line of its own.
+#[repr(align(64))]
+#[derive(Default)]
+struct Padded(AtomicU64);
+
+/// A counter added to from many tasks (each through its slot's shard), read rarely.
+#[derive(Default)]
+pub struct Counter {
+    cells: [Padded; SHARDS],
+}
+
+impl Counter {
+    pub fn add(&self, slot: usize, n: u64) {
+        self.cells[slot % SHARDS].0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.cells.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// One shard of a group's latencies: over the measured window up to the last
+/// per-second sample, and since that sample (the two together are the window).
+struct Hists {
+    total: Histogram<u64>,
+    interval: Histogram<u64>,
+}
+
 /// Counters and histograms of one group of subscribers (fast or slow).
 pub struct Group {
-    pub delivered: AtomicU64,
-    /// Latencies over the whole measured window.
-    pub total: Mutex<Histogram<u64>>,
-    /// Latencies since the last per-second sample.
-    pub interval: Mutex<Histogram<u64>>,
+    pub delivered: Counter,
+    hists: Vec<Mutex<Hists>>,
 }
 
 impl Group {
     fn new() -> Group {
         Group {
-            delivered: AtomicU64::new(0),
-            total: Mutex::new(new_hist()),
-            interval: Mutex::new(new_hist()),
+            delivered: Counter::default(),
+            hists: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Hists {
+                        total: new_hist(),
+                        interval: new_hist(),
+                    })
+                })
+                .collect(),
         }
     }
 
     pub fn delivered(&self) -> u64 {
-        self.delivered.load(Ordering::Relaxed)
+        self.delivered.get()
     }
 
-    /// A copy of the whole-window histogram.
+    /// Records latencies (ns) into `slot`'s shard (its interval histogram, folded
+    /// into the whole-window one at each sample).
+    pub fn record_all(&self, slot: usize, values: &[u64]) {
+        if let Ok(mut h) = self.hists[slot % SHARDS].lock() {
+            for &v in values {
+                let _ = h.interval.record(v);
+            }
+        }
+    }
+
+    /// The whole-window histogram, every shard merged.
     pub fn total(&self) -> Histogram<u64> {
-        self.total.lock().map_or_else(|_| new_hist(), |h| h.clone())
+        let mut out = new_hist();
+        for h in &self.hists {
+            if let Ok(h) = h.lock() {
+                let _ = out.add(&h.total);
+                let _ = out.add(&h.interval);
+            }
+        }
+        out
     }
 
-    /// The interval histogram, taken (and reset) for a per-second sample.
+    /// The interval histogram, taken (folded into the total, and reset) for a
+    /// per-second sample.
     pub fn take_interval(&self) -> Histogram<u64> {
-        self.interval.lock().map_or_else(
-            |_| new_hist(),
-            |mut h| {
-                let copy = h.clone();
-                h.reset();
-                copy
-            },
-        )
+        let mut out = new_hist();
+        for h in &self.hists {
+            if let Ok(mut h) = h.lock() {
+                let Hists { total, interval } = &mut *h;
+                let _ = out.add(&*interval);
+                let _ = total.add(&*interval);
+                interval.reset();
+            }
+        }
+        out
     }
 }
 
@@ -196,23 +292,35 @@ impl Shared {
     }
 }
 
-/// A consumer's local latency histogram, merged into its group's shared ones every
-/// 50 ms so the hot loop takes no lock per message.
+/// Latencies a subscriber records before it takes its shard's lock.
+const PENDING: usize = 64;
+
+/// How long a subscriber may hold latencies before handing them to its shard.
+const FLUSH_NS: u64 = 20_000_000;
+
+/// A subscriber's latency recording: its own [`SubHist`] (for its p99), and a few
+/// pending values handed to its group's shard every 64 values or 20 ms, so the hot
+/// loop takes no lock per message.
 pub struct Recorder {
-    local: Histogram<u64>,
-    last: Instant,
+    slot: usize,
+    slow: bool,
     /// Receive time of the current batch (one clock read per batch).
     now: u64,
-    slow: bool,
+    last_flush: u64,
+    pending: Vec<u64>,
+    /// This subscriber's latencies in the measured window.
+    pub hist: SubHist,
 }
 
 impl Recorder {
-    pub fn new(slow: bool) -> Recorder {
+    pub fn new(slot: usize, slow: bool) -> Recorder {
         Recorder {
-            local: new_hist(),
-            last: Instant::now(),
-            now: 0,
+            slot,
             slow,
+            now: 0,
+            last_flush: 0,
+            pending: Vec::new(),
+            hist: SubHist::new(),
         }
     }
 
@@ -221,31 +329,36 @@ impl Recorder {
         self.now = shared.now_ns();
     }
 
+    /// Records one delivery stamped `sent_ns` (only in the measured window).
+    #[inline]
     pub fn record(&mut self, shared: &Shared, sent_ns: u64) {
         if shared.measuring.load(Ordering::Relaxed) {
-            let _ = self.local.record(self.now.saturating_sub(sent_ns).max(1));
+            let lat = self.now.saturating_sub(sent_ns).max(1);
+            self.hist.record(lat);
+            if self.pending.capacity() == 0 {
+                self.pending.reserve_exact(PENDING);
+            }
+            self.pending.push(lat);
+            if self.pending.len() >= PENDING {
+                self.flush(shared);
+            }
         }
     }
 
+    /// At the end of a batch: hands over what is pending if it is 20 ms old.
     pub fn maybe_flush(&mut self, shared: &Shared) {
-        if self.last.elapsed() >= Duration::from_millis(50) {
+        if !self.pending.is_empty() && self.now.saturating_sub(self.last_flush) >= FLUSH_NS {
             self.flush(shared);
         }
     }
 
     pub fn flush(&mut self, shared: &Shared) {
-        self.last = Instant::now();
-        if self.local.is_empty() {
+        self.last_flush = self.now;
+        if self.pending.is_empty() {
             return;
         }
-        let g = shared.group(self.slow);
-        if let Ok(mut t) = g.total.lock() {
-            let _ = t.add(&self.local);
-        }
-        if let Ok(mut i) = g.interval.lock() {
-            let _ = i.add(&self.local);
-        }
-        self.local.reset();
+        shared.group(self.slow).record_all(self.slot, &self.pending);
+        self.pending.clear();
     }
 }
 
