@@ -8,10 +8,16 @@
 #   fanout-10k     1 -> 10,000 subscribers at 100 msg/s, RSS after they disconnect
 #   fanout-16-max  1 -> 16 subscribers, closed-loop max rate (--max-backlog 10000)
 #   idle-10k       10,000 idle connections (login + one channel)
+#   fanout-1k-100  1 -> 1,000 subscribers at 100 msg/s (the load RabbitMQ was tried with)
 #   topics-100x100 100 topics x 100 subscribers, closed-loop max rate; each
 #                  subscriber sees ~1 % of the stream, so the backlog is capped at
 #                  100 messages per subscriber (the default 10,000 would be ~100 s
 #                  of backlog: the loop would never close within the run)
+#
+# With RabbitMQ installed (perf/rabbit.sh; RABBIT=0 skips it), fanout-1k-100 and
+# fanout-1k also run against a throw-away RabbitMQ node with the same client, as
+# rabbitmq-fanout-1k-100 and rabbitmq-fanout-1k (RabbitMQ needs about a minute just to
+# set up 10,000 queues, so the 10,000-connection runs are sluice only).
 #
 # Each run is bounded: SIGINT after RUN_LIMIT seconds (the tool then reports what it
 # has), SIGKILL 10 s later. Writes perf/results/<stamp>-scale/<workload>.json and
@@ -69,12 +75,27 @@ run idle-10k idle --embedded process --shards 2 --quiet --connections 10000 \
   --duration 3 --settle 3
 run topics-100x100 fanout "${COMMON[@]}" --subscribers 10000 --topics 100 \
   --max-backlog 100 --settle 3
+run fanout-1k-100 fanout "${COMMON[@]}" --subscribers 1000 --rate 100
+
+. perf/rabbit.sh
+if rabbit_available && { [ -z "$ONLY" ] || [[ "$ONLY" == rabbitmq-* ]]; }; then
+  rabbit_start
+  trap rabbit_stop EXIT
+  RCOMMON=(--url "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/" --broker-pid "$RABBIT_PID"
+           --size 64 --ack no-ack --quiet --subscriber-client wire --duration "$DURATION"
+           --warmup "$WARMUP" --drain-timeout 20 --settle 0)
+  run rabbitmq-fanout-1k-100 fanout "${RCOMMON[@]}" --subscribers 1000 --rate 100
+  run rabbitmq-fanout-1k fanout "${RCOMMON[@]}" --subscribers 1000 --rate 1000
+  rabbit_stop
+  trap - EXIT
+fi
 
 echo "load after: $(uptime)" | tee -a "$OUT/load.txt" >&2
 python3 - "$OUT" <<'PY' | tee "$OUT/table.md"
 import json, os, sys
 out = sys.argv[1]
-order = ["fanout-1k", "fanout-10k", "fanout-16-max", "idle-10k", "topics-100x100"]
+order = ["fanout-1k", "rabbitmq-fanout-1k", "fanout-1k-100", "rabbitmq-fanout-1k-100",
+         "fanout-10k", "fanout-16-max", "idle-10k", "topics-100x100"]
 def ns(v):
     if not v: return "-"
     if v >= 1e9: return f"{v/1e9:.2f} s"
@@ -92,7 +113,7 @@ def kib(b):
     return "-" if b is None else f"{b/1024:.0f} KiB"
 print("| workload | connections | publish rate | delivered/s | p50 | p99 | per-sub p99 min / median / max "
       "| delivered per sub min / max | delivered / expected | broker CPU ns/delivery | tool CPU ns/delivery "
-      "| broker RSS start / peak / after disconnect | RSS per connection | CPU cores broker / tool |")
+      "| broker RSS before / with subscribers / peak / after they left (growth given back) | RSS per connection | CPU cores broker / tool |")
 print("|---|---:|---:|---:|---:|---:|---|---|---|---:|---:|---|---:|---|")
 for name in order:
     path = os.path.join(out, name + ".json")
@@ -101,10 +122,11 @@ for name in order:
     j = json.load(open(path))
     c = j.get("connections", {})
     after = c.get("broker_rss_after_disconnect_bytes")
-    pct = c.get("rss_after_disconnect_pct_of_start")
-    rss = f"{mib(c.get('broker_rss_start_bytes'))} / {mib(c.get('broker_rss_peak_bytes'))} / {mib(after)}"
-    if pct is not None:
-        rss += f" ({pct:.0f} %)"
+    before = c.get("broker_rss_baseline_bytes")
+    peak = c.get("broker_rss_peak_bytes")
+    rss = f"{mib(before)} / {mib(c.get('broker_rss_start_bytes'))} / {mib(peak)} / {mib(after)}"
+    if after and before and peak and peak > before:
+        rss += f" ({100 * (peak - after) / (peak - before):.0f} %)"
     per = kib(c.get("broker_rss_per_connection_bytes"))
     conns = f"{c.get('connections', 0):,}"
     if name.startswith("idle"):
