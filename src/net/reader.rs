@@ -2,8 +2,10 @@
 //! frame splitting (zero copy: frame payloads are slices of the buffer), handing frames to
 //! the shard's handler, awaiting operations that need another shard, pausing while this
 //! connection's publishes wait for room at another shard, and holding (not reading) a
-//! connection that goes on publishing after flow control stopped it. When the socket
-//! ends, it releases the connection.
+//! connection that goes on publishing after flow control stopped it. After close-ok to
+//! the client's `connection.close` it leaves the socket for the client to close (reading
+//! and discarding) until the close timeout shuts it. When the socket ends, it releases
+//! the connection.
 //!
 //! Does not: interpret methods, or read while an earlier read is in flight.
 
@@ -67,6 +69,13 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
         Rc::clone(&writer_done),
     ));
     read_loop(&shard, &stream, conn, &writer_progress).await;
+    if matches!(phase(&shard, conn), Some(Phase::Lingering)) {
+        // The client has its close-ok and closes the socket itself; the close timeout or
+        // broker shutdown has the writer shut it otherwise, which ends the read here.
+        shard.flush();
+        linger(&stream).await;
+        shard.state.borrow_mut().finish_connection(conn);
+    }
     if matches!(phase(&shard, conn), Some(Phase::Closed)) {
         // Let the writer flush the last frames (close-ok, connection.close, the protocol
         // header answer) before the connection is forgotten; a peer that does not read
@@ -80,6 +89,28 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
 
 fn phase(shard: &Shard, conn: ConnId) -> Option<Phase> {
     shard.state.borrow().conn(conn).map(|c| c.phase)
+}
+
+/// Whether frames are still read from this connection.
+fn reading(phase: Option<Phase>) -> bool {
+    !matches!(phase, None | Some(Phase::Lingering | Phase::Closed))
+}
+
+/// Bytes read at a time while lingering; they are discarded.
+const LINGER_READ: usize = 512;
+
+/// Reads and discards until the peer closes the socket, it fails, or the writer shuts it
+/// (a shut socket's pending read completes with 0). Holds no more than `LINGER_READ`.
+async fn linger(stream: &TcpStream) {
+    let mut buf = Vec::with_capacity(LINGER_READ);
+    loop {
+        let (res, returned) = stream.read(buf).await;
+        buf = returned;
+        match res {
+            Ok(0) | Err(_) => return,
+            Ok(_) => buf.clear(),
+        }
+    }
 }
 
 async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress: &Signal) {
@@ -122,20 +153,20 @@ async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress
         rb.put_back(returned.into_inner(), n, end - start);
         let buf = rb.bytes();
         shard.clock.refresh();
-        match phase(shard, conn) {
-            None | Some(Phase::Closed) => return,
-            Some(Phase::AwaitHeader) => {
-                if buf.len() < 8 {
-                    continue;
-                }
-                let header = buf.split_to(8);
-                let check = shard.state.borrow_mut().on_protocol_header(conn, &header);
-                shard.flush();
-                if check == HeaderCheck::Refused {
-                    return;
-                }
+        let current = phase(shard, conn);
+        if !reading(current) {
+            return;
+        }
+        if current == Some(Phase::AwaitHeader) {
+            if buf.len() < 8 {
+                continue;
             }
-            Some(_) => {}
+            let header = buf.split_to(8);
+            let check = shard.state.borrow_mut().on_protocol_header(conn, &header);
+            shard.flush();
+            if check == HeaderCheck::Refused {
+                return;
+            }
         }
         if !process_frames(shard, stream, conn, buf).await {
             return;
@@ -191,7 +222,7 @@ async fn process_frames(
         };
         end_of_batch(shard, conn).await;
         match step {
-            Step::NeedMore => return !matches!(phase(shard, conn), None | Some(Phase::Closed)),
+            Step::NeedMore => return reading(phase(shard, conn)),
             Step::Stop => return false,
             Step::Hold => {
                 if !hold(shard, stream, conn).await {
