@@ -17,7 +17,10 @@
 //!   are gone (bug 4);
 //! - `close_linger`: after close-ok to the client's connection.close the broker leaves the
 //!   socket for the client to close, and closes it itself after one second or on
-//!   shutdown; after close-ok to the broker's own close it closes at once (bug 5).
+//!   shutdown; after close-ok to the broker's own close it closes at once (bug 5);
+//! - `channel_flow`: a client's channel.flow(active=false) pauses deliveries to that
+//!   channel and active=true resumes them — the spec's behaviour, kept although RabbitMQ
+//!   refuses active=false with 540 (bug 6).
 
 #[macro_use]
 mod common;
@@ -25,6 +28,8 @@ mod common;
 #[path = "compat/support.rs"]
 mod support;
 
+#[path = "compat/channel_flow.rs"]
+mod channel_flow;
 #[path = "compat/close_linger.rs"]
 mod close_linger;
 #[path = "compat/delete_order.rs"]
