@@ -70,11 +70,17 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     ));
     read_loop(&shard, &stream, conn, &writer_progress).await;
     if matches!(phase(&shard, conn), Some(Phase::Lingering)) {
-        // The client has its close-ok and closes the socket itself; the close timeout or
-        // broker shutdown has the writer shut it otherwise, which ends the read here.
+        // The client has its close-ok and closes the socket itself; otherwise the close
+        // timeout or broker shutdown cuts it off, which ends the read here.
         shard.flush();
+        let cutoff = tokio_uring::spawn(cut_off_when_closed(
+            Rc::clone(&shard),
+            Rc::clone(&stream),
+            conn,
+        ));
         linger(&stream).await;
         shard.state.borrow_mut().finish_connection(conn);
+        let _ = cutoff.await;
     }
     if matches!(phase(&shard, conn), Some(Phase::Closed)) {
         // Let the writer flush the last frames (close-ok, connection.close, the protocol
@@ -94,6 +100,21 @@ fn phase(shard: &Shard, conn: ConnId) -> Option<Phase> {
 /// Whether frames are still read from this connection.
 fn reading(phase: Option<Phase>) -> bool {
     !matches!(phase, None | Some(Phase::Lingering | Phase::Closed))
+}
+
+/// While a connection lingers after close-ok, shuts its socket as soon as the
+/// connection is `Closed` (close timeout, broker shutdown, the peer gone). The writer
+/// would shut it too, but not while it is stuck writing to a peer that neither reads nor
+/// closes; shutting the socket ends that write and the pending linger read.
+async fn cut_off_when_closed(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: ConnId) {
+    loop {
+        let resume = match shard.state.borrow().conn(conn) {
+            Some(c) if c.phase == Phase::Lingering => Rc::clone(&c.resume),
+            _ => break,
+        };
+        resume.wait().await;
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
 /// Bytes read at a time while lingering; they are discarded.

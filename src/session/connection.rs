@@ -92,7 +92,8 @@ pub struct Conn {
     /// Since when the reader has deliberately not read this socket (flow enforcement,
     /// backpressure): liveness is not judged meanwhile.
     pub read_paused_since: Option<Instant>,
-    /// Woken when a reason to hold the reader may have gone.
+    /// Woken when a reason to hold the reader may have gone, and when the connection
+    /// becomes `Closed` (a lingering connection's socket is then cut off).
     pub resume: Rc<Signal>,
     /// The broker already logged why it closed this connection (CON-1002).
     pub close_logged: bool,

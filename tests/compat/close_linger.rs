@@ -16,8 +16,8 @@ use std::net::Shutdown;
 use std::time::{Duration, Instant};
 
 use crate::common::raw::Ending;
-use crate::common::wire::{m, Enc};
-use crate::common::{Broker, RawConn};
+use crate::common::wire::{m, Enc, Props};
+use crate::common::{unique, wait_until, Broker, RawConn};
 
 shard_tests!(
     client_close_leaves_the_socket_to_the_client,
@@ -25,6 +25,7 @@ shard_tests!(
     broker_close_ends_at_close_ok,
     broker_close_without_close_ok_ends_after_the_heartbeat_interval,
     shutdown_closes_a_lingering_socket,
+    client_that_neither_reads_nor_closes_is_cut_off,
 );
 
 /// The bound on the linger and the slack a loaded test machine gets on top of it.
@@ -195,4 +196,70 @@ async fn shutdown_closes_a_lingering_socket(shards: usize) {
         "shutdown took {:?}",
         started.elapsed()
     );
+}
+
+/// Ready messages in `queue` (passive declare on `channel`).
+fn ready(c: &mut RawConn, channel: u16, queue: &str) -> u32 {
+    let args = Enc::new()
+        .short(0)
+        .shortstr(queue)
+        .bits(&[true, false, false, false, false])
+        .table(&vec![])
+        .done();
+    c.send_method(channel, m::QUEUE_DECLARE, &args)
+        .expect("send passive queue.declare");
+    let ok = c.expect_method(channel, m::QUEUE_DECLARE_OK);
+    let mut d = ok.dec();
+    d.shortstr();
+    d.long()
+}
+
+/// A no-ack subscriber stops reading while 12 MiB are delivered to it. The broker's
+/// writer is then stuck on the full socket. The subscriber sends connection.close and
+/// neither reads nor closes. The broker still cuts it off and releases it about a second
+/// after the close: the close timeout shuts the socket, which also ends the stuck write.
+async fn client_that_neither_reads_nor_closes_is_cut_off(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let mut sub = broker.raw();
+    sub.channel_open(1);
+    let port = sub.stream.local_addr().expect("local addr").port();
+    let q = unique("q-unread");
+    sub.queue_declare(1, &q, false, false, false);
+    sub.basic_consume(1, &q, true);
+
+    let mut publisher = broker.raw();
+    publisher.channel_open(1);
+    let body = vec![7u8; 256 * 1024];
+    for _ in 0..48 {
+        publisher
+            .publish(1, "", &q, &Props::default(), &body)
+            .expect("publish");
+    }
+    // Deliveries stall once the subscriber's socket is full: the ready count stops moving
+    // with messages still waiting.
+    let mut last = u32::MAX;
+    let stalled = wait_until(Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = ready(&mut publisher, 1, &q);
+        let still = now == last && now > 0;
+        last = now;
+        still
+    });
+    assert!(
+        stalled,
+        "deliveries to the subscriber never stalled (ready: {last})"
+    );
+
+    sub.send_method(0, m::CONNECTION_CLOSE, &close_args())
+        .expect("send connection.close");
+    let started = Instant::now();
+    assert_released(&broker, port);
+    assert!(
+        started.elapsed() <= LINGER + SLACK + Duration::from_secs(1),
+        "released {:?} after the close",
+        started.elapsed()
+    );
+    // The publisher's connection is unharmed.
+    assert!(ready(&mut publisher, 1, &q) <= last);
+    broker.assert_healthy();
 }

@@ -587,6 +587,8 @@ impl State {
     pub fn finish_connection(&mut self, conn: ConnId) {
         if let Some(c) = self.conn_mut(conn) {
             c.phase = Phase::Closed;
+            // A lingering connection's reader side waits on it (`net::reader`).
+            c.resume.notify();
         }
         self.mark_writer(conn);
     }
