@@ -120,8 +120,9 @@ async fn cut_off_when_closed(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: Conn
 /// Bytes read at a time while lingering; they are discarded.
 const LINGER_READ: usize = 512;
 
-/// Reads and discards until the peer closes the socket, it fails, or the writer shuts it
-/// (a shut socket's pending read completes with 0). Holds no more than `LINGER_READ`.
+/// Reads and discards until the peer closes the socket, it fails, or the broker shuts it
+/// (`cut_off_when_closed` or the writer: a shut socket's pending read completes with 0).
+/// Holds no more than `LINGER_READ` bytes.
 async fn linger(stream: &TcpStream) {
     let mut buf = Vec::with_capacity(LINGER_READ);
     loop {
