@@ -2,8 +2,10 @@
 //! frame splitting (zero copy: frame payloads are slices of the buffer), handing frames to
 //! the shard's handler, awaiting operations that need another shard, pausing while this
 //! connection's publishes wait for room at another shard, and holding (not reading) a
-//! connection that goes on publishing after flow control stopped it. When the socket
-//! ends, it releases the connection.
+//! connection that goes on publishing after flow control stopped it. After close-ok to
+//! the client's `connection.close` it leaves the socket for the client to close (reading
+//! and discarding) until the close timeout shuts it. When the socket ends, it releases
+//! the connection.
 //!
 //! Does not: interpret methods, or read while an earlier read is in flight.
 
@@ -67,6 +69,19 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
         Rc::clone(&writer_done),
     ));
     read_loop(&shard, &stream, conn, &writer_progress).await;
+    if matches!(phase(&shard, conn), Some(Phase::Lingering)) {
+        // The client has its close-ok and closes the socket itself; otherwise the close
+        // timeout or broker shutdown cuts it off, which ends the read here.
+        shard.flush();
+        let cutoff = tokio_uring::spawn(cut_off_when_closed(
+            Rc::clone(&shard),
+            Rc::clone(&stream),
+            conn,
+        ));
+        linger(&stream).await;
+        shard.state.borrow_mut().finish_connection(conn);
+        let _ = cutoff.await;
+    }
     if matches!(phase(&shard, conn), Some(Phase::Closed)) {
         // Let the writer flush the last frames (close-ok, connection.close, the protocol
         // header answer) before the connection is forgotten; a peer that does not read
@@ -80,6 +95,44 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
 
 fn phase(shard: &Shard, conn: ConnId) -> Option<Phase> {
     shard.state.borrow().conn(conn).map(|c| c.phase)
+}
+
+/// Whether frames are still read from this connection.
+fn reading(phase: Option<Phase>) -> bool {
+    !matches!(phase, None | Some(Phase::Lingering | Phase::Closed))
+}
+
+/// While a connection lingers after close-ok, shuts its socket as soon as the
+/// connection is `Closed` (close timeout, broker shutdown, the peer gone). The writer
+/// would shut it too, but not while it is stuck writing to a peer that neither reads nor
+/// closes; shutting the socket ends that write and the pending linger read.
+async fn cut_off_when_closed(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: ConnId) {
+    loop {
+        let resume = match shard.state.borrow().conn(conn) {
+            Some(c) if c.phase == Phase::Lingering => Rc::clone(&c.resume),
+            _ => break,
+        };
+        resume.wait().await;
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+/// Bytes read at a time while lingering; they are discarded.
+const LINGER_READ: usize = 512;
+
+/// Reads and discards until the peer closes the socket, it fails, or the broker shuts it
+/// (`cut_off_when_closed` or the writer: a shut socket's pending read completes with 0).
+/// Holds no more than `LINGER_READ` bytes.
+async fn linger(stream: &TcpStream) {
+    let mut buf = Vec::with_capacity(LINGER_READ);
+    loop {
+        let (res, returned) = stream.read(buf).await;
+        buf = returned;
+        match res {
+            Ok(0) | Err(_) => return,
+            Ok(_) => buf.clear(),
+        }
+    }
 }
 
 async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress: &Signal) {
@@ -122,20 +175,20 @@ async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress
         rb.put_back(returned.into_inner(), n, end - start);
         let buf = rb.bytes();
         shard.clock.refresh();
-        match phase(shard, conn) {
-            None | Some(Phase::Closed) => return,
-            Some(Phase::AwaitHeader) => {
-                if buf.len() < 8 {
-                    continue;
-                }
-                let header = buf.split_to(8);
-                let check = shard.state.borrow_mut().on_protocol_header(conn, &header);
-                shard.flush();
-                if check == HeaderCheck::Refused {
-                    return;
-                }
+        let current = phase(shard, conn);
+        if !reading(current) {
+            return;
+        }
+        if current == Some(Phase::AwaitHeader) {
+            if buf.len() < 8 {
+                continue;
             }
-            Some(_) => {}
+            let header = buf.split_to(8);
+            let check = shard.state.borrow_mut().on_protocol_header(conn, &header);
+            shard.flush();
+            if check == HeaderCheck::Refused {
+                return;
+            }
         }
         if !process_frames(shard, stream, conn, buf).await {
             return;
@@ -191,7 +244,7 @@ async fn process_frames(
         };
         end_of_batch(shard, conn).await;
         match step {
-            Step::NeedMore => return !matches!(phase(shard, conn), None | Some(Phase::Closed)),
+            Step::NeedMore => return reading(phase(shard, conn)),
             Step::Stop => return false,
             Step::Hold => {
                 if !hold(shard, stream, conn).await {

@@ -1,8 +1,11 @@
 //! Owns: one connection's writer task — it waits for its signal, takes the queued
 //! buffers (at most `IOV_MAX` per call), writes them with `writev`, accounts for what was
 //! written (no-ack deliveries on the wire are reported to their queues), and tops up
-//! consumer credit once the buffer has drained below the low-water mark. After the close
-//! handshake it flushes and shuts the socket.
+//! consumer credit once the buffer has drained below the low-water mark. Once the
+//! connection is `Closed` (close-ok to the broker's close, a close timeout, shutdown, or
+//! the client gone after its own close) it flushes and shuts the socket; while the
+//! connection lingers after close-ok to the client's close, it flushes only and leaves the
+//! socket for the client to close.
 //!
 //! Does not: grow the outbound buffer (the shard fills it, bounded by credit), or read.
 

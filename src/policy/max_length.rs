@@ -1,7 +1,9 @@
 //! Owns: RabbitMQ's queue length limits as a policy — `x-max-length` (ready messages),
 //! `x-max-length-bytes` (bytes of ready message bodies) and `x-overflow` (`drop-head`,
 //! the default: the queue is a ring; `reject-publish`: new messages are refused, nacked
-//! under confirms) — and what a queue at its limit does with one more message.
+//! under confirms; `reject-publish-dlx`: the same, the refused messages to be
+//! dead-lettered once dead-lettering exists) — and what a queue at its limit does with
+//! one more message.
 //!
 //! Does not: hold messages or send nacks (the queue discards, the shard confirms).
 
@@ -23,18 +25,31 @@ pub enum Overflow {
     DropHead,
     /// Refuse the new message.
     RejectPublish,
+    /// Refuse the new message and dead-letter it. Dead-lettering is not implemented yet:
+    /// for now this refuses as `RejectPublish` does.
+    RejectPublishDlx,
 }
 
 impl Overflow {
-    pub const CHOICES: [(&'static str, Overflow); 2] = [
+    pub const CHOICES: [(&'static str, Overflow); 3] = [
         ("drop-head", Overflow::DropHead),
         ("reject-publish", Overflow::RejectPublish),
+        ("reject-publish-dlx", Overflow::RejectPublishDlx),
     ];
 
     pub fn name(self) -> &'static str {
         match self {
             Overflow::DropHead => "drop-head",
             Overflow::RejectPublish => "reject-publish",
+            Overflow::RejectPublishDlx => "reject-publish-dlx",
+        }
+    }
+
+    /// Whether a full queue refuses a new message (rather than dropping its oldest).
+    pub fn refuses(self) -> bool {
+        match self {
+            Overflow::DropHead => false,
+            Overflow::RejectPublish | Overflow::RejectPublishDlx => true,
         }
     }
 }
@@ -102,7 +117,10 @@ mod tests {
             arg::OVERFLOW,
             FieldValue::LongStr(LongStr::from("reject-publish-dlx")),
         );
-        let e = MaxLength::from_arguments(&t).expect_err("unsupported");
+        let m = MaxLength::from_arguments(&t).expect("valid").expect("set");
+        assert!(m.overflow.refuses());
+        t.insert(arg::OVERFLOW, FieldValue::LongStr(LongStr::from("ring")));
+        let e = MaxLength::from_arguments(&t).expect_err("unknown");
         assert_eq!(e.argument, arg::OVERFLOW);
     }
 }

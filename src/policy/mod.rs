@@ -4,7 +4,7 @@
 //! (seed 000: thresholds, exemptions, prediction), queue capacity flow control (seed
 //! 001: overfull/underfull hysteresis), RabbitMQ's length limits, the broker-wide memory
 //! watermark, consumption-rate estimation — and reading their settings from declare
-//! arguments.
+//! arguments, after RabbitMQ's own checks of a classic queue's arguments (`queue_args`).
 //!
 //! Does not: read the clock (callers pass `now`), perform a verdict (the shard does), or
 //! touch sockets and other shards.
@@ -12,6 +12,7 @@
 pub mod args;
 pub mod capacity;
 pub mod max_length;
+pub mod queue_args;
 pub mod rate;
 pub mod slow_consumer;
 pub mod watermark;

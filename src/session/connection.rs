@@ -28,8 +28,14 @@ pub enum Phase {
     AwaitTuneOk,
     AwaitOpen,
     Open,
-    /// The broker sent `connection.close`; waiting for close-ok.
+    /// The broker sent `connection.close`; waiting for close-ok (bounded by the close
+    /// timeout, as RabbitMQ bounds it).
     Closing,
+    /// The client sent `connection.close` and was answered with close-ok: its channels
+    /// are released, and the socket is left for the client to close, as RabbitMQ leaves
+    /// it (closing first races clients that still read, such as amqp091-go). The reader
+    /// discards what arrives; the close timeout or broker shutdown ends it.
+    Lingering,
     /// Done: the writer flushes and shuts the socket.
     Closed,
 }
@@ -72,7 +78,6 @@ pub struct Conn {
     pub writer: Rc<Signal>,
     pub last_recv: Instant,
     pub last_send: Instant,
-    pub closing_since: Option<Instant>,
     /// Exclusive queues this connection declared (deleted when it goes).
     pub exclusive_queues: Vec<ShortStr>,
     /// No-ack deliveries queued and not yet written, in order.
@@ -87,7 +92,8 @@ pub struct Conn {
     /// Since when the reader has deliberately not read this socket (flow enforcement,
     /// backpressure): liveness is not judged meanwhile.
     pub read_paused_since: Option<Instant>,
-    /// Woken when a reason to hold the reader may have gone.
+    /// Woken when a reason to hold the reader may have gone, and when the connection
+    /// becomes `Closed` (a lingering connection's socket is then cut off).
     pub resume: Rc<Signal>,
     /// The broker already logged why it closed this connection (CON-1002).
     pub close_logged: bool,
@@ -124,7 +130,6 @@ impl Conn {
             writer,
             last_recv: now,
             last_send: now,
-            closing_since: None,
             exclusive_queues: Vec::new(),
             write_marks: VecDeque::new(),
             next_channel_epoch: 1,

@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+use crate::policy::queue_args::QueueArgError;
 use crate::protocol::ReplyCode;
 
 /// Which kind of object an error is about, for texts like "no queue 'x' in vhost '/'".
@@ -72,6 +73,12 @@ pub enum ChannelError {
         argument: String,
         reason: String,
     },
+    /// A `queue.declare` argument RabbitMQ refuses, in RabbitMQ's words.
+    QueueArgument {
+        queue: String,
+        vhost: String,
+        error: QueueArgError,
+    },
     UnknownExchangeType(String),
     MessageTooLarge {
         size: u64,
@@ -104,6 +111,7 @@ impl ChannelError {
             | ChannelError::NotEmpty { .. }
             | ChannelError::UnknownDeliveryTag(_)
             | ChannelError::InvalidArgument { .. }
+            | ChannelError::QueueArgument { .. }
             | ChannelError::MessageTooLarge { .. }
             | ChannelError::TxNotSelected
             | ChannelError::TxTooLarge { .. }
@@ -191,6 +199,20 @@ impl fmt::Display for ChannelError {
             ChannelError::InvalidArgument { argument, reason } => {
                 write!(f, "invalid arg '{argument}': {reason}")
             }
+            ChannelError::QueueArgument {
+                queue,
+                vhost,
+                error,
+            } => match error {
+                QueueArgError::DeadLetterExchangeType(t) => write!(
+                    f,
+                    "invalid type '{t}' for arg 'x-dead-letter-exchange' in queue '{queue}' in vhost '{vhost}'"
+                ),
+                QueueArgError::Invalid { argument, reason } => write!(
+                    f,
+                    "invalid arg '{argument}' for queue '{queue}' in vhost '{vhost}': {reason}"
+                ),
+            },
             ChannelError::UnknownExchangeType(kind) => {
                 write!(f, "unknown exchange type '{kind}'")
             }
@@ -379,6 +401,20 @@ mod tests {
         assert_eq!(
             e.reply_text(),
             "PRECONDITION_FAILED - unknown exchange type 'no-such'"
+        );
+        // rabbit_amqqueue: "invalid arg '~ts' for ~ts: ~255p".
+        let e = ChannelError::QueueArgument {
+            queue: "q".into(),
+            vhost: "/".into(),
+            error: QueueArgError::Invalid {
+                argument: "x-message-ttl",
+                reason: crate::policy::queue_args::Reason::ValueNegative(-1),
+            },
+        };
+        assert!(!e.closes_connection());
+        assert_eq!(
+            e.reply_text(),
+            "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'q' in vhost '/': {value_negative,-1}"
         );
     }
 }

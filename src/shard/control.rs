@@ -22,7 +22,7 @@ use crate::model::ids::{ConnOwner, QueueId, QueueRef, ShardId};
 use crate::model::routing::{DirectoryChange, QueueMeta, VhostDirectory, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::policy::args::ArgError;
-use crate::policy::{capacity, max_length, slow_consumer};
+use crate::policy::{capacity, max_length, queue_args, slow_consumer};
 use crate::protocol::{FieldTable, FieldValue, ShortStr};
 use crate::session::error::{ChannelError, ObjectKind};
 
@@ -141,12 +141,15 @@ fn inequivalent(
     }
 }
 
-/// Queue arguments whose value must be a non-negative integer (milliseconds or counts).
-const INTEGER_ARGS: [&str; 4] = [
-    "x-message-ttl",
-    "x-expires",
-    "x-max-length",
-    "x-max-length-bytes",
+/// RabbitMQ's queue arguments that must match on a redeclare (compared by value).
+/// (`x-queue-type` is compared apart: every sluice queue is classic.)
+const RABBIT_ARGS: [&str; 6] = [
+    queue_args::arg::MESSAGE_TTL,
+    queue_args::arg::EXPIRES,
+    queue_args::arg::MAX_LENGTH,
+    queue_args::arg::MAX_LENGTH_BYTES,
+    queue_args::arg::DEAD_LETTER_EXCHANGE,
+    queue_args::arg::DEAD_LETTER_ROUTING_KEY,
 ];
 
 /// Policy arguments that must match on a redeclare (compared by value).
@@ -183,23 +186,21 @@ fn same_arg(a: Option<&FieldValue>, b: Option<&FieldValue>) -> bool {
     }
 }
 
-fn validate_queue_args(args: &FieldTable) -> Result<(), ChannelError> {
+/// Checks a new queue's arguments: RabbitMQ's own first, with RabbitMQ's texts, then
+/// sluice's policy arguments. Arguments neither knows are ignored, as RabbitMQ does.
+fn validate_queue_args(
+    queue: &ShortStr,
+    vhost: &str,
+    args: &FieldTable,
+) -> Result<(), ChannelError> {
+    queue_args::validate(args).map_err(|error| ChannelError::QueueArgument {
+        queue: queue.to_string(),
+        vhost: vhost.to_owned(),
+        error,
+    })?;
     max_length::MaxLength::from_arguments(args).map_err(arg_error)?;
     capacity::CapacitySettings::from_arguments(args).map_err(arg_error)?;
     slow_consumer::SlowConsumerSettings::from_arguments(args).map_err(arg_error)?;
-    for key in INTEGER_ARGS {
-        if let Some(v) = args.get(key) {
-            match v.as_i64() {
-                Some(n) if n >= 0 && !(key == "x-expires" && n == 0) => {}
-                _ => {
-                    return Err(ChannelError::InvalidArgument {
-                        argument: key.to_owned(),
-                        reason: "expected a non-negative integer (x-expires: positive)".into(),
-                    })
-                }
-            }
-        }
-    }
     Ok(())
 }
 
@@ -314,9 +315,10 @@ fn plan(
             arguments,
             requester,
         } => {
-            validate_queue_args(&arguments)?;
             let next_id = st.next_queue_id;
             let dir = vhost_dir(st, vhost)?;
+            // An existing queue is checked for equivalence only, a new one's arguments
+            // are validated (rabbit_channel's order).
             if let Some(meta) = dir.queue(&name) {
                 check_exclusive(meta, Some(requester), &dir.name)?;
                 let ie = |field, r: bool, c: bool| {
@@ -342,7 +344,7 @@ fn plan(
                 if meta.auto_delete != auto_delete {
                     return ie("auto_delete", auto_delete, meta.auto_delete);
                 }
-                for key in INTEGER_ARGS.iter().chain(POLICY_ARGS.iter()) {
+                for key in RABBIT_ARGS.iter().chain(POLICY_ARGS.iter()) {
                     let (r, c) = (arguments.get(key), meta.arguments.get(key));
                     if !same_arg(r, c) {
                         return Err(inequivalent(
@@ -355,8 +357,19 @@ fn plan(
                         ));
                     }
                 }
+                if !queue_args::is_classic(&arguments) {
+                    return Err(inequivalent(
+                        ObjectKind::Queue,
+                        &name,
+                        &dir.name,
+                        queue_args::arg::QUEUE_TYPE,
+                        arg_text(arguments.get(queue_args::arg::QUEUE_TYPE)),
+                        "classic",
+                    ));
+                }
                 return Ok((Vec::new(), ControlOk::QueueDeclared { queue: meta.queue }));
             }
+            validate_queue_args(&name, &dir.name, &arguments)?;
             let home = placement::home_shard(&dir.name, name.as_bytes(), shard.shards);
             let queue = QueueRef {
                 id: QueueId(next_id),
@@ -453,7 +466,7 @@ fn plan(
 }
 
 fn key_static(key: &str) -> &'static str {
-    INTEGER_ARGS
+    RABBIT_ARGS
         .iter()
         .chain(POLICY_ARGS.iter())
         .find(|k| **k == key)

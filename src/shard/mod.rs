@@ -53,6 +53,9 @@ pub enum TimerKey {
     Heartbeat(ConnId),
     /// A connection must finish the handshake by now.
     Handshake(ConnId),
+    /// A closing connection's socket is shut by now: close-ok not received after our
+    /// `connection.close`, or the client not gone after our close-ok.
+    CloseTimeout(ConnId),
     /// TTL and `x-expires` housekeeping of a home queue.
     QueueHousekeeping(QueueId),
     /// The periodic slow-consumer check of a home queue (age, rate, prediction, alerts).

@@ -43,14 +43,13 @@ pub fn queue_limits(config: &Config, vhost: &str, queue: &str, args: &FieldTable
 }
 
 /// Whether a message of `size` bytes may be enqueued: `x-overflow = reject-publish`
-/// refuses it when the queue is at its length limit (counted for the QUE-1006 line).
+/// (or `reject-publish-dlx`) refuses it when the queue is at its length limit (counted
+/// for the QUE-1006 line).
 pub fn admits(q: &mut Queue, size: u64) -> bool {
     let Some(ml) = q.limits.max_length else {
         return true;
     };
-    if ml.overflow != Overflow::RejectPublish
-        || !ml.would_exceed(q.ready_count() as u64, q.ready_bytes(), size)
-    {
+    if !ml.overflow.refuses() || !ml.would_exceed(q.ready_count() as u64, q.ready_bytes(), size) {
         return true;
     }
     q.count_rejected();

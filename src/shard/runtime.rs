@@ -308,6 +308,7 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
                 match key {
                     TimerKey::Heartbeat(conn) => st.heartbeat_tick(&shard, conn, now),
                     TimerKey::Handshake(conn) => st.handshake_deadline(&shard, conn),
+                    TimerKey::CloseTimeout(conn) => st.close_timeout(conn),
                     TimerKey::QueueHousekeeping(queue) => st.queue_housekeeping(&shard, queue, now),
                     TimerKey::QueuePolicy(queue) => st.policy_tick(&shard, queue, now),
                 }

@@ -83,11 +83,8 @@ impl State {
         };
         c.last_recv = now;
         let result = match c.phase {
-            Phase::AwaitHeader | Phase::Closed => return Flow::Stop,
-            Phase::Closing => {
-                self.on_frame_while_closing(conn, frame);
-                Ok(Flow::Continue)
-            }
+            Phase::AwaitHeader | Phase::Lingering | Phase::Closed => return Flow::Stop,
+            Phase::Closing => Ok(self.on_frame_while_closing(shard, conn, frame)),
             Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
                 self.on_handshake_frame(shard, conn, frame)
             }
@@ -102,14 +99,23 @@ impl State {
         }
     }
 
-    fn on_frame_while_closing(&mut self, conn: ConnId, frame: Frame) {
+    /// While our `connection.close` waits for close-ok, everything but close-ok and the
+    /// client's own close is ignored (as RabbitMQ does). Close-ok finishes the connection
+    /// at once: the broker initiated the close, so it shuts the socket itself.
+    fn on_frame_while_closing(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> Flow {
         if frame.kind != FrameKind::Method || frame.channel != 0 {
-            return;
+            return Flow::Continue;
         }
         match Method::decode(frame.payload) {
-            Ok(Method::ConnectionCloseOk(_)) => self.finish_connection(conn),
-            Ok(Method::ConnectionClose(_)) => self.answer_close(conn),
-            _ => {}
+            Ok(Method::ConnectionCloseOk(_)) => {
+                self.finish_connection(conn);
+                Flow::Stop
+            }
+            Ok(Method::ConnectionClose(_)) => {
+                self.answer_close(shard, conn);
+                Flow::Stop
+            }
+            _ => Flow::Continue,
         }
     }
 
@@ -247,8 +253,8 @@ impl State {
                 Ok(Flow::Continue)
             }
             (_, Method::ConnectionClose(_)) => {
-                self.answer_close(conn);
-                Ok(Flow::Continue)
+                self.answer_close(shard, conn);
+                Ok(Flow::Stop)
             }
             (_, other) => fail(ConnectionError::CommandInvalid(format!(
                 "'{}' is not expected during the handshake",
@@ -266,7 +272,7 @@ impl State {
         if frame.channel == 0 {
             return match frame.kind {
                 FrameKind::Heartbeat => Ok(Flow::Continue),
-                FrameKind::Method => self.on_connection_method(conn, frame),
+                FrameKind::Method => self.on_connection_method(shard, conn, frame),
                 FrameKind::Header | FrameKind::Body => Err((
                     ConnectionError::UnexpectedFrame(format!(
                         "content frame of type {:?} on channel 0",
@@ -292,6 +298,7 @@ impl State {
 
     fn on_connection_method(
         &mut self,
+        shard: &Shard,
         conn: ConnId,
         frame: Frame,
     ) -> Result<Flow, (ConnectionError, u16, u16)> {
@@ -299,13 +306,13 @@ impl State {
             .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
         match method {
             Method::ConnectionClose(_) => {
-                self.answer_close(conn);
-                Ok(Flow::Continue)
+                self.answer_close(shard, conn);
+                Ok(Flow::Stop)
             }
             // A close-ok without our close: the client is done either way.
             Method::ConnectionCloseOk(_) => {
                 self.finish_connection(conn);
-                Ok(Flow::Continue)
+                Ok(Flow::Stop)
             }
             other => Err((
                 ConnectionError::CommandInvalid(format!(
@@ -530,27 +537,58 @@ impl State {
             }),
         );
         c.phase = Phase::Closing;
-        c.closing_since = Some(now);
+        let deadline = now + close_ok_timeout(c.heartbeat);
         let channels: Vec<u16> = c.channels.keys().copied().collect();
         for number in channels {
             self.release_channel(shard, conn, number);
         }
+        self.wheel.arm(deadline, TimerKey::CloseTimeout(conn));
         self.mark_writer(conn);
     }
 
-    /// The client closed: answer `close-ok` and finish.
-    fn answer_close(&mut self, conn: ConnId) {
-        if let Some(c) = self.conn_mut(conn) {
-            c.out
-                .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+    /// The client closed: release its channels and exclusive queues (RabbitMQ does both
+    /// before it answers), answer `close-ok`, and leave the socket for the client to close
+    /// — for at most [`CLOSE_OK_LINGER`].
+    fn answer_close(&mut self, shard: &Shard, conn: ConnId) {
+        let deadline = shard.clock.now() + CLOSE_OK_LINGER;
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let channels: Vec<u16> = c.channels.keys().copied().collect();
+        for number in channels {
+            self.release_channel(shard, conn, number);
         }
-        self.finish_connection(conn);
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let vhost = c.vhost;
+        let exclusive = std::mem::take(&mut c.exclusive_queues);
+        c.out
+            .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+        c.phase = Phase::Lingering;
+        self.internal_deletes
+            .extend(exclusive.into_iter().map(|name| (vhost, name)));
+        self.wheel.arm(deadline, TimerKey::CloseTimeout(conn));
+        self.mark_writer(conn);
     }
 
-    /// The close handshake is done: the writer flushes and shuts the socket.
-    fn finish_connection(&mut self, conn: ConnId) {
+    /// The close timer fired: a peer that has not answered our `connection.close`, or has
+    /// not closed its socket after our close-ok, is cut off (the writer shuts the socket
+    /// and the reader, whose read then ends, releases the connection).
+    pub fn close_timeout(&mut self, conn: ConnId) {
+        let phase = self.conn(conn).map(|c| c.phase);
+        if matches!(phase, Some(Phase::Closing | Phase::Lingering)) {
+            self.finish_connection(conn);
+        }
+    }
+
+    /// The connection is done (close handshake complete, a close timeout, or the peer gone
+    /// after close-ok): the writer flushes and shuts the socket.
+    pub fn finish_connection(&mut self, conn: ConnId) {
         if let Some(c) = self.conn_mut(conn) {
             c.phase = Phase::Closed;
+            // A lingering connection's reader side waits on it (`net::reader`).
+            c.resume.notify();
         }
         self.mark_writer(conn);
     }
@@ -561,7 +599,7 @@ impl State {
         let Some(c) = self.conn_mut(conn) else {
             return;
         };
-        if c.heartbeat == 0 || matches!(c.phase, Phase::Closed) {
+        if c.heartbeat == 0 || matches!(c.phase, Phase::Lingering | Phase::Closed) {
             return;
         }
         let period = heartbeat_period(c.heartbeat);
@@ -586,12 +624,6 @@ impl State {
             self.finish_connection(conn);
             return;
         }
-        if c.closing_since
-            .is_some_and(|t| now.saturating_duration_since(t) > interval)
-        {
-            self.finish_connection(conn);
-            return;
-        }
         if now.saturating_duration_since(c.last_send) >= period && c.out.is_empty() {
             c.out.heartbeat();
             self.mark_writer(conn);
@@ -606,7 +638,7 @@ impl State {
             return;
         };
         match c.phase {
-            Phase::Open | Phase::Closing | Phase::Closed => {}
+            Phase::Open | Phase::Closing | Phase::Lingering | Phase::Closed => {}
             Phase::AwaitHeader => self.finish_connection(conn),
             Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
                 let err = ConnectionError::Forced(format!(
@@ -626,7 +658,7 @@ impl State {
         ));
         let open = self.conn(conn).map(|c| c.phase);
         match open {
-            Some(Phase::Closing | Phase::Closed) | None => {}
+            Some(Phase::Closing | Phase::Lingering | Phase::Closed) | None => {}
             Some(_) => self.close_connection(shard, conn, &err, 0, 0),
         }
         self.finish_connection(conn);
@@ -664,7 +696,41 @@ impl State {
 /// How long a client has from TCP accept to `connection.open`.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the socket stays open after close-ok answered the client's
+/// `connection.close`, for the client to close it first. RabbitMQ waits up to
+/// [`close_ok_timeout`] here too (`rabbit_reader:close_connection/1`); a client closes
+/// its socket as soon as it has close-ok, so sluice gives one that never does a second,
+/// not 30, of a descriptor and memory.
+pub const CLOSE_OK_LINGER: Duration = Duration::from_secs(1);
+
+/// How long the broker waits for close-ok after its own `connection.close`: the
+/// negotiated heartbeat interval, at most 30 s, and 30 s without heartbeats — RabbitMQ's
+/// rule (`?CLOSING_TIMEOUT` in `rabbit_reader`).
+pub fn close_ok_timeout(heartbeat: u16) -> Duration {
+    const CLOSING_TIMEOUT_SECS: u16 = 30;
+    match heartbeat {
+        1..CLOSING_TIMEOUT_SECS => Duration::from_secs(u64::from(heartbeat)),
+        _ => Duration::from_secs(u64::from(CLOSING_TIMEOUT_SECS)),
+    }
+}
+
 /// Heartbeats are sent at half the negotiated interval.
 fn heartbeat_period(heartbeat: u16) -> Duration {
     Duration::from_millis(u64::from(heartbeat) * 500).max(Duration::from_millis(100))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_ok_timeout_is_the_heartbeat_capped_at_30_s() {
+        let secs = |s| Duration::from_secs(s);
+        assert_eq!(close_ok_timeout(0), secs(30));
+        assert_eq!(close_ok_timeout(1), secs(1));
+        assert_eq!(close_ok_timeout(29), secs(29));
+        assert_eq!(close_ok_timeout(30), secs(30));
+        assert_eq!(close_ok_timeout(60), secs(30));
+        assert!(CLOSE_OK_LINGER <= close_ok_timeout(0));
+    }
 }

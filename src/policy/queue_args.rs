@@ -1,0 +1,403 @@
+//! Owns: RabbitMQ's rules for the arguments of a classic `queue.declare`. They say which
+//! `x-queue-type` values pass: `classic` (or none, `""`, `"undefined"`). `quorum` and
+//! `stream` are refused as not available in sluice, and any other value as RabbitMQ
+//! refuses it. They also hold the checks `rabbit_amqqueue` runs on `x-expires`,
+//! `x-message-ttl`, `x-dead-letter-exchange`, `x-dead-letter-routing-key`,
+//! `x-max-length`, `x-max-length-bytes`, `x-max-priority` and `x-overflow`, in
+//! RabbitMQ's order. Each reason is rendered as RabbitMQ renders its Erlang error term
+//! (`invalid arg '~ts' for ~ts: ~255p`), so the 406 text matches RabbitMQ's.
+//!
+//! Does not: apply the arguments (the queue and the other policy modules do), know the
+//! queue or the vhost (the control plane puts them into the text), or judge sluice's own
+//! arguments (`x-slow-consumer-*`, `x-qpid-*`, read through `policy::args`). Arguments
+//! that neither RabbitMQ nor sluice knows are ignored, as RabbitMQ ignores them.
+//!
+//! Sources (rabbitmq-server, `deps/rabbit/src`): `rabbit_channel.erl` (queue.declare:
+//! the type of `x-dead-letter-exchange` is checked before anything else),
+//! `rabbit_amqqueue.erl` (`check_declare_arguments`, `declare_args/0`, the `check_*_arg`
+//! functions), `rabbit_misc:check_expiry/1` (at most ten years of milliseconds) and
+//! `rabbit_binary_parser` (the names of the field types).
+
+use std::fmt;
+
+use crate::protocol::{FieldTable, FieldValue};
+
+/// Declare-argument names.
+pub mod arg {
+    pub const QUEUE_TYPE: &str = "x-queue-type";
+    pub const EXPIRES: &str = "x-expires";
+    pub const MESSAGE_TTL: &str = "x-message-ttl";
+    pub const DEAD_LETTER_EXCHANGE: &str = "x-dead-letter-exchange";
+    pub const DEAD_LETTER_ROUTING_KEY: &str = "x-dead-letter-routing-key";
+    pub const MAX_LENGTH: &str = "x-max-length";
+    pub const MAX_LENGTH_BYTES: &str = "x-max-length-bytes";
+    pub const MAX_PRIORITY: &str = "x-max-priority";
+    pub const OVERFLOW: &str = "x-overflow";
+}
+
+/// `rabbit_misc:check_expiry/1`: ten years in milliseconds.
+const MAX_EXPIRY_MS: i64 = 315_360_000_000;
+/// `?MAX_SUPPORTED_PRIORITY`.
+const MAX_PRIORITY: i64 = 255;
+/// `?KNOWN_OVERFLOW_MODES`, compared byte for byte.
+const OVERFLOW_MODES: [&str; 3] = ["drop-head", "reject-publish", "reject-publish-dlx"];
+/// Queue types RabbitMQ has and sluice does not.
+const OTHER_QUEUE_TYPES: [&str; 2] = ["quorum", "stream"];
+
+/// Why RabbitMQ refuses a declare argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueArgError {
+    /// `x-dead-letter-exchange` is not a long string. `rabbit_channel` checks this first,
+    /// with its own text: `invalid type '~ts' for arg '~ts' in ~ts`.
+    DeadLetterExchangeType(&'static str),
+    /// A `check_*_arg` refusal: `invalid arg '~ts' for ~ts: ~255p`.
+    Invalid {
+        argument: &'static str,
+        reason: Reason,
+    },
+}
+
+/// The Erlang error term of a `check_*_arg` refusal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// `"expected integer, got T"` (a string, so printed in quotes).
+    ExpectedInteger(&'static str),
+    /// `{value_negative,N}`.
+    ValueNegative(i64),
+    /// `{value_zero,0}`.
+    ValueZero,
+    /// `{value_too_large,N}`.
+    ValueTooLarge(i64),
+    /// `{max_value_exceeded,N}`.
+    MaxValueExceeded(i64),
+    /// `{unacceptable_type,T}`.
+    UnacceptableType(&'static str),
+    /// `invalid_overflow`.
+    InvalidOverflow,
+    /// `routing_key_but_no_dlx_defined`.
+    RoutingKeyButNoDlx,
+    /// `"unsupported queue type '…'"`: a type RabbitMQ does not know either.
+    UnsupportedQueueType(String),
+    /// A RabbitMQ queue type sluice does not have (quorum, stream), worded as RabbitMQ
+    /// words an unknown one.
+    NotInSluice(&'static str),
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::ExpectedInteger(t) => {
+                f.write_str(&erl_string(&format!("expected integer, got {t}")))
+            }
+            Reason::ValueNegative(n) => write!(f, "{{value_negative,{n}}}"),
+            Reason::ValueZero => f.write_str("{value_zero,0}"),
+            Reason::ValueTooLarge(n) => write!(f, "{{value_too_large,{n}}}"),
+            Reason::MaxValueExceeded(n) => write!(f, "{{max_value_exceeded,{n}}}"),
+            Reason::UnacceptableType(t) => write!(f, "{{unacceptable_type,{t}}}"),
+            Reason::InvalidOverflow => f.write_str("invalid_overflow"),
+            Reason::RoutingKeyButNoDlx => f.write_str("routing_key_but_no_dlx_defined"),
+            Reason::UnsupportedQueueType(v) => {
+                f.write_str(&erl_string(&format!("unsupported queue type '{v}'")))
+            }
+            Reason::NotInSluice(v) => f.write_str(&erl_string(&format!(
+                "unsupported queue type '{v}': sluice has classic queues only"
+            ))),
+        }
+    }
+}
+
+/// Checks `args` as RabbitMQ checks a new classic queue's arguments, in its order.
+pub fn validate(args: &FieldTable) -> Result<(), QueueArgError> {
+    if let Some(v) = args.get(arg::DEAD_LETTER_EXCHANGE) {
+        if !matches!(v, FieldValue::LongStr(_)) {
+            return Err(QueueArgError::DeadLetterExchangeType(erl_type(v)));
+        }
+    }
+    check(args, arg::QUEUE_TYPE, queue_type)?;
+    check(args, arg::EXPIRES, |v| match int(v)? {
+        0 => Err(Reason::ValueZero),
+        n => expiry(n),
+    })?;
+    check(args, arg::MESSAGE_TTL, |v| expiry(int(v)?))?;
+    // The type was checked above; RabbitMQ accepts any exchange name here.
+    check(args, arg::DEAD_LETTER_ROUTING_KEY, |v| match v {
+        FieldValue::LongStr(_) if args.get(arg::DEAD_LETTER_EXCHANGE).is_none() => {
+            Err(Reason::RoutingKeyButNoDlx)
+        }
+        FieldValue::LongStr(_) => Ok(()),
+        other => Err(Reason::UnacceptableType(erl_type(other))),
+    })?;
+    check(args, arg::MAX_LENGTH, |v| non_negative(v).map(drop))?;
+    check(args, arg::MAX_LENGTH_BYTES, |v| non_negative(v).map(drop))?;
+    check(args, arg::MAX_PRIORITY, |v| match non_negative(v)? {
+        n if n > MAX_PRIORITY => Err(Reason::MaxValueExceeded(n)),
+        _ => Ok(()),
+    })?;
+    check(args, arg::OVERFLOW, |v| match v {
+        FieldValue::LongStr(s) if OVERFLOW_MODES.iter().any(|m| m.as_bytes() == s.as_bytes()) => {
+            Ok(())
+        }
+        FieldValue::LongStr(_) => Err(Reason::InvalidOverflow),
+        other => Err(Reason::UnacceptableType(erl_type(other))),
+    })
+}
+
+/// Whether `args` names the classic queue type (or none): what an existing queue, always
+/// classic, is equivalent to.
+pub fn is_classic(args: &FieldTable) -> bool {
+    match args.get(arg::QUEUE_TYPE) {
+        None => true,
+        Some(FieldValue::LongStr(s)) => s.as_bytes() == b"classic",
+        Some(_) => false,
+    }
+}
+
+fn check(
+    args: &FieldTable,
+    argument: &'static str,
+    rule: impl FnOnce(&FieldValue) -> Result<(), Reason>,
+) -> Result<(), QueueArgError> {
+    match args.get(argument) {
+        None => Ok(()),
+        Some(v) => rule(v).map_err(|reason| QueueArgError::Invalid { argument, reason }),
+    }
+}
+
+/// `check_queue_type/2`, with the default type (none, `""`, `"undefined"`) as classic.
+fn queue_type(v: &FieldValue) -> Result<(), Reason> {
+    let FieldValue::LongStr(s) = v else {
+        return Err(Reason::UnacceptableType(erl_type(v)));
+    };
+    match s.as_bytes() {
+        b"" | b"undefined" | b"classic" => Ok(()),
+        other => match OTHER_QUEUE_TYPES.iter().find(|t| t.as_bytes() == other) {
+            Some(t) => Err(Reason::NotInSluice(t)),
+            None => Err(Reason::UnsupportedQueueType(
+                String::from_utf8_lossy(other).into_owned(),
+            )),
+        },
+    }
+}
+
+/// `check_int_arg/2`: any of the integer field types.
+fn int(v: &FieldValue) -> Result<i64, Reason> {
+    v.as_i64()
+        .ok_or_else(|| Reason::ExpectedInteger(erl_type(v)))
+}
+
+/// `check_non_neg_int_arg/2`.
+fn non_negative(v: &FieldValue) -> Result<i64, Reason> {
+    match int(v)? {
+        n if n < 0 => Err(Reason::ValueNegative(n)),
+        n => Ok(n),
+    }
+}
+
+/// `rabbit_misc:check_expiry/1`.
+fn expiry(n: i64) -> Result<(), Reason> {
+    if n < 0 {
+        Err(Reason::ValueNegative(n))
+    } else if n > MAX_EXPIRY_MS {
+        Err(Reason::ValueTooLarge(n))
+    } else {
+        Ok(())
+    }
+}
+
+/// The type name `rabbit_binary_parser` gives a field value.
+pub fn erl_type(v: &FieldValue) -> &'static str {
+    match v {
+        FieldValue::Bool(_) => "bool",
+        FieldValue::I8(_) => "byte",
+        FieldValue::U8(_) => "unsignedbyte",
+        FieldValue::I16(_) => "short",
+        FieldValue::U16(_) => "unsignedshort",
+        FieldValue::I32(_) => "signedint",
+        FieldValue::U32(_) => "unsignedint",
+        FieldValue::I64(_) => "long",
+        FieldValue::F32(_) => "float",
+        FieldValue::F64(_) => "double",
+        FieldValue::Decimal { .. } => "decimal",
+        FieldValue::LongStr(_) => "longstr",
+        FieldValue::Bytes(_) => "binary",
+        FieldValue::Array(_) => "array",
+        FieldValue::Timestamp(_) => "timestamp",
+        FieldValue::Table(_) => "table",
+        FieldValue::Void => "void",
+    }
+}
+
+/// A string as Erlang's `~p` prints a character list: in double quotes with `"` and `\`
+/// escaped, when every character is printable (Latin-1 printable, or one of the escapes
+/// below); otherwise as the list of its code points. (`~255p` would also break a string
+/// longer than the line; texts here are short.)
+fn erl_string(s: &str) -> String {
+    let escape = |c: char| match c {
+        '"' => Some("\\\""),
+        '\\' => Some("\\\\"),
+        '\n' => Some("\\n"),
+        '\r' => Some("\\r"),
+        '\t' => Some("\\t"),
+        '\u{0b}' => Some("\\v"),
+        '\u{08}' => Some("\\b"),
+        '\u{0c}' => Some("\\f"),
+        '\u{1b}' => Some("\\e"),
+        _ => None,
+    };
+    let printable = |c: char| matches!(u32::from(c), 32..=126 | 160..=255) || escape(c).is_some();
+    if s.chars().all(printable) {
+        let mut out = String::with_capacity(s.len() + 2);
+        out.push('"');
+        for c in s.chars() {
+            match escape(c) {
+                Some(e) => out.push_str(e),
+                None => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    } else {
+        let codes: Vec<String> = s.chars().map(|c| u32::from(c).to_string()).collect();
+        format!("[{}]", codes.join(","))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::LongStr;
+
+    fn table(entries: &[(&str, FieldValue)]) -> FieldTable {
+        let mut t = FieldTable::new();
+        for (k, v) in entries {
+            t.insert(*k, v.clone());
+        }
+        t
+    }
+
+    fn s(v: &str) -> FieldValue {
+        FieldValue::LongStr(LongStr::from(v))
+    }
+
+    /// The reason text for one argument, or "ok".
+    fn reason(entries: &[(&str, FieldValue)]) -> String {
+        match validate(&table(entries)) {
+            Ok(()) => "ok".into(),
+            Err(QueueArgError::Invalid { argument, reason }) => format!("{argument}: {reason}"),
+            Err(QueueArgError::DeadLetterExchangeType(t)) => format!("dlx type {t}"),
+        }
+    }
+
+    #[test]
+    fn texts_are_rabbitmq_terms() {
+        use FieldValue::*;
+        assert_eq!(reason(&[("x-message-ttl", I32(0))]), "ok");
+        assert_eq!(
+            reason(&[("x-message-ttl", s("10"))]),
+            "x-message-ttl: \"expected integer, got longstr\""
+        );
+        assert_eq!(
+            reason(&[("x-message-ttl", I64(-1))]),
+            "x-message-ttl: {value_negative,-1}"
+        );
+        assert_eq!(
+            reason(&[("x-message-ttl", I64(315_360_000_001))]),
+            "x-message-ttl: {value_too_large,315360000001}"
+        );
+        assert_eq!(reason(&[("x-expires", U8(0))]), "x-expires: {value_zero,0}");
+        assert_eq!(
+            reason(&[("x-expires", F64(1.5))]),
+            "x-expires: \"expected integer, got double\""
+        );
+        assert_eq!(
+            reason(&[("x-max-length", I16(-3))]),
+            "x-max-length: {value_negative,-3}"
+        );
+        assert_eq!(reason(&[("x-max-length-bytes", U32(0))]), "ok");
+        assert_eq!(
+            reason(&[("x-max-priority", I32(256))]),
+            "x-max-priority: {max_value_exceeded,256}"
+        );
+        assert_eq!(reason(&[("x-max-priority", I32(0))]), "ok");
+        assert_eq!(
+            reason(&[("x-overflow", s("Drop-Head"))]),
+            "x-overflow: invalid_overflow"
+        );
+        assert_eq!(
+            reason(&[("x-overflow", I32(1))]),
+            "x-overflow: {unacceptable_type,signedint}"
+        );
+        assert_eq!(reason(&[("x-overflow", s("reject-publish-dlx"))]), "ok");
+        assert_eq!(
+            reason(&[("x-dead-letter-routing-key", s("k"))]),
+            "x-dead-letter-routing-key: routing_key_but_no_dlx_defined"
+        );
+        assert_eq!(
+            reason(&[
+                ("x-dead-letter-exchange", s("dlx")),
+                ("x-dead-letter-routing-key", Bool(true))
+            ]),
+            "x-dead-letter-routing-key: {unacceptable_type,bool}"
+        );
+        assert_eq!(
+            reason(&[(
+                "x-dead-letter-exchange",
+                Bytes(bytes::Bytes::from_static(b"d"))
+            )]),
+            "dlx type binary"
+        );
+        assert_eq!(reason(&[("x-queue-type", s("classic"))]), "ok");
+        assert_eq!(reason(&[("x-queue-type", s(""))]), "ok");
+        assert_eq!(
+            reason(&[("x-queue-type", s("quorum"))]),
+            "x-queue-type: \"unsupported queue type 'quorum': sluice has classic queues only\""
+        );
+        assert_eq!(
+            reason(&[("x-queue-type", s("lazy\"q"))]),
+            "x-queue-type: \"unsupported queue type 'lazy\\\"q'\""
+        );
+        assert_eq!(
+            reason(&[("x-queue-type", I8(1))]),
+            "x-queue-type: {unacceptable_type,byte}"
+        );
+        assert_eq!(reason(&[("x-no-such-arg", s("whatever"))]), "ok");
+    }
+
+    #[test]
+    fn order_follows_rabbitmq() {
+        use FieldValue::*;
+        // The dead-letter exchange's type first, then the queue type, then declare_args.
+        assert_eq!(
+            reason(&[
+                ("x-queue-type", s("stream")),
+                ("x-dead-letter-exchange", I32(1))
+            ]),
+            "dlx type signedint"
+        );
+        assert_eq!(
+            reason(&[("x-message-ttl", I32(-1)), ("x-queue-type", s("quorum"))]),
+            "x-queue-type: \"unsupported queue type 'quorum': sluice has classic queues only\""
+        );
+        assert_eq!(
+            reason(&[("x-message-ttl", I32(-1)), ("x-expires", I32(0))]),
+            "x-expires: {value_zero,0}"
+        );
+    }
+
+    #[test]
+    fn erlang_strings() {
+        assert_eq!(erl_string("a\\b"), "\"a\\\\b\"");
+        assert_eq!(erl_string("tab\there"), "\"tab\\there\"");
+        assert_eq!(erl_string("ü"), "\"ü\"");
+        assert_eq!(erl_string("a\u{1}"), "[97,1]");
+        assert_eq!(erl_string("π"), "[960]");
+    }
+
+    #[test]
+    fn classic_or_not() {
+        assert!(is_classic(&table(&[])));
+        assert!(is_classic(&table(&[("x-queue-type", s("classic"))])));
+        assert!(!is_classic(&table(&[("x-queue-type", s("quorum"))])));
+        assert!(!is_classic(&table(&[("x-queue-type", s(""))])));
+    }
+}
