@@ -178,6 +178,14 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The configured user with this name and password: the check of a login (PLAIN or
+    /// AMQPLAIN) and of `connection.update-secret`.
+    pub fn authenticate(&self, user: &str, password: &[u8]) -> Option<&User> {
+        self.users
+            .iter()
+            .find(|u| u.name == user && u.password.as_bytes() == password)
+    }
+
     /// Defaults, then the file named by `--config` (if any), then the flags.
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
         let mut config = Config::default();

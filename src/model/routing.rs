@@ -1,17 +1,30 @@
 //! Owns: one shard's replica of the broker's directory — per virtual host, the exchanges
-//! with their bindings and the queues' metadata (home shard, flags, exclusive owner) — and
-//! its generation counter. Every shard holds a full copy, so a publish is routed on the
-//! publisher's shard without a lock.
+//! with their bindings (to queues and to other exchanges) and the queues' metadata (home
+//! shard, flags, exclusive owner) — and its generation counter. Every shard holds a full
+//! copy, so a publish is routed on the publisher's shard without a lock, through chains
+//! of exchanges too (`chain`). Also what removing bindings takes with it: the
+//! auto-delete exchanges left without a binding (`cascade`).
 //!
 //! Does not: change itself except through [`Directory::apply`] with a
 //! [`DirectoryChange`] produced by the control-plane coordinator (`shard::control`),
 //! which applies the same change list on every shard in the same order.
 
+mod cascade;
+mod chain;
+
+use std::cell::Cell;
 use std::collections::HashMap;
 
-use crate::model::exchange::{Binding, Exchange, ExchangeDef, ExchangeKind, Targets};
+use slab::Slab;
+
+use crate::model::exchange::headers::LazyHeaders;
+use crate::model::exchange::{
+    Binding, Exchange, ExchangeBinding, ExchangeDef, ExchangeId, ExchangeKind, Targets,
+};
 use crate::model::ids::{ConnOwner, QueueRef};
 use crate::protocol::{FieldTable, ShortStr};
+
+pub use cascade::Removal;
 
 /// The predeclared exchanges of every virtual host.
 pub const PREDECLARED: [(&str, ExchangeKind); 6] = [
@@ -68,13 +81,34 @@ pub enum DirectoryChange {
         exchange: ShortStr,
         binding: Binding,
     },
+    /// An exchange-to-exchange binding from `source` (RabbitMQ's `exchange.bind`).
+    BindExchange {
+        vhost: VhostIdx,
+        source: ShortStr,
+        binding: ExchangeBinding,
+    },
+    UnbindExchange {
+        vhost: VhostIdx,
+        source: ShortStr,
+        binding: ExchangeBinding,
+    },
 }
 
 /// One virtual host's exchanges and queues.
+///
+/// # Invariants
+/// - `by_name` and `exchanges` hold the same exchanges: `by_name[x.def.name]` is `x`'s
+///   slot.
+/// - Every exchange-to-exchange binding joins two exchanges of `exchanges` (deleting an
+///   exchange removes the bindings from and to it), and each destination's `sources`
+///   counts them.
 pub struct VhostDirectory {
     pub name: String,
-    exchanges: HashMap<ShortStr, Exchange>,
+    exchanges: Slab<Exchange>,
+    by_name: HashMap<ShortStr, ExchangeId>,
     queues: HashMap<ShortStr, QueueMeta>,
+    /// Bumped by each route through a chain; an exchange it reached carries it.
+    route_epoch: Cell<u64>,
 }
 
 /// Why a publish could not be routed at all.
@@ -85,27 +119,46 @@ pub enum RouteError {
 
 impl VhostDirectory {
     fn new(name: String) -> VhostDirectory {
-        let mut exchanges = HashMap::new();
+        let mut dir = VhostDirectory {
+            name,
+            exchanges: Slab::new(),
+            by_name: HashMap::new(),
+            queues: HashMap::new(),
+            route_epoch: Cell::new(0),
+        };
         for (name, kind) in PREDECLARED {
-            let def = ExchangeDef {
+            dir.declare_exchange(ExchangeDef {
                 name: ShortStr::from(name),
                 kind,
                 durable: true,
                 auto_delete: false,
                 internal: false,
                 arguments: FieldTable::default(),
-            };
-            exchanges.insert(def.name.clone(), Exchange::new(def));
+            });
         }
-        VhostDirectory {
-            name,
-            exchanges,
-            queues: HashMap::new(),
-        }
+        dir
     }
 
     pub fn exchange(&self, name: &ShortStr) -> Option<&Exchange> {
-        self.exchanges.get(name)
+        self.by_name
+            .get(name)
+            .and_then(|id| self.exchanges.get(*id))
+    }
+
+    /// An exchange's slot on this replica.
+    pub fn exchange_id(&self, name: &ShortStr) -> Option<ExchangeId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Whether `source` has exactly this binding to another exchange.
+    pub fn has_exchange_binding(&self, source: &ShortStr, binding: &ExchangeBinding) -> bool {
+        match (
+            self.exchange(source),
+            self.exchange_id(&binding.destination),
+        ) {
+            (Some(ex), Some(dest)) => ex.has_exchange_binding(dest, binding),
+            _ => false,
+        }
     }
 
     pub fn queue(&self, name: &ShortStr) -> Option<&QueueMeta> {
@@ -117,14 +170,14 @@ impl VhostDirectory {
     }
 
     pub fn exchanges(&self) -> impl Iterator<Item = &Exchange> {
-        self.exchanges.values()
+        self.exchanges.iter().map(|(_, ex)| ex)
     }
 
     /// The bindings whose destination is this queue (besides the implicit default one);
     /// O(exchanges + its bindings).
     pub fn bindings_to(&self, queue: QueueRef) -> Vec<(ShortStr, Binding)> {
         let mut out = Vec::new();
-        for ex in self.exchanges.values() {
+        for ex in self.exchanges() {
             for b in ex.bindings_of(queue) {
                 out.push((ex.def.name.clone(), b.clone()));
             }
@@ -132,8 +185,9 @@ impl VhostDirectory {
         out
     }
 
-    /// Routes a publish. The default exchange (empty name) routes to the queue named by
-    /// the routing key.
+    /// Routes a publish: appends each queue it reaches once. The default exchange (empty
+    /// name) routes to the queue named by the routing key; an exchange bound to other
+    /// exchanges passes the message on with the same routing key and headers (`chain`).
     pub fn route(
         &self,
         exchange: &ShortStr,
@@ -147,22 +201,75 @@ impl VhostDirectory {
             }
             return Ok(());
         }
-        let ex = self.exchanges.get(exchange).ok_or(RouteError::NoExchange)?;
-        ex.route(routing_key.as_bytes(), headers, out);
+        let id = self.exchange_id(exchange).ok_or(RouteError::NoExchange)?;
+        let ex = self.exchanges.get(id).ok_or(RouteError::NoExchange)?;
+        let start = out.len();
+        let mut headers = LazyHeaders::new(headers);
+        ex.route(routing_key.as_bytes(), &mut headers, out);
+        if ex.has_exchange_bindings() {
+            self.follow_chain(id, routing_key.as_bytes(), &mut headers, out, start);
+        }
         Ok(())
     }
 
-    /// Applies one change; returns exchanges that became auto-delete candidates.
+    fn declare_exchange(&mut self, def: ExchangeDef) {
+        if self.by_name.contains_key(&def.name) {
+            return;
+        }
+        let name = def.name.clone();
+        let id = self.exchanges.insert(Exchange::new(def));
+        self.by_name.insert(name, id);
+    }
+
+    /// Removes an exchange with every binding from it and to it.
+    fn delete_exchange(&mut self, name: &ShortStr) {
+        let Some(id) = self.by_name.remove(name) else {
+            return;
+        };
+        let Some(gone) = self.exchanges.try_remove(id) else {
+            return;
+        };
+        for (dest, n) in gone.exchange_destinations() {
+            if let Some(d) = self.exchanges.get_mut(dest) {
+                d.remove_source(id, n);
+            }
+        }
+        for (source, _) in gone.sources() {
+            if let Some(s) = self.exchanges.get_mut(source) {
+                s.unbind_exchange_all(id);
+            }
+        }
+    }
+
+    fn bind_exchange(&mut self, source: &ShortStr, binding: &ExchangeBinding, bind: bool) {
+        let (Some(src), Some(dest)) = (
+            self.exchange_id(source),
+            self.exchange_id(&binding.destination),
+        ) else {
+            return;
+        };
+        let Some(ex) = self.exchanges.get_mut(src) else {
+            return;
+        };
+        let changed = if bind {
+            ex.bind_exchange(dest, binding.clone())
+        } else {
+            ex.unbind_exchange(dest, binding)
+        };
+        if let (true, Some(d)) = (changed, self.exchanges.get_mut(dest)) {
+            if bind {
+                d.add_source(src, 1);
+            } else {
+                d.remove_source(src, 1);
+            }
+        }
+    }
+
+    /// Applies one change.
     fn apply(&mut self, change: &DirectoryChange) {
         match change {
-            DirectoryChange::DeclareExchange { def, .. } => {
-                self.exchanges
-                    .entry(def.name.clone())
-                    .or_insert_with(|| Exchange::new(def.clone()));
-            }
-            DirectoryChange::DeleteExchange { name, .. } => {
-                self.exchanges.remove(name);
-            }
+            DirectoryChange::DeclareExchange { def, .. } => self.declare_exchange(def.clone()),
+            DirectoryChange::DeleteExchange { name, .. } => self.delete_exchange(name),
             DirectoryChange::DeclareQueue { meta, .. } => {
                 self.queues
                     .entry(meta.name.clone())
@@ -172,25 +279,36 @@ impl VhostDirectory {
                 if self.queues.get(name).is_some_and(|m| m.queue == *queue) {
                     self.queues.remove(name);
                 }
-                for ex in self.exchanges.values_mut() {
+                for (_, ex) in self.exchanges.iter_mut() {
                     ex.unbind_queue(*queue);
                 }
             }
             DirectoryChange::Bind {
                 exchange, binding, ..
             } => {
-                if let Some(ex) = self.exchanges.get_mut(exchange) {
+                if let Some(ex) = self.exchange_mut(exchange) {
                     ex.bind(binding.clone());
                 }
             }
             DirectoryChange::Unbind {
                 exchange, binding, ..
             } => {
-                if let Some(ex) = self.exchanges.get_mut(exchange) {
+                if let Some(ex) = self.exchange_mut(exchange) {
                     ex.unbind(binding);
                 }
             }
+            DirectoryChange::BindExchange {
+                source, binding, ..
+            } => self.bind_exchange(source, binding, true),
+            DirectoryChange::UnbindExchange {
+                source, binding, ..
+            } => self.bind_exchange(source, binding, false),
         }
+    }
+
+    fn exchange_mut(&mut self, name: &ShortStr) -> Option<&mut Exchange> {
+        let id = *self.by_name.get(name)?;
+        self.exchanges.get_mut(id)
     }
 }
 
@@ -206,7 +324,10 @@ impl VhostDirectory {
         if super::worth_shrinking(self.queues.len(), self.queues.capacity()) {
             self.queues.shrink_to_fit();
         }
-        for ex in self.exchanges.values_mut() {
+        if super::worth_shrinking(self.by_name.len(), self.by_name.capacity()) {
+            self.by_name.shrink_to_fit();
+        }
+        for (_, ex) in self.exchanges.iter_mut() {
             ex.release_spare();
         }
     }
@@ -254,7 +375,9 @@ impl Directory {
             | DirectoryChange::DeclareQueue { vhost, .. }
             | DirectoryChange::DeleteQueue { vhost, .. }
             | DirectoryChange::Bind { vhost, .. }
-            | DirectoryChange::Unbind { vhost, .. } => *vhost,
+            | DirectoryChange::Unbind { vhost, .. }
+            | DirectoryChange::BindExchange { vhost, .. }
+            | DirectoryChange::UnbindExchange { vhost, .. } => *vhost,
         };
         if let Some(v) = self.vhosts.get_mut(vhost) {
             v.apply(change);

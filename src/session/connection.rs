@@ -181,6 +181,7 @@ pub fn server_properties() -> FieldTable {
         "connection.blocked",
         "per_consumer_qos",
         "authentication_failure_close",
+        "exchange_exchange_bindings",
     ] {
         caps.insert(cap, FieldValue::Bool(true));
     }

@@ -17,9 +17,9 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use crate::model::exchange::headers::HeadersRule;
-use crate::model::exchange::{Binding, ExchangeKind};
+use crate::model::exchange::{Binding, ExchangeBinding, ExchangeKind};
 use crate::model::ids::{ConnOwner, QueueId, QueueRef, ShardId};
-use crate::model::routing::{DirectoryChange, QueueMeta, VhostDirectory, VhostIdx};
+use crate::model::routing::{DirectoryChange, QueueMeta, Removal, VhostDirectory, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::policy::args::ArgError;
 use crate::policy::{capacity, max_length, queue_args, slow_consumer};
@@ -289,6 +289,8 @@ fn plan(
             let Some(ex) = dir.exchange(&name) else {
                 return Ok((Vec::new(), ControlOk::ExchangeDeleted));
             };
+            // Bindings where it is the source, to queues or exchanges, make it used
+            // (RabbitMQ's has_for_source); bindings to it do not, and go with it.
             if if_unused && ex.binding_count() > 0 {
                 return Err(ChannelError::InUse {
                     kind: ObjectKind::Exchange,
@@ -301,10 +303,10 @@ fn plan(
                 exchange: name.to_string(),
             }
             .emit();
-            Ok((
-                vec![DirectoryChange::DeleteExchange { vhost, name }],
-                ControlOk::ExchangeDeleted,
-            ))
+            let cascade = dir.auto_deleted(Removal::Exchange(&name));
+            let mut changes = vec![DirectoryChange::DeleteExchange { vhost, name }];
+            changes.extend(auto_deletions(vhost, cascade));
+            Ok((changes, ControlOk::ExchangeDeleted))
         }
         ControlRequest::DeclareQueue {
             vhost,
@@ -439,30 +441,108 @@ fn plan(
             if !ex.has_binding(&binding) {
                 return Ok((Vec::new(), ControlOk::Bound));
             }
-            let mut changes = Vec::new();
-            if ex.def.auto_delete && ex.binding_count() == 1 {
-                changes.push(DirectoryChange::Unbind {
-                    vhost,
-                    exchange: exchange.clone(),
-                    binding,
-                });
-                changes.push(DirectoryChange::DeleteExchange {
-                    vhost,
-                    name: exchange,
-                });
-            } else {
-                changes.push(DirectoryChange::Unbind {
-                    vhost,
-                    exchange,
-                    binding,
-                });
-            }
+            let cascade = dir.auto_deleted(Removal::QueueBinding { source: &exchange });
+            let mut changes = vec![DirectoryChange::Unbind {
+                vhost,
+                exchange,
+                binding,
+            }];
+            changes.extend(auto_deletions(vhost, cascade));
             Ok((changes, ControlOk::Bound))
+        }
+        ControlRequest::BindExchange {
+            vhost,
+            source,
+            destination,
+            routing_key,
+            arguments,
+            unbind,
+        } => {
+            let dir = vhost_dir(st, vhost)?;
+            plan_exchange_binding(
+                dir,
+                vhost,
+                source,
+                destination,
+                routing_key,
+                arguments,
+                unbind,
+            )
         }
         ControlRequest::DeleteQueue { .. } => Err(ChannelError::Internal(
             "queue deletion is planned by delete_queue".into(),
         )),
     }
+}
+
+/// `exchange.bind` / `exchange.unbind` (RabbitMQ's `binding_action_with_checks`): the
+/// default exchange may be neither end (403); a bind needs both exchanges (404 naming
+/// the source first); an unbind of a missing exchange or binding is ok. Unbinding the
+/// last binding of an auto-delete source deletes it.
+fn plan_exchange_binding(
+    dir: &VhostDirectory,
+    vhost: VhostIdx,
+    source: ShortStr,
+    destination: ShortStr,
+    routing_key: ShortStr,
+    arguments: FieldTable,
+    unbind: bool,
+) -> Result<(Vec<DirectoryChange>, ControlOk), ChannelError> {
+    if destination.is_empty() || source.is_empty() {
+        return Err(ChannelError::DefaultExchange);
+    }
+    let binding = ExchangeBinding {
+        destination,
+        routing_key,
+        arguments,
+    };
+    if unbind {
+        if !dir.has_exchange_binding(&source, &binding) {
+            return Ok((Vec::new(), ControlOk::Bound));
+        }
+        let cascade = dir.auto_deleted(Removal::ExchangeBinding {
+            source: &source,
+            binding: &binding,
+        });
+        let mut changes = vec![DirectoryChange::UnbindExchange {
+            vhost,
+            source,
+            binding,
+        }];
+        changes.extend(auto_deletions(vhost, cascade));
+        return Ok((changes, ControlOk::Bound));
+    }
+    let src = dir
+        .exchange(&source)
+        .ok_or_else(|| not_found(ObjectKind::Exchange, &source, &dir.name))?;
+    if dir.exchange(&binding.destination).is_none() {
+        return Err(not_found(
+            ObjectKind::Exchange,
+            &binding.destination,
+            &dir.name,
+        ));
+    }
+    if src.def.kind == ExchangeKind::Headers && !HeadersRule::valid_mode(&binding.arguments) {
+        return Err(ChannelError::InvalidArgument {
+            argument: "x-match".into(),
+            reason: "expected all, any, all-with-x or any-with-x".into(),
+        });
+    }
+    Ok((
+        vec![DirectoryChange::BindExchange {
+            vhost,
+            source,
+            binding,
+        }],
+        ControlOk::Bound,
+    ))
+}
+
+/// The deletions of auto-delete exchanges a removal left without bindings.
+fn auto_deletions(vhost: VhostIdx, names: Vec<ShortStr>) -> impl Iterator<Item = DirectoryChange> {
+    names
+        .into_iter()
+        .map(move |name| DirectoryChange::DeleteExchange { vhost, name })
 }
 
 fn key_static(key: &str) -> &'static str {
@@ -525,15 +605,10 @@ async fn delete_queue(
             queue: meta.queue,
             name: name.clone(),
         }];
-        for ex in dir.exchanges() {
-            let bound = ex.bindings_of(meta.queue).len();
-            if ex.def.auto_delete && bound > 0 && bound == ex.binding_count() {
-                changes.push(DirectoryChange::DeleteExchange {
-                    vhost,
-                    name: ex.def.name.clone(),
-                });
-            }
-        }
+        changes.extend(auto_deletions(
+            vhost,
+            dir.auto_deleted(Removal::Queue(meta.queue)),
+        ));
         changes
     };
     broadcast(shard, changes).await;

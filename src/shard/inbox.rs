@@ -235,6 +235,15 @@ pub enum ControlRequest {
         requester: ConnOwner,
         unbind: bool,
     },
+    /// `exchange.bind` / `exchange.unbind`: a binding from `source` to `destination`.
+    BindExchange {
+        vhost: VhostIdx,
+        source: ShortStr,
+        destination: ShortStr,
+        routing_key: ShortStr,
+        arguments: FieldTable,
+        unbind: bool,
+    },
 }
 
 #[derive(Debug)]

@@ -1,7 +1,10 @@
 //! Owns: the headers-exchange match rule — `x-match` = `all`/`any` (and the `-with-x`
 //! variants) over the binding's arguments against a message's `headers` table.
 //!
-//! Does not: decode properties (the caller passes the message's headers table).
+//! Also [`LazyHeaders`]: a message's headers table, decoded only when a headers exchange
+//! on the route needs it, and at most once however many do.
+//!
+//! Does not: decode properties (the caller's closure does).
 
 use crate::protocol::{FieldTable, FieldValue};
 
@@ -64,6 +67,30 @@ impl HeadersRule {
         } else {
             self.pairs.iter().any(test)
         }
+    }
+}
+
+/// A message's headers, worked out on first use by the caller's closure and kept for the
+/// other headers exchanges of the same route.
+pub struct LazyHeaders<F> {
+    make: Option<F>,
+    value: Option<FieldTable>,
+}
+
+impl<F: FnOnce() -> Option<FieldTable>> LazyHeaders<F> {
+    pub fn new(make: F) -> Self {
+        LazyHeaders {
+            make: Some(make),
+            value: None,
+        }
+    }
+
+    /// The headers table, if the message has one.
+    pub fn get(&mut self) -> Option<&FieldTable> {
+        if let Some(make) = self.make.take() {
+            self.value = make();
+        }
+        self.value.as_ref()
     }
 }
 

@@ -1,30 +1,32 @@
-//! Owns: an exchange's definition, its bindings, and the per-type match structures that
-//! turn a routing key (and, for headers exchanges, the message headers) into queues.
+//! Owns: an exchange's definition, its bindings — to queues, and to other exchanges
+//! (RabbitMQ's exchange-to-exchange bindings, where this exchange is the source) — the
+//! per-type match structures over them (`routes`), and which exchanges are bound to it.
 //!
-//! Does not: know queues' contents, sockets or shards beyond the `QueueRef` it returns.
+//! Does not: know queues' contents, sockets or shards beyond the `QueueRef` it returns,
+//! or follow a chain of exchanges (`model::routing` does, on the whole virtual host).
 //!
 //! # Invariants
-//! - `bindings` holds every binding exactly once (unique on queue, key, arguments),
-//!   grouped by destination queue; `binding_count` is their number.
-//! - The matcher holds the same set of (key, queue) pairs as `bindings`, de-duplicated.
+//! - `exchanges` is `None` while the exchange has no binding to another exchange, so a
+//!   publish through an exchange without such bindings costs one branch more.
+//! - `sources` counts, per source exchange, the bindings from it to this one; the
+//!   directory keeps it equal to the sum over every exchange's `exchanges` routes.
 //!
 //! # Costs
-//! Checking, adding or removing one binding, and removing every binding of one queue,
-//! cost O(bindings of that queue) (usually one), never O(bindings of the exchange) —
-//! except for headers exchanges, whose routing is a scan of their rules anyway.
+//! See `routes`: one binding costs O(bindings of its destination).
 
 pub mod headers;
+pub mod routes;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
-use bytes::Bytes;
 use smallvec::SmallVec;
 
 use crate::model::ids::QueueRef;
-use crate::model::topic_trie::TopicTrie;
 use crate::protocol::{FieldTable, ShortStr};
 
-use headers::HeadersRule;
+use headers::LazyHeaders;
+use routes::{BindingKey, Routes};
 
 /// Queues one publish routes to, inline up to a 16-way fan-out.
 pub type Targets = SmallVec<[QueueRef; 16]>;
@@ -79,211 +81,204 @@ pub struct Binding {
     pub arguments: FieldTable,
 }
 
-enum Matcher {
-    Direct(HashMap<Bytes, SmallVec<[QueueRef; 2]>>),
-    /// Bound queues, and where each is in the list (so removal is a swap-remove).
-    Fanout(Vec<QueueRef>, HashMap<QueueRef, usize>),
-    Topic(TopicTrie<QueueRef>),
-    Headers(Vec<(HeadersRule, QueueRef)>),
+/// One binding from an exchange (the source, which holds it) to another exchange.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExchangeBinding {
+    pub destination: ShortStr,
+    pub routing_key: ShortStr,
+    pub arguments: FieldTable,
 }
+
+impl BindingKey for Binding {
+    fn routing_key(&self) -> &ShortStr {
+        &self.routing_key
+    }
+    fn arguments(&self) -> &FieldTable {
+        &self.arguments
+    }
+}
+
+impl BindingKey for ExchangeBinding {
+    fn routing_key(&self) -> &ShortStr {
+        &self.routing_key
+    }
+    fn arguments(&self) -> &FieldTable {
+        &self.arguments
+    }
+}
+
+/// An exchange's slot in its virtual host's directory. Meaningful only on the replica
+/// that assigned it (changes name exchanges, never slots); a slot is reused only after
+/// every binding to or from its exchange went with it.
+pub type ExchangeId = usize;
+
+/// Exchanges one exchange forwards a publish to, inline up to eight.
+pub type ExchangeTargets = SmallVec<[ExchangeId; 8]>;
 
 /// An exchange in one shard's routing replica.
 pub struct Exchange {
     pub def: ExchangeDef,
-    bindings: HashMap<QueueRef, SmallVec<[Binding; 1]>>,
-    binding_count: usize,
-    matcher: Matcher,
+    queues: Routes<QueueRef, Binding>,
+    exchanges: Option<Box<Routes<ExchangeId, ExchangeBinding>>>,
+    /// Per source exchange, how many of its bindings lead here.
+    sources: HashMap<ExchangeId, usize>,
+    /// The route (of the directory's `route_epoch`) that last reached this exchange:
+    /// a publish visits each exchange at most once.
+    pub(crate) visited: Cell<u64>,
 }
 
 impl Exchange {
     pub fn new(def: ExchangeDef) -> Exchange {
-        let matcher = match def.kind {
-            ExchangeKind::Direct => Matcher::Direct(HashMap::new()),
-            ExchangeKind::Fanout => Matcher::Fanout(Vec::new(), HashMap::new()),
-            ExchangeKind::Topic => Matcher::Topic(TopicTrie::new()),
-            ExchangeKind::Headers => Matcher::Headers(Vec::new()),
-        };
+        let queues = Routes::new(def.kind);
         Exchange {
             def,
-            bindings: HashMap::new(),
-            binding_count: 0,
-            matcher,
+            queues,
+            exchanges: None,
+            sources: HashMap::new(),
+            visited: Cell::new(0),
         }
     }
 
     /// Gives back the room of maps that are mostly empty (after many unbinds).
     pub fn release_spare(&mut self) {
-        if super::worth_shrinking(self.bindings.len(), self.bindings.capacity()) {
-            self.bindings.shrink_to_fit();
+        self.queues.release_spare();
+        if let Some(ex) = self.exchanges.as_mut() {
+            ex.release_spare();
         }
-        match &mut self.matcher {
-            Matcher::Direct(map) => {
-                if super::worth_shrinking(map.len(), map.capacity()) {
-                    map.shrink_to_fit();
-                }
-            }
-            Matcher::Fanout(list, at) => {
-                if super::worth_shrinking(list.len(), list.capacity()) {
-                    list.shrink_to_fit();
-                    at.shrink_to_fit();
-                }
-            }
-            Matcher::Topic(trie) => trie.release_spare(),
-            Matcher::Headers(rules) => {
-                if super::worth_shrinking(rules.len(), rules.capacity()) {
-                    rules.shrink_to_fit();
-                }
-            }
+        if super::worth_shrinking(self.sources.len(), self.sources.capacity()) {
+            self.sources.shrink_to_fit();
         }
     }
 
-    /// Every binding, in no particular order.
+    /// Every binding to a queue, in no particular order.
     pub fn bindings(&self) -> impl Iterator<Item = &Binding> {
-        self.bindings.values().flatten()
+        self.queues.iter().map(|(_, b)| b)
     }
 
-    /// How many bindings this exchange has.
+    /// How many bindings this exchange has as a source: to queues and to exchanges
+    /// (what `if-unused` and auto-delete look at, as RabbitMQ's `has_for_source`).
     pub fn binding_count(&self) -> usize {
-        self.binding_count
+        self.queues.len() + self.exchanges.as_ref().map_or(0, |e| e.len())
     }
 
     /// The bindings from this exchange to one queue.
     pub fn bindings_of(&self, queue: QueueRef) -> &[Binding] {
-        self.bindings.get(&queue).map_or(&[], |b| b.as_slice())
+        self.queues.of(queue)
     }
 
     pub fn has_binding(&self, binding: &Binding) -> bool {
-        self.bindings_of(binding.queue).contains(binding)
+        self.queues.contains(binding.queue, binding)
     }
 
-    /// Adds a binding; a duplicate is a no-op. Returns whether it was new.
+    /// Adds a binding to a queue; a duplicate is a no-op. Returns whether it was new.
     pub fn bind(&mut self, binding: Binding) -> bool {
-        if self.has_binding(&binding) {
-            return false;
-        }
-        let (queue, key) = (binding.queue, binding.routing_key.clone());
-        match &mut self.matcher {
-            Matcher::Direct(map) => {
-                let entry = map.entry(key.into_bytes()).or_default();
-                if !entry.contains(&queue) {
-                    entry.push(queue);
-                }
-            }
-            Matcher::Fanout(list, at) => {
-                at.entry(queue).or_insert_with(|| {
-                    list.push(queue);
-                    list.len() - 1
-                });
-            }
-            Matcher::Topic(trie) => {
-                trie.insert(key.as_bytes(), queue);
-            }
-            Matcher::Headers(rules) => {
-                rules.push((HeadersRule::compile(&binding.arguments), queue));
-            }
-        }
-        self.bindings.entry(queue).or_default().push(binding);
-        self.binding_count += 1;
-        true
+        self.queues.bind(binding.queue, binding)
     }
 
-    /// Removes a binding. Returns whether it existed.
+    /// Removes a binding to a queue. Returns whether it existed.
     pub fn unbind(&mut self, binding: &Binding) -> bool {
-        let Some(of_queue) = self.bindings.get_mut(&binding.queue) else {
-            return false;
-        };
-        let Some(pos) = of_queue.iter().position(|b| b == binding) else {
-            return false;
-        };
-        of_queue.remove(pos);
-        if of_queue.is_empty() {
-            self.bindings.remove(&binding.queue);
-        }
-        self.binding_count -= 1;
-        self.forget_in_matcher(binding);
-        true
+        self.queues.unbind(binding.queue, binding)
     }
 
     /// Removes every binding to one queue. Returns how many were removed.
     pub fn unbind_queue(&mut self, queue: QueueRef) -> usize {
-        let Some(gone) = self.bindings.remove(&queue) else {
+        self.queues.unbind_all(queue)
+    }
+
+    /// Whether this exchange forwards to other exchanges.
+    pub fn has_exchange_bindings(&self) -> bool {
+        self.exchanges.is_some()
+    }
+
+    /// Every binding to another exchange, with the destination's slot.
+    pub fn exchange_bindings(&self) -> impl Iterator<Item = (ExchangeId, &ExchangeBinding)> {
+        self.exchanges.iter().flat_map(|e| e.iter())
+    }
+
+    /// Each destination exchange once, with its number of bindings from here.
+    pub fn exchange_destinations(&self) -> impl Iterator<Item = (ExchangeId, usize)> + '_ {
+        self.exchanges.iter().flat_map(|e| e.destinations())
+    }
+
+    pub fn has_exchange_binding(&self, dest: ExchangeId, binding: &ExchangeBinding) -> bool {
+        self.exchanges
+            .as_ref()
+            .is_some_and(|e| e.contains(dest, binding))
+    }
+
+    /// Adds a binding to the exchange in slot `dest`. Returns whether it was new (the
+    /// caller then counts this exchange among `dest`'s sources).
+    pub fn bind_exchange(&mut self, dest: ExchangeId, binding: ExchangeBinding) -> bool {
+        let kind = self.def.kind;
+        self.exchanges
+            .get_or_insert_with(|| Box::new(Routes::new(kind)))
+            .bind(dest, binding)
+    }
+
+    /// Removes a binding to another exchange. Returns whether it existed.
+    pub fn unbind_exchange(&mut self, dest: ExchangeId, binding: &ExchangeBinding) -> bool {
+        let Some(routes) = self.exchanges.as_mut() else {
+            return false;
+        };
+        let removed = routes.unbind(dest, binding);
+        if routes.is_empty() {
+            self.exchanges = None;
+        }
+        removed
+    }
+
+    /// Removes every binding to the exchange in slot `dest`. Returns how many went.
+    pub fn unbind_exchange_all(&mut self, dest: ExchangeId) -> usize {
+        let Some(routes) = self.exchanges.as_mut() else {
             return 0;
         };
-        self.binding_count -= gone.len();
-        for binding in &gone {
-            self.forget_in_matcher(binding);
+        let removed = routes.unbind_all(dest);
+        if routes.is_empty() {
+            self.exchanges = None;
         }
-        gone.len()
+        removed
     }
 
-    /// Drops a (key, queue) pair from the matcher unless another binding still needs it.
-    fn forget_in_matcher(&mut self, binding: &Binding) {
-        let queue = binding.queue;
-        let remaining = self.bindings.get(&queue).map_or(&[][..], |b| b.as_slice());
-        let same_key = |b: &Binding| b.routing_key == binding.routing_key;
-        match &mut self.matcher {
-            Matcher::Direct(map) => {
-                if remaining.iter().any(same_key) {
-                    return;
-                }
-                if let Some(list) = map.get_mut(binding.routing_key.as_bytes()) {
-                    list.retain(|q| *q != queue);
-                    if list.is_empty() {
-                        map.remove(binding.routing_key.as_bytes());
-                    }
-                }
-            }
-            Matcher::Fanout(list, at) => {
-                if remaining.is_empty() {
-                    if let Some(pos) = at.remove(&queue) {
-                        list.swap_remove(pos);
-                        if let Some(moved) = list.get(pos) {
-                            at.insert(*moved, pos);
-                        }
-                    }
-                }
-            }
-            Matcher::Topic(trie) => {
-                if !remaining.iter().any(same_key) {
-                    trie.remove(binding.routing_key.as_bytes(), queue);
-                }
-            }
-            Matcher::Headers(rules) => {
-                let rule = HeadersRule::compile(&binding.arguments);
-                if let Some(pos) = rules.iter().position(|(r, q)| *q == queue && *r == rule) {
-                    rules.remove(pos);
-                }
+    /// Each source exchange bound to this one, with its number of bindings here.
+    pub fn sources(&self) -> impl Iterator<Item = (ExchangeId, usize)> + '_ {
+        self.sources.iter().map(|(id, n)| (*id, *n))
+    }
+
+    /// `n` more bindings from `source` lead here.
+    pub fn add_source(&mut self, source: ExchangeId, n: usize) {
+        *self.sources.entry(source).or_insert(0) += n;
+    }
+
+    /// `n` fewer bindings from `source` lead here.
+    pub fn remove_source(&mut self, source: ExchangeId, n: usize) {
+        if let Some(count) = self.sources.get_mut(&source) {
+            *count = count.saturating_sub(n);
+            if *count == 0 {
+                self.sources.remove(&source);
             }
         }
     }
 
-    /// Appends the queues a message routes to, each at most once. `headers` is needed
-    /// only by headers exchanges and is computed lazily by the caller's closure.
-    pub fn route(
+    /// Appends the queues a message routes to through this exchange's own bindings, each
+    /// at most once. `headers` is worked out only if a headers exchange needs it.
+    pub fn route<F: FnOnce() -> Option<FieldTable>>(
         &self,
         routing_key: &[u8],
-        headers: impl FnOnce() -> Option<FieldTable>,
+        headers: &mut LazyHeaders<F>,
         out: &mut Targets,
     ) {
-        match &self.matcher {
-            Matcher::Direct(map) => {
-                if let Some(list) = map.get(routing_key) {
-                    out.extend_from_slice(list);
-                }
-            }
-            Matcher::Fanout(list, _) => out.extend_from_slice(list),
-            Matcher::Topic(trie) => trie.match_into(routing_key, out),
-            Matcher::Headers(rules) => {
-                if rules.is_empty() {
-                    return;
-                }
-                let headers = headers();
-                for (rule, queue) in rules {
-                    if rule.matches(headers.as_ref()) && !out.contains(queue) {
-                        out.push(*queue);
-                    }
-                }
-            }
+        self.queues.route(routing_key, headers, out);
+    }
+
+    /// Appends the exchanges a message goes on to, each at most once.
+    pub fn route_exchanges<F: FnOnce() -> Option<FieldTable>>(
+        &self,
+        routing_key: &[u8],
+        headers: &mut LazyHeaders<F>,
+        out: &mut ExchangeTargets,
+    ) {
+        if let Some(routes) = &self.exchanges {
+            routes.route(routing_key, headers, out);
         }
     }
 }

@@ -457,8 +457,9 @@ impl<T: Copy + Eq + Hash, O: MatchOut<T>> Walk<'_, '_, '_, T, O> {
     }
 }
 
-/// Removes duplicates from `out[start..]`, keeping first occurrences.
-fn dedup_tail<T: Copy + Eq + Hash, O: MatchOut<T>>(out: &mut O, start: usize) {
+/// Removes duplicates from `out[start..]`, keeping first occurrences: O(n²) for up to
+/// 32 elements (no hashing), expected O(n) above.
+pub fn dedup_tail<T: Copy + Eq + Hash, O: MatchOut<T>>(out: &mut O, start: usize) {
     let n = out.len() - start;
     let mut write = start;
     if n <= SMALL_DEDUP {

@@ -571,11 +571,34 @@ impl State {
                 }
                 Ok(Flow::Continue)
             }
-            Method::ExchangeBind(_) | Method::ExchangeUnbind(_) => {
-                Err(MethodError::Connection(ConnectionError::NotImplemented(
-                    "exchange-to-exchange bindings are not supported".into(),
-                )))
-            }
+            Method::ExchangeBind(bind) => pending(PendingOp::Control {
+                req: ControlRequest::BindExchange {
+                    vhost,
+                    source: bind.source,
+                    destination: bind.destination,
+                    routing_key: bind.routing_key,
+                    arguments: bind.arguments,
+                    unbind: false,
+                },
+                then: Then::ExchangeBindOk {
+                    nowait: bind.nowait,
+                    unbind: false,
+                },
+            }),
+            Method::ExchangeUnbind(unbind) => pending(PendingOp::Control {
+                req: ControlRequest::BindExchange {
+                    vhost,
+                    source: unbind.source,
+                    destination: unbind.destination,
+                    routing_key: unbind.routing_key,
+                    arguments: unbind.arguments,
+                    unbind: true,
+                },
+                then: Then::ExchangeBindOk {
+                    nowait: unbind.nowait,
+                    unbind: true,
+                },
+            }),
             // Methods only a server sends, and connection methods on a channel.
             Method::ConnectionStart(_)
             | Method::ConnectionStartOk(_)

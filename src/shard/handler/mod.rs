@@ -18,7 +18,7 @@ use crate::ops::event::OpsEvent;
 use crate::protocol::frame::{Frame, FrameKind, PROTOCOL_HEADER};
 use crate::protocol::method::{
     ChannelClose, ChannelCloseOk, ChannelOpenOk, ConnectionClose, ConnectionCloseOk,
-    ConnectionOpenOk, ConnectionStart, ConnectionTune,
+    ConnectionOpenOk, ConnectionStart, ConnectionTune, ConnectionUpdateSecretOk,
 };
 use crate::protocol::{LongStr, Method, ShortStr};
 use crate::session::channel::{Channel, ChannelPhase};
@@ -153,9 +153,7 @@ impl State {
                 );
                 let user = creds.and_then(|creds| {
                     config
-                        .users
-                        .iter()
-                        .find(|u| u.name == creds.user && u.password == creds.password)
+                        .authenticate(&creds.user, creds.password.as_bytes())
                         .cloned()
                 });
                 let Some(user) = user else {
@@ -305,6 +303,41 @@ impl State {
         let method = Method::decode(frame.payload)
             .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
         match method {
+            // RabbitMQ 3.8+ (OAuth token refresh): the new secret must be valid for the
+            // connection's user, checked as a PLAIN login is; otherwise 530, as
+            // rabbit_reader answers a refusal.
+            Method::ConnectionUpdateSecret(update) => {
+                let Some(c) = self.conn_mut(conn) else {
+                    return Ok(Flow::Stop);
+                };
+                let secret = update.new_secret.into_bytes();
+                if shard.config.authenticate(&c.user, &secret).is_none() {
+                    tracing::warn!(
+                        "{}: secret update refused for user '{}'",
+                        c.log_subject(),
+                        c.user
+                    );
+                    return Err((
+                        ConnectionError::SecretRefused {
+                            user: c.user.clone(),
+                        },
+                        10,
+                        70,
+                    ));
+                }
+                tracing::info!(
+                    "{}: user '{}' updated secret, reason: {}",
+                    c.log_subject(),
+                    c.user,
+                    update.reason
+                );
+                c.out.method(
+                    0,
+                    &Method::ConnectionUpdateSecretOk(ConnectionUpdateSecretOk {}),
+                );
+                self.mark_writer(conn);
+                Ok(Flow::Continue)
+            }
             Method::ConnectionClose(_) => {
                 self.answer_close(shard, conn);
                 Ok(Flow::Stop)

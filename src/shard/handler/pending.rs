@@ -10,8 +10,9 @@ use std::rc::Rc;
 
 use crate::model::ids::{ConnId, QueueRef};
 use crate::protocol::method::{
-    BasicCancel, BasicCancelOk, BasicConsumeOk, BasicGetEmpty, BasicGetOk, ExchangeDeclareOk,
-    ExchangeDeleteOk, QueueBindOk, QueueDeclareOk, QueueDeleteOk, QueuePurgeOk, QueueUnbindOk,
+    BasicCancel, BasicCancelOk, BasicConsumeOk, BasicGetEmpty, BasicGetOk, ExchangeBindOk,
+    ExchangeDeclareOk, ExchangeDeleteOk, ExchangeUnbindOk, QueueBindOk, QueueDeclareOk,
+    QueueDeleteOk, QueuePurgeOk, QueueUnbindOk,
 };
 use crate::protocol::{Method, ShortStr};
 use crate::queue::{ConsumeRefused, QueueStats};
@@ -48,6 +49,11 @@ pub enum Then {
         nowait: bool,
     },
     BindOk {
+        nowait: bool,
+        unbind: bool,
+    },
+    /// `exchange.bind-ok` or `exchange.unbind-ok` (both methods have `nowait`).
+    ExchangeBindOk {
         nowait: bool,
         unbind: bool,
     },
@@ -456,6 +462,13 @@ impl State {
                     (!nowait).then_some(Method::QueueBindOk(QueueBindOk {}))
                 }
             }
+            (_, Then::ExchangeBindOk { nowait, unbind }) => (!nowait).then(|| {
+                if unbind {
+                    Method::ExchangeUnbindOk(ExchangeUnbindOk {})
+                } else {
+                    Method::ExchangeBindOk(ExchangeBindOk {})
+                }
+            }),
         }
     }
 
@@ -500,5 +513,7 @@ fn then_ids(then: &Then) -> (u16, u16) {
         Then::QueueDeleteOk { .. } => (50, 40),
         Then::BindOk { unbind: false, .. } => (50, 20),
         Then::BindOk { unbind: true, .. } => (50, 50),
+        Then::ExchangeBindOk { unbind: false, .. } => (40, 30),
+        Then::ExchangeBindOk { unbind: true, .. } => (40, 40),
     }
 }

@@ -111,8 +111,8 @@ impl State {
                 })
             })?;
         }
-        // Every exchange type yields each queue at most once (see `model::exchange`), so
-        // there is nothing to de-duplicate here.
+        // The directory yields each queue at most once, through chains of exchanges too
+        // (see `model::routing`), so there is nothing to de-duplicate here.
         if targets.is_empty() && publish.mandatory {
             if let Some(c) = self.conn_mut(conn) {
                 c.out.method_with_content(

@@ -1,0 +1,109 @@
+//! connection.update-secret (issue 12, item 8; RabbitMQ 3.8+, what OAuth clients send to
+//! refresh a token), on raw frames against a child sluice with one and two shards:
+//!
+//! - the connection's own user's valid secret is answered with update-secret-ok, and the
+//!   connection, its channels and their consumers go on;
+//! - any other secret (another user's password included) closes the connection with
+//!   530 `NOT_ALLOWED - New secret was refused by one of the backends`, naming
+//!   update-secret (10, 70), as `rabbit_reader` does when a backend refuses it; other
+//!   connections go on.
+//!
+//! Each failed before the feature: update-secret was 503 COMMAND_INVALID on any
+//! connection.
+
+#[macro_use]
+mod common;
+
+use common::raw::Ending;
+use common::wire::{Enc, Props};
+use common::{Broker, RawConn};
+
+const UPDATE_SECRET: (u16, u16) = (10, 70);
+const UPDATE_SECRET_OK: (u16, u16) = (10, 71);
+const REFUSED: &str = "NOT_ALLOWED - New secret was refused by one of the backends";
+
+/// Two users; guest may only connect from loopback (the tests do).
+const USERS: &str = "[auth]\nusers = [{ name = \"guest\", password = \"guest\" }, \
+                     { name = \"alice\", password = \"s3cret\" }]\n";
+
+shard_tests!(
+    valid_secret_is_accepted_and_the_connection_goes_on,
+    wrong_secret_closes_with_530,
+);
+
+fn send_update_secret(c: &mut RawConn, secret: &[u8], reason: &str) {
+    let args = Enc::new().longstr(secret).shortstr(reason).done();
+    c.send_method(0, UPDATE_SECRET, &args)
+        .expect("send connection.update-secret");
+}
+
+/// A full handshake as `user`/`password`.
+fn login(broker: &Broker, user: &str, password: &str) -> RawConn {
+    let mut c = RawConn::connect(&broker.addr());
+    c.send_protocol_header();
+    c.read_start();
+    c.send_start_ok("PLAIN", format!("\0{user}\0{password}").as_bytes());
+    let tune = c.read_tune();
+    c.send_tune_ok(common::raw::Tune {
+        heartbeat: 0,
+        ..tune
+    });
+    c.send_open("/");
+    c.read_open_ok();
+    c
+}
+
+fn expect_refused(c: &mut RawConn) {
+    match c.read_until_closed(common::raw::READ_TIMEOUT) {
+        Some(Ending::Close {
+            code,
+            text,
+            class_id,
+            method_id,
+        }) => assert_eq!(
+            (code, text.as_str(), (class_id, method_id)),
+            (530, REFUSED, UPDATE_SECRET)
+        ),
+        other => panic!("expected connection.close 530, got {other:?}"),
+    }
+    assert!(
+        c.wait_eof(common::raw::READ_TIMEOUT),
+        "socket still open after close/close-ok"
+    );
+}
+
+async fn valid_secret_is_accepted_and_the_connection_goes_on(shards: usize) {
+    let broker = Broker::start_with_config(shards, USERS);
+    let mut c = login(&broker, "alice", "s3cret");
+    c.channel_open(1);
+    let q = c.queue_declare(1, "", false, true, false);
+    c.basic_consume(1, &q, true);
+    send_update_secret(&mut c, b"s3cret", "token refresh");
+    c.expect_method(0, UPDATE_SECRET_OK);
+    // Twice, and the channel and its consumer are unharmed.
+    send_update_secret(&mut c, b"s3cret", "");
+    c.expect_method(0, UPDATE_SECRET_OK);
+    c.publish(1, "", &q, &Props::default(), b"after")
+        .expect("publish");
+    assert_eq!(c.read_delivery(1).body, b"after");
+    c.channel_open(2);
+}
+
+async fn wrong_secret_closes_with_530(shards: usize) {
+    let broker = Broker::start_with_config(shards, USERS);
+    for secret in [&b"wrong"[..], b"", b"guest", b"s3cret\0"] {
+        let mut c = login(&broker, "alice", "s3cret");
+        c.channel_open(1);
+        send_update_secret(&mut c, secret, "token refresh");
+        expect_refused(&mut c);
+    }
+    // guest's own password is fine for guest.
+    let mut c = login(&broker, "guest", "guest");
+    send_update_secret(&mut c, b"guest", "");
+    c.expect_method(0, UPDATE_SECRET_OK);
+    send_update_secret(&mut c, b"s3cret", "");
+    expect_refused(&mut c);
+    // Other connections are unharmed.
+    let mut other = broker.raw();
+    other.channel_open(1);
+}
