@@ -19,6 +19,7 @@
 
 pub mod consumers;
 pub mod entry;
+pub mod features;
 pub mod limits;
 
 use std::collections::{BTreeMap, VecDeque};

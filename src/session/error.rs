@@ -7,6 +7,7 @@
 use std::fmt;
 
 use crate::protocol::ReplyCode;
+use crate::queue::features::ArgRefused;
 
 /// Which kind of object an error is about, for texts like "no queue 'x' in vhost '/'".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +73,13 @@ pub enum ChannelError {
         argument: String,
         reason: String,
     },
+    /// An argument refused as RabbitMQ refuses it, with its text:
+    /// `invalid arg 'x-max-priority' for queue 'q' in vhost '/': {max_value_exceeded,256}`.
+    QueueArgument {
+        refused: ArgRefused,
+        queue: String,
+        vhost: String,
+    },
     UnknownExchangeType(String),
     MessageTooLarge {
         size: u64,
@@ -104,6 +112,7 @@ impl ChannelError {
             | ChannelError::NotEmpty { .. }
             | ChannelError::UnknownDeliveryTag(_)
             | ChannelError::InvalidArgument { .. }
+            | ChannelError::QueueArgument { .. }
             | ChannelError::MessageTooLarge { .. }
             | ChannelError::TxNotSelected
             | ChannelError::TxTooLarge { .. }
@@ -191,6 +200,15 @@ impl fmt::Display for ChannelError {
             ChannelError::InvalidArgument { argument, reason } => {
                 write!(f, "invalid arg '{argument}': {reason}")
             }
+            ChannelError::QueueArgument {
+                refused,
+                queue,
+                vhost,
+            } => write!(
+                f,
+                "invalid arg '{}' for queue '{queue}' in vhost '{vhost}': {}",
+                refused.argument, refused.refusal
+            ),
             ChannelError::UnknownExchangeType(kind) => {
                 write!(f, "unknown exchange type '{kind}'")
             }
@@ -340,6 +358,20 @@ mod tests {
         assert_eq!(
             e.reply_text(),
             "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '/': received 'fanout' but current is 'direct'"
+        );
+        let e = ChannelError::QueueArgument {
+            refused: ArgRefused {
+                argument: "x-max-priority",
+                refusal: crate::queue::features::Refusal::MaxExceeded(256),
+            },
+            queue: "q".into(),
+            vhost: "/".into(),
+        };
+        assert_eq!(e.code().code(), 406);
+        assert!(!e.closes_connection());
+        assert_eq!(
+            e.reply_text(),
+            "PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue 'q' in vhost '/': {max_value_exceeded,256}"
         );
     }
 

@@ -24,6 +24,7 @@ use crate::ops::event::OpsEvent;
 use crate::policy::args::ArgError;
 use crate::policy::{capacity, max_length, slow_consumer};
 use crate::protocol::{FieldTable, FieldValue, ShortStr};
+use crate::queue::features;
 use crate::session::error::{ChannelError, ObjectKind};
 
 use super::inbox::{
@@ -163,6 +164,13 @@ const POLICY_ARGS: [&str; 10] = [
     slow_consumer::arg::INCLUDE_DURABLE,
 ];
 
+/// Queue arguments that change how the queue orders and hands out messages; validated
+/// with RabbitMQ's texts (`queue::features`) and compared on a redeclare.
+const FEATURE_ARGS: [&str; 2] = [
+    features::arg::MAX_PRIORITY,
+    features::arg::SINGLE_ACTIVE_CONSUMER,
+];
+
 fn arg_error(e: ArgError) -> ChannelError {
     ChannelError::InvalidArgument {
         argument: e.argument,
@@ -209,6 +217,7 @@ fn arg_text(v: Option<&FieldValue>) -> String {
         Some(v) => v
             .as_i64()
             .map(|n| n.to_string())
+            .or_else(|| v.as_bool().map(|b| b.to_string()))
             .or_else(|| v.as_str().map(str::to_owned))
             .unwrap_or_else(|| format!("{v:?}")),
     }
@@ -317,6 +326,11 @@ fn plan(
             validate_queue_args(&arguments)?;
             let next_id = st.next_queue_id;
             let dir = vhost_dir(st, vhost)?;
+            features::check_declare(&arguments).map_err(|refused| ChannelError::QueueArgument {
+                refused,
+                queue: name.to_string(),
+                vhost: dir.name.clone(),
+            })?;
             if let Some(meta) = dir.queue(&name) {
                 check_exclusive(meta, Some(requester), &dir.name)?;
                 let ie = |field, r: bool, c: bool| {
@@ -342,7 +356,11 @@ fn plan(
                 if meta.auto_delete != auto_delete {
                     return ie("auto_delete", auto_delete, meta.auto_delete);
                 }
-                for key in INTEGER_ARGS.iter().chain(POLICY_ARGS.iter()) {
+                for key in INTEGER_ARGS
+                    .iter()
+                    .chain(POLICY_ARGS.iter())
+                    .chain(FEATURE_ARGS.iter())
+                {
                     let (r, c) = (arguments.get(key), meta.arguments.get(key));
                     if !same_arg(r, c) {
                         return Err(inequivalent(
@@ -456,6 +474,7 @@ fn key_static(key: &str) -> &'static str {
     INTEGER_ARGS
         .iter()
         .chain(POLICY_ARGS.iter())
+        .chain(FEATURE_ARGS.iter())
         .find(|k| **k == key)
         .copied()
         .unwrap_or("arguments")
