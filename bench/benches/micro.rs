@@ -66,6 +66,8 @@ fn bench_queue(arguments: FieldTable, now: Instant) -> Queue {
         arguments,
         message_ttl: None,
         expires: None,
+        max_priority: None,
+        single_active_consumer: false,
     };
     Queue::new(
         QueueId(1),
@@ -143,7 +145,7 @@ fn queue_benches(n: u64) {
     let mut q = bench_queue(FieldTable::default(), now);
     let keys: Vec<u64> = (0..4)
         .map(|i| {
-            q.add_consumer(bench_target(i), false, false, now)
+            q.add_consumer(bench_target(i), false, false, 0, now)
                 .expect("consumer")
         })
         .collect();
@@ -155,7 +157,7 @@ fn queue_benches(n: u64) {
 
     let mut q = bench_queue(FieldTable::default(), now);
     let key = q
-        .add_consumer(bench_target(0), true, false, now)
+        .add_consumer(bench_target(0), true, false, 0, now)
         .expect("consumer");
     measure("queue: enqueue+dispatch+written, no-ack", n, || {
         for _ in 0..rounds {
