@@ -19,8 +19,9 @@ use sluice::model::message::{BodyChunks, LocalMessage, Message};
 use sluice::model::topic_trie::TopicTrie;
 use sluice::protocol::frame::{encode_content, encode_method, split_frame};
 use sluice::protocol::method::{BasicDeliver, BasicPublish, CLASS_BASIC};
-use sluice::protocol::{FieldTable, Method};
-use sluice::queue::{Dispatch, Queue, QueueLimits, QueueSettings};
+use sluice::protocol::properties::BasicProperties;
+use sluice::protocol::{FieldTable, FieldValue, Method};
+use sluice::queue::{features, Dispatch, Queue, QueueLimits, QueueSettings};
 use sluice::timer::wheel::TimerWheel;
 
 /// The benchmarks to run: those whose name contains the first command-line argument that
@@ -46,16 +47,28 @@ fn measure(name: &str, ops: u64, mut f: impl FnMut()) {
 }
 
 fn bench_message(body: &'static [u8]) -> LocalMessage {
+    bench_message_with(body, Bytes::from_static(&[0, 0]))
+}
+
+fn bench_message_with(body: &'static [u8], properties: Bytes) -> LocalMessage {
     let mut chunks = BodyChunks::new();
     chunks.push(Bytes::from_static(body));
-    // Property flags 0: no properties.
     Rc::new(Message::new(
         "ex".into(),
         "rk".into(),
-        Bytes::from_static(&[0, 0]),
+        properties,
         chunks,
         body.len() as u64,
     ))
+}
+
+/// A 64-byte message with this `priority` property.
+fn bench_priority_message(priority: u8) -> LocalMessage {
+    let props = BasicProperties {
+        priority: Some(priority),
+        ..Default::default()
+    };
+    bench_message_with(&[b'x'; 64], props.to_bytes())
 }
 
 fn bench_queue(arguments: FieldTable, now: Instant) -> Queue {
@@ -63,10 +76,10 @@ fn bench_queue(arguments: FieldTable, now: Instant) -> Queue {
         durable: false,
         exclusive: false,
         auto_delete: false,
+        max_priority: features::max_priority(&arguments).ok().flatten(),
         arguments,
         message_ttl: None,
         expires: None,
-        max_priority: None,
         single_active_consumer: false,
     };
     Queue::new(
@@ -162,6 +175,40 @@ fn queue_benches(n: u64) {
     measure("queue: enqueue+dispatch+written, no-ack", n, || {
         for _ in 0..rounds {
             queue_round_no_ack(&mut q, key, &msg, &mut out, now);
+        }
+    });
+
+    // x-max-priority 10, messages of priorities 0..=9 in turn.
+    let msgs: Vec<LocalMessage> = (0..10).map(bench_priority_message).collect();
+    let args = {
+        let mut t = FieldTable::new();
+        t.insert("x-max-priority", FieldValue::I32(10));
+        t
+    };
+    let mut q = bench_queue(args.clone(), now);
+    let key = q
+        .add_consumer(bench_target(0), true, false, 0, now)
+        .expect("consumer");
+    let mut i = 0;
+    measure("queue: priority queue (10 levels), no-ack", n, || {
+        for _ in 0..rounds {
+            let msg = &msgs[i % msgs.len()];
+            i += 1;
+            queue_round_no_ack(&mut q, key, msg, &mut out, now);
+        }
+    });
+
+    // A plain queue whose 4 consumers have priorities 0..=3.
+    let mut q = bench_queue(FieldTable::default(), now);
+    let keys: Vec<u64> = (0..4)
+        .map(|i| {
+            q.add_consumer(bench_target(i), false, false, i64::from(i), now)
+                .expect("consumer")
+        })
+        .collect();
+    measure("queue: consumer priorities, 4 consumers, ack", n, || {
+        for _ in 0..rounds {
+            queue_round_ack(&mut q, &keys, &msg, &mut out, now);
         }
     });
 }
