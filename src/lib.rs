@@ -10,8 +10,9 @@
 //!   into `protocol/method/generated.rs`), content headers, field tables, reply codes.
 //! - [`model`]: messages (shared, zero-copy), exchanges and their match rules, the topic
 //!   trie, and the per-shard routing directory.
-//! - [`queue`]: a queue's entries, accounting (everything a subscription holds),
-//!   consumers and credit, and the policy state it carries.
+//! - [`queue`]: a queue's entries (one FIFO, or one per priority level), accounting
+//!   (everything a subscription holds), consumers and credit (consumer priorities, the
+//!   single active consumer), and the policy state it carries.
 //! - [`policy`]: the overload policies as pure calculations — slow-consumer thresholds
 //!   and prediction, queue capacity hysteresis, length limits, the memory watermark,
 //!   consumption-rate estimation.

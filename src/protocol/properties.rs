@@ -96,6 +96,7 @@ const BASIC: [(Kind, &str); 14] = [
 
 const IDX_HEADERS: usize = 2;
 const IDX_DELIVERY_MODE: usize = 3;
+const IDX_PRIORITY: usize = 4;
 const IDX_EXPIRATION: usize = 7;
 
 /// Result of walking the property part.
@@ -176,6 +177,13 @@ fn walk(raw: &[u8], target: Option<usize>) -> Result<Walk, DecodeError> {
 /// decoding the rest. `None` if absent or malformed.
 pub fn raw_delivery_mode(raw: &[u8]) -> Option<u8> {
     let at = walk(raw, Some(IDX_DELIVERY_MODE)).ok()?.target?;
+    raw.get(at).copied()
+}
+
+/// The priority property, read without decoding the rest. `None` if absent or
+/// malformed.
+pub fn raw_priority(raw: &[u8]) -> Option<u8> {
+    let at = walk(raw, Some(IDX_PRIORITY)).ok()?.target?;
     raw.get(at).copied()
 }
 
@@ -375,6 +383,7 @@ mod tests {
         assert_eq!(&bytes[..], ALL_SET);
         assert_eq!(BasicProperties::decode(&bytes), Ok(p));
         assert_eq!(raw_delivery_mode(&bytes), Some(2));
+        assert_eq!(raw_priority(&bytes), Some(5));
         assert_eq!(raw_expiration(&bytes), Some(&b"60000"[..]));
         assert_eq!(
             raw_headers(&bytes).and_then(|h| h.get("h").cloned()),
@@ -389,6 +398,7 @@ mod tests {
         assert_eq!(&bytes[..], &[0, 0]);
         assert_eq!(BasicProperties::decode(&bytes), Ok(p));
         assert_eq!(raw_delivery_mode(&bytes), None);
+        assert_eq!(raw_priority(&bytes), None);
         assert_eq!(raw_expiration(&bytes), None);
         assert_eq!(raw_headers(&bytes), None);
     }
@@ -405,6 +415,7 @@ mod tests {
         let bytes = p.to_bytes();
         assert_eq!(&bytes[..2], &[0b1001_0001, 0]);
         assert_eq!(raw_delivery_mode(&bytes), Some(1));
+        assert_eq!(raw_priority(&bytes), None);
         assert_eq!(raw_expiration(&bytes), Some(&b"5"[..]));
         assert_eq!(raw_headers(&bytes), None);
         // Malformed: expiration length runs past the end.

@@ -86,6 +86,30 @@ impl FieldValue {
         }
     }
 
+    /// The name RabbitMQ gives this value's type (`rabbit_binary_parser`), as its error
+    /// texts show it: `"expected integer, got longstr"`, `{unacceptable_type,bool}`.
+    pub fn rabbit_type_name(&self) -> &'static str {
+        match self {
+            FieldValue::Bool(_) => "bool",
+            FieldValue::I8(_) => "byte",
+            FieldValue::U8(_) => "unsignedbyte",
+            FieldValue::I16(_) => "short",
+            FieldValue::U16(_) => "unsignedshort",
+            FieldValue::I32(_) => "signedint",
+            FieldValue::U32(_) => "unsignedint",
+            FieldValue::I64(_) => "long",
+            FieldValue::F32(_) => "float",
+            FieldValue::F64(_) => "double",
+            FieldValue::Decimal { .. } => "decimal",
+            FieldValue::LongStr(_) => "longstr",
+            FieldValue::Bytes(_) => "binary",
+            FieldValue::Array(_) => "array",
+            FieldValue::Timestamp(_) => "timestamp",
+            FieldValue::Table(_) => "table",
+            FieldValue::Void => "void",
+        }
+    }
+
     /// The boolean, if this is a `Bool`.
     pub fn as_bool(&self) -> Option<bool> {
         match self {

@@ -1,24 +1,38 @@
 //! Owns: a queue's consumers as the queue sees them — credit in messages and in bytes,
-//! rotation, exclusivity — the dispatch pass that hands ready messages to consumers with
-//! credit, and the accounting of no-ack deliveries until their connection reports them
-//! written.
+//! rotation, exclusivity, consumer priorities (`x-priority`) and the single active
+//! consumer (`x-single-active-consumer`) — the dispatch pass that hands ready messages
+//! to consumers with credit, and the accounting of no-ack deliveries until their
+//! connection reports them written.
 //!
 //! Does not: know where a consumer lives beyond its [`ConsumerTarget`]; the shard
 //! delivers what dispatch produces.
 //!
+//! How dispatch picks a consumer ([`Pick`], RabbitMQ 3.10 semantics):
+//! - `Rotation` (every consumer has the same priority): the next consumer with credit
+//!   after the last one served — the plain loop, at the plain cost.
+//! - `Priority`: a consumer of the highest priority among those with credit, in rotation
+//!   among equals; lower ones receive only while every higher one is blocked (no credit).
+//! - `Single`: only the earliest registered consumer (`consumers[0]`); when it goes, the
+//!   next in registration order takes over. Consumer priorities do not choose it (as in
+//!   RabbitMQ 3.10 classic queues; later versions let priority pick the active one).
+//!
 //! # Invariants
 //! - `consumers` is sorted by key (keys are handed out in increasing order and slots are
-//!   only appended or removed), so finding a consumer by key is a binary search.
+//!   only appended or removed), so finding a consumer by key is a binary search, and it
+//!   is in registration order.
 //! - A consumer receives a dispatch only while it has message credit and byte credit;
 //!   each dispatch spends one message and the message's size (saturating), so the bytes
 //!   in flight exceed the byte credit by at most one message.
+//! - `pick` and `top_consumer_priority` describe the current consumers (refreshed on
+//!   every add and removal); `can_dispatch` agrees with what `dispatch` would find.
 
 use std::time::Instant;
 
 use crate::model::ids::ConsumerTarget;
 use crate::model::message::LocalMessage;
 
-use super::Queue;
+use super::ready::{self, Head};
+use super::{Queue, QueueSettings};
 
 /// A consumer as its queue sees it.
 #[derive(Clone, Debug)]
@@ -30,6 +44,8 @@ pub struct ConsumerSlot {
     pub credit_bytes: u64,
     pub no_ack: bool,
     pub exclusive: bool,
+    /// `x-priority`: higher is served first while it has credit.
+    pub priority: i64,
     /// No-ack deliveries dispatched and not yet reported written.
     pub inflight: u64,
     pub inflight_bytes: u64,
@@ -49,9 +65,81 @@ pub struct Dispatch {
 /// Why a consumer could not be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConsumeRefused {
-    /// The queue has an exclusive consumer, or an exclusive consumer was asked for while
-    /// others exist.
+    /// The queue has an exclusive consumer, an exclusive consumer was asked for while
+    /// others exist, or on a single-active-consumer queue (RabbitMQ's
+    /// `exclusive_consume_unavailable`).
     ExclusiveInUse,
+}
+
+/// How dispatch picks the next consumer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pick {
+    Rotation,
+    Priority,
+    Single,
+}
+
+impl Pick {
+    /// The pick of a queue without consumers.
+    pub fn initial(settings: &QueueSettings) -> Pick {
+        if settings.single_active_consumer {
+            Pick::Single
+        } else {
+            Pick::Rotation
+        }
+    }
+}
+
+#[inline(always)]
+fn has_credit(c: &ConsumerSlot) -> bool {
+    c.credit > 0 && c.credit_bytes > 0
+}
+
+/// The next consumer with credit at or after `start`, wrapping.
+#[inline(always)]
+fn next_in_rotation(consumers: &[ConsumerSlot], start: usize) -> Option<usize> {
+    let n = consumers.len();
+    for i in 0..n {
+        let at = if start + i >= n {
+            start + i - n
+        } else {
+            start + i
+        };
+        if consumers.get(at).is_some_and(has_credit) {
+            return Some(at);
+        }
+    }
+    None
+}
+
+/// A consumer with credit of the highest priority among those with credit: the first
+/// one at or after `start`, so equals take turns. Stops early at one of priority `top`
+/// (nobody is higher).
+fn next_by_priority(consumers: &[ConsumerSlot], start: usize, top: i64) -> Option<usize> {
+    let n = consumers.len();
+    let mut best: Option<(usize, i64)> = None;
+    for i in 0..n {
+        let at = if start + i >= n {
+            start + i - n
+        } else {
+            start + i
+        };
+        let Some(c) = consumers.get(at).filter(|c| has_credit(c)) else {
+            continue;
+        };
+        if c.priority == top {
+            return Some(at);
+        }
+        if best.is_none_or(|(_, p)| c.priority > p) {
+            best = Some((at, c.priority));
+        }
+    }
+    best.map(|(at, _)| at)
+}
+
+/// The single active consumer (the earliest registered), if it has credit.
+fn active_only(consumers: &[ConsumerSlot], _start: usize) -> Option<usize> {
+    consumers.first().filter(|c| has_credit(c)).map(|_| 0)
 }
 
 impl Queue {
@@ -62,9 +150,13 @@ impl Queue {
         target: ConsumerTarget,
         no_ack: bool,
         exclusive: bool,
+        priority: i64,
         now: Instant,
     ) -> Result<u64, ConsumeRefused> {
-        if self.consumers.iter().any(|c| c.exclusive) || (exclusive && !self.consumers.is_empty()) {
+        if (exclusive && self.settings.single_active_consumer)
+            || self.consumers.iter().any(|c| c.exclusive)
+            || (exclusive && !self.consumers.is_empty())
+        {
             return Err(ConsumeRefused::ExclusiveInUse);
         }
         let key = self.next_consumer_key;
@@ -76,12 +168,35 @@ impl Queue {
             credit_bytes: 0,
             no_ack,
             exclusive,
+            priority,
             inflight: 0,
             inflight_bytes: 0,
         });
+        self.refresh_pick();
         self.had_consumer = true;
         self.last_used = now;
         Ok(key)
+    }
+
+    /// Works out how dispatch picks a consumer from the current consumers.
+    fn refresh_pick(&mut self) {
+        let top = self.consumers.iter().map(|c| c.priority).max().unwrap_or(0);
+        self.top_consumer_priority = top;
+        self.pick = if self.settings.single_active_consumer {
+            Pick::Single
+        } else if self.consumers.iter().any(|c| c.priority != top) {
+            Pick::Priority
+        } else {
+            Pick::Rotation
+        };
+    }
+
+    /// The consumer that receives on a single-active-consumer queue.
+    pub fn single_active(&self) -> Option<&ConsumerSlot> {
+        match self.pick {
+            Pick::Single => self.consumers.first(),
+            _ => None,
+        }
     }
 
     fn forget_slot(&mut self, slot: &ConsumerSlot) {
@@ -100,6 +215,7 @@ impl Queue {
         if self.round_robin >= self.consumers.len() {
             self.round_robin = 0;
         }
+        self.refresh_pick();
         true
     }
 
@@ -115,6 +231,7 @@ impl Queue {
         if self.round_robin >= self.consumers.len() {
             self.round_robin = 0;
         }
+        self.refresh_pick();
     }
 
     /// All consumers, for cancel notifications when the queue is deleted.
@@ -161,39 +278,71 @@ impl Queue {
     pub fn can_dispatch(&self) -> bool {
         !self.ready.is_empty()
             && !self.condemned
-            && self
-                .consumers
-                .iter()
-                .any(|c| c.credit > 0 && c.credit_bytes > 0)
+            && match self.pick {
+                Pick::Single => self.consumers.first().is_some_and(has_credit),
+                Pick::Rotation | Pick::Priority => self.consumers.iter().any(has_credit),
+            }
     }
 
-    /// Hands up to `budget` ready messages to consumers with credit, in rotation. Expired
-    /// head messages are dropped on the way. Returns how many were dispatched.
+    /// Hands up to `budget` ready messages to consumers with credit, as [`Pick`] says.
+    /// Expired head messages are dropped on the way. Returns how many were dispatched.
     pub fn dispatch(&mut self, now: Instant, budget: usize, out: &mut Vec<Dispatch>) -> usize {
         if self.condemned {
             return 0;
         }
+        match self.pick {
+            Pick::Rotation if self.ready.is_plain() => self.dispatch_plain(now, budget, out),
+            Pick::Rotation => self.dispatch_rotation(now, budget, out),
+            Pick::Priority => self.dispatch_priority(now, budget, out),
+            Pick::Single => self.dispatch_single(now, budget, out),
+        }
+    }
+
+    /// A plain queue, consumers in rotation: the loop as it was before priorities, a
+    /// function of its own with no check per message.
+    fn dispatch_plain(&mut self, now: Instant, budget: usize, out: &mut Vec<Dispatch>) -> usize {
+        self.dispatch_by::<ready::Fifo>(now, budget, out, next_in_rotation)
+    }
+
+    #[inline(never)]
+    fn dispatch_rotation(&mut self, now: Instant, budget: usize, out: &mut Vec<Dispatch>) -> usize {
+        self.dispatch_by::<ready::Any>(now, budget, out, next_in_rotation)
+    }
+
+    #[inline(never)]
+    fn dispatch_priority(&mut self, now: Instant, budget: usize, out: &mut Vec<Dispatch>) -> usize {
+        let top = self.top_consumer_priority;
+        self.dispatch_by::<ready::Any>(now, budget, out, |c, start| next_by_priority(c, start, top))
+    }
+
+    #[inline(never)]
+    fn dispatch_single(&mut self, now: Instant, budget: usize, out: &mut Vec<Dispatch>) -> usize {
+        self.dispatch_by::<ready::Any>(now, budget, out, active_only)
+    }
+
+    /// The dispatch loop, with `H` reaching the head and `next` choosing the consumer
+    /// for each message (inlined once per [`Pick`], so the plain rotation costs what it
+    /// did before priorities).
+    #[inline(always)]
+    fn dispatch_by<H: Head>(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        out: &mut Vec<Dispatch>,
+        next: impl Fn(&[ConsumerSlot], usize) -> Option<usize>,
+    ) -> usize {
         let n = self.consumers.len();
         let mut sent = 0;
         let mut pick = self.round_robin;
         // No-ack dispatches leave the queue's entries but stay held until written; their
         // totals are applied once after the loop.
         let (mut gone, mut gone_bytes) = (0u64, 0u64);
-        while sent < budget && !self.ready.is_empty() {
+        while sent < budget && !H::is_empty(&self.ready) {
             // Next consumer with credit, starting at the rotation point.
-            let Some(found) = (0..n)
-                .map(|i| {
-                    if pick + i >= n {
-                        pick + i - n
-                    } else {
-                        pick + i
-                    }
-                })
-                .find(|&i| self.consumers[i].credit > 0 && self.consumers[i].credit_bytes > 0)
-            else {
+            let Some(found) = next(&self.consumers, pick) else {
                 break;
             };
-            let Some(entry) = self.pop_ready(now) else {
+            let Some(entry) = self.pop_ready_by::<H>(now) else {
                 break;
             };
             let size = entry.size();

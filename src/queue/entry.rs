@@ -1,8 +1,8 @@
 //! Owns: [`Entry`], the per-queue record of one message: the shared message handle, its
 //! position (sequence number), when it was enqueued, when it expires, whether it has been
-//! delivered before, and the two facts about the message the queue's accounting reads on
-//! every move (its size and whether it is persistent), kept here so that moving an entry
-//! never touches the shared message's cache line.
+//! delivered before, its level in a priority queue, and the two facts about the message
+//! the queue's accounting reads on every move (its size and whether it is persistent),
+//! kept here so that moving an entry never touches the shared message's cache line.
 //!
 //! Does not: own the message bytes (they are shared with every other queue), or count
 //! itself in the memory ledger (its queue does, where entries are made and dropped).
@@ -29,6 +29,10 @@ pub struct Entry {
     pub redelivered: bool,
     /// Delivery mode 2.
     pub persistent: bool,
+    /// Level in a priority queue: the `priority` property capped at the queue's
+    /// `x-max-priority` (no property: 0). Always 0 in a plain queue. Fits in the
+    /// record's padding.
+    pub priority: u8,
 }
 
 impl Entry {
@@ -47,6 +51,7 @@ impl Entry {
             enqueued_at,
             expires_at,
             redelivered: false,
+            priority: 0,
         }
     }
 

@@ -1,17 +1,25 @@
 //! Owns: a queue's contents and consumers on its home shard — the ready list in delivery
-//! order, the unacknowledged entries, the no-ack deliveries not yet written, O(1)
-//! accounting of everything the queue holds (messages, bytes, persistent messages, the
-//! oldest entry's age), consumer rotation with per-consumer credit in messages and
-//! bytes (`consumers`), message TTL at the head, the recent `basic.get` channels, and
-//! the policy state the queue carries (`limits`).
+//! order (`ready`: one FIFO, or one per priority level for `x-max-priority`), the
+//! unacknowledged entries, the no-ack deliveries not yet written, O(1) accounting of
+//! everything the queue holds (messages, bytes, persistent messages, the oldest entry's
+//! age), consumer rotation with per-consumer credit in messages and bytes, consumer
+//! priorities and the single active consumer (`consumers`), message TTL at the head,
+//! the recent `basic.get` channels, and the policy state the queue carries (`limits`).
 //!
 //! Does not: touch sockets, other shards or the clock (every time-dependent call takes
 //! `now`), or decide policy. It produces [`Dispatch`] records; the shard turns them into
 //! deliveries and acts on the policies.
 //!
+//! The head is the entry delivered next (in a priority queue, the oldest of the highest
+//! non-empty level). TTL expiry and the rings (`x-max-length` drop-head, the cycle
+//! policy's count and depth) take from the head, as RabbitMQ's `rabbit_priority_queue`
+//! does: an expired low-priority message behind a live high-priority one waits, and a
+//! full priority queue drops its highest-priority message first.
+//!
 //! # Invariants
-//! - `ready` is sorted by `seq`; `ready_bytes` is the sum of entry sizes over `ready`,
-//!   `unacked_bytes` over `unacked`.
+//! - `ready` is in delivery order and sorted by `seq` (within each priority level);
+//!   `ready_bytes` is the sum of entry sizes over `ready`, `unacked_bytes` over
+//!   `unacked`.
 //! - An entry is in exactly one of `ready` and `unacked`, or gone.
 //! - `inflight` / `inflight_bytes` count no-ack dispatches not yet reported written, and
 //!   equal the sums over the consumer slots.
@@ -19,9 +27,11 @@
 
 pub mod consumers;
 pub mod entry;
+pub mod features;
 pub mod limits;
+pub mod ready;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
@@ -35,9 +45,12 @@ use crate::protocol::{FieldTable, ShortStr};
 pub use consumers::{ConsumeRefused, ConsumerSlot, Dispatch};
 pub use entry::Entry;
 pub use limits::QueueLimits;
+pub use ready::ReadyList;
+
+use ready::Head;
 
 /// Queue properties fixed at declaration.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct QueueSettings {
     pub durable: bool,
     pub exclusive: bool,
@@ -47,6 +60,10 @@ pub struct QueueSettings {
     pub message_ttl: Option<Duration>,
     /// `x-expires`: delete after this long without consumers, gets or redeclares.
     pub expires: Option<Duration>,
+    /// `x-max-priority` (1 to 255): a priority queue with levels `0..=max`.
+    pub max_priority: Option<u8>,
+    /// `x-single-active-consumer`: only the earliest registered consumer receives.
+    pub single_active_consumer: bool,
 }
 
 /// Counters for `queue.declare-ok`, `basic.get-ok` and the management view.
@@ -85,11 +102,10 @@ pub struct Queue {
     pub vhost: String,
     pub name: ShortStr,
     pub settings: QueueSettings,
-    ready: VecDeque<Entry>,
+    /// Counts its own allocation in the memory ledger (its capacity, which may be twice
+    /// its length: that is memory the queue holds too).
+    ready: ReadyList,
     ready_bytes: u64,
-    /// Bytes of the ready list's allocation as counted in the memory ledger (its capacity,
-    /// which may be twice its length: that is memory the queue holds too).
-    ready_accounted: u64,
     unacked: BTreeMap<u64, Entry>,
     unacked_bytes: u64,
     inflight: u64,
@@ -99,6 +115,10 @@ pub struct Queue {
     consumers: Vec<ConsumerSlot>,
     next_consumer_key: u64,
     round_robin: usize,
+    /// How dispatch picks a consumer (kept up to date as consumers come and go).
+    pick: consumers::Pick,
+    /// The highest consumer priority (`x-priority`) among the consumers.
+    top_consumer_priority: i64,
     /// Whether a consumer was ever attached (auto-delete fires only after that).
     had_consumer: bool,
     last_used: Instant,
@@ -122,15 +142,15 @@ impl Queue {
         limits: QueueLimits,
         now: Instant,
     ) -> Queue {
+        let pick = consumers::Pick::initial(&settings);
         Queue {
             id,
             vhost_idx,
             vhost,
             name,
+            ready: ReadyList::new(settings.max_priority),
             settings,
-            ready: VecDeque::new(),
             ready_bytes: 0,
-            ready_accounted: 0,
             unacked: BTreeMap::new(),
             unacked_bytes: 0,
             inflight: 0,
@@ -140,6 +160,8 @@ impl Queue {
             consumers: Vec::new(),
             next_consumer_key: 1,
             round_robin: 0,
+            pick,
+            top_consumer_priority: 0,
             had_consumer: false,
             last_used: now,
             getters: SmallVec::new(),
@@ -152,6 +174,17 @@ impl Queue {
 
     /// Appends a published message. Returns its sequence number.
     pub fn enqueue(&mut self, msg: LocalMessage, now: Instant) -> u64 {
+        if self.ready.is_plain() {
+            self.enqueue_by::<ready::Fifo>(msg, now)
+        } else {
+            self.enqueue_by::<ready::Any>(msg, now)
+        }
+    }
+
+    /// [`Queue::enqueue`], compiled once for a plain queue's FIFO (the entry is built in
+    /// its slot, no check per message) and once for any queue.
+    #[inline(always)]
+    fn enqueue_by<H: Head>(&mut self, msg: LocalMessage, now: Instant) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         let queue_ttl = self.settings.message_ttl;
@@ -165,8 +198,7 @@ impl Queue {
         if entry.persistent {
             self.persistent += 1;
         }
-        self.ready.push_back(entry);
-        self.sync_ready_capacity();
+        H::push_back(&mut self.ready, entry);
         self.counters.enqueued += 1;
         seq
     }
@@ -189,6 +221,12 @@ impl Queue {
         self.ready_bytes
     }
 
+    /// Whether this is a priority queue (`x-max-priority`): a new message may become the
+    /// head without the queue having been empty.
+    pub fn is_priority(&self) -> bool {
+        self.ready.max_priority().is_some()
+    }
+
     /// Messages held: ready, awaiting ack, and no-ack deliveries not yet written.
     pub fn held_count(&self) -> u64 {
         self.ready.len() as u64 + self.unacked.len() as u64 + self.inflight
@@ -207,8 +245,8 @@ impl Queue {
     /// Age of the oldest ready message.
     pub fn oldest_age(&self, now: Instant) -> Option<Duration> {
         self.ready
-            .front()
-            .map(|e| now.saturating_duration_since(e.enqueued_at))
+            .oldest_enqueued()
+            .map(|at| now.saturating_duration_since(at))
     }
 
     /// What the queue holds, without the oldest age (the O(1) figures the count and depth
@@ -224,9 +262,10 @@ impl Queue {
     /// What the queue holds for its subscription, with the age of the oldest entry
     /// ready or awaiting ack.
     pub fn holdings(&self, now: Instant) -> Holdings {
-        let oldest = match (self.ready.front(), self.unacked.values().next()) {
-            (Some(a), Some(b)) => Some(a.enqueued_at.min(b.enqueued_at)),
-            (a, b) => a.or(b).map(|e| e.enqueued_at),
+        let unacked = self.unacked.values().next().map(|e| e.enqueued_at);
+        let oldest = match (self.ready.oldest_enqueued(), unacked) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
         Holdings {
             count: self.held_count(),
@@ -268,30 +307,27 @@ impl Queue {
         self.ready.front().and_then(|e| e.expires_at)
     }
 
-    /// Brings the ledger's count of the ready list's allocation up to date.
-    #[inline]
-    fn sync_ready_capacity(&mut self) {
-        let now = (self.ready.capacity() * std::mem::size_of::<Entry>()) as u64;
-        if now != self.ready_accounted {
-            ledger::entries(now as i64 - self.ready_accounted as i64);
-            self.ready_accounted = now;
-        }
-    }
-
     /// Removes the head of the ready list, keeping the accounting.
     #[inline(always)]
     fn take_head(&mut self) -> Option<Entry> {
-        let entry = self.ready.pop_front()?;
+        self.take_head_by::<ready::Any>()
+    }
+
+    #[inline(always)]
+    fn take_head_by<H: Head>(&mut self) -> Option<Entry> {
+        let entry = H::pop_front(&mut self.ready)?;
+        self.took_ready(&entry);
+        H::after_pop(&mut self.ready);
+        Some(entry)
+    }
+
+    /// An entry left the ready list.
+    #[inline(always)]
+    fn took_ready(&mut self, entry: &Entry) {
         self.ready_bytes -= entry.size();
         if entry.persistent {
             self.persistent -= 1;
         }
-        if self.ready.is_empty() && self.ready.capacity() > 4096 {
-            // A drained backlog gives its memory back.
-            self.ready.shrink_to(64);
-            self.sync_ready_capacity();
-        }
-        Some(entry)
     }
 
     /// Drops expired messages from the head (TTL is applied at the head, as RabbitMQ does).
@@ -313,11 +349,13 @@ impl Queue {
         Some(entry.size())
     }
 
-    /// Discards ready messages enqueued before `cutoff` (a ring bounded by age).
+    /// Discards ready messages enqueued before `cutoff`, oldest first (a ring bounded by
+    /// age; in a priority queue, from every level).
     pub fn discard_older_than(&mut self, cutoff: Instant) -> u64 {
         let mut n = 0;
-        while self.ready.front().is_some_and(|e| e.enqueued_at < cutoff) {
-            self.discard_head();
+        while let Some(entry) = self.ready.pop_older_than(cutoff) {
+            self.took_ready(&entry);
+            self.counters.discarded += 1;
             n += 1;
         }
         n
@@ -382,8 +420,14 @@ impl Queue {
 
     #[inline(always)]
     fn pop_ready(&mut self, now: Instant) -> Option<Entry> {
+        self.pop_ready_by::<ready::Any>(now)
+    }
+
+    /// Takes the head, dropping expired messages on the way.
+    #[inline(always)]
+    fn pop_ready_by<H: Head>(&mut self, now: Instant) -> Option<Entry> {
         loop {
-            let entry = self.take_head()?;
+            let entry = self.take_head_by::<H>()?;
             if entry.is_expired(now) {
                 self.counters.expired += 1;
                 continue;
@@ -392,7 +436,7 @@ impl Queue {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn hold_unacked(&mut self, entry: Entry) {
         unacked_entries(1);
         self.unacked_bytes += entry.size();
@@ -402,6 +446,7 @@ impl Queue {
         self.unacked.insert(entry.seq, entry);
     }
 
+    #[inline]
     fn release_unacked(&mut self, seq: u64) -> Option<Entry> {
         let entry = self.unacked.remove(&seq)?;
         unacked_entries(-1);
@@ -436,17 +481,14 @@ impl Queue {
         if entry.persistent {
             self.persistent += 1;
         }
-        let at = self.ready.partition_point(|e| e.seq < entry.seq);
-        self.ready.insert(at, entry);
-        self.sync_ready_capacity();
+        self.ready.insert_by_seq(entry);
         true
     }
 
     /// Removes all ready messages. Returns how many.
     pub fn purge(&mut self) -> u32 {
         let n = self.ready.len();
-        self.ready = VecDeque::new();
-        self.sync_ready_capacity();
+        self.ready.clear();
         self.ready_bytes = 0;
         self.persistent = self.unacked.values().filter(|e| e.persistent).count() as u64;
         u32::try_from(n).unwrap_or(u32::MAX)
@@ -465,7 +507,7 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        ledger::entries(-(self.ready_accounted as i64));
+        // The ready list gives back its own allocation.
         unacked_entries(-(self.unacked.len() as i64));
     }
 }

@@ -27,6 +27,8 @@ fn settings(ttl_ms: Option<u64>) -> QueueSettings {
         arguments: FieldTable::default(),
         message_ttl: ttl_ms.map(Duration::from_millis),
         expires: None,
+        max_priority: None,
+        single_active_consumer: false,
     }
 }
 
@@ -77,8 +79,8 @@ fn dispatch_needs_credit_and_rotates() {
     for _ in 0..4 {
         q.enqueue(msg(b"x"), now);
     }
-    let a = q.add_consumer(target(1), false, false, now).expect("a");
-    let b = q.add_consumer(target(2), false, false, now).expect("b");
+    let a = q.add_consumer(target(1), false, false, 0, now).expect("a");
+    let b = q.add_consumer(target(2), false, false, 0, now).expect("b");
     let mut out = Vec::new();
     assert_eq!(q.dispatch(now, 100, &mut out), 0, "no credit, no dispatch");
     q.grant(a, 10, u64::MAX);
@@ -98,7 +100,7 @@ fn requeue_restores_order_and_marks_redelivered() {
     for _ in 0..3 {
         q.enqueue(msg(b"x"), now);
     }
-    let c = q.add_consumer(target(1), false, false, now).expect("c");
+    let c = q.add_consumer(target(1), false, false, 0, now).expect("c");
     q.grant(c, 2, u64::MAX);
     let mut out = Vec::new();
     q.dispatch(now, 10, &mut out);
@@ -132,16 +134,17 @@ fn ttl_expires_at_head() {
 fn exclusive_consumer_rules() {
     let now = Instant::now();
     let mut q = queue(None, now);
-    q.add_consumer(target(1), false, false, now).expect("first");
+    q.add_consumer(target(1), false, false, 0, now)
+        .expect("first");
     assert_eq!(
-        q.add_consumer(target(2), false, true, now),
+        q.add_consumer(target(2), false, true, 0, now),
         Err(ConsumeRefused::ExclusiveInUse)
     );
     let mut q = queue(None, now);
-    q.add_consumer(target(1), false, true, now)
+    q.add_consumer(target(1), false, true, 0, now)
         .expect("exclusive");
     assert_eq!(
-        q.add_consumer(target(2), false, false, now),
+        q.add_consumer(target(2), false, false, 0, now),
         Err(ConsumeRefused::ExclusiveInUse)
     );
 }
@@ -151,7 +154,7 @@ fn auto_delete_after_last_consumer() {
     let now = Instant::now();
     let mut q = queue(None, now);
     assert!(!q.auto_delete_due());
-    let c = q.add_consumer(target(1), true, false, now).expect("c");
+    let c = q.add_consumer(target(1), true, false, 0, now).expect("c");
     assert!(!q.auto_delete_due());
     q.remove_consumer(c, now);
     assert!(q.auto_delete_due());
@@ -197,8 +200,12 @@ fn holdings_count_ready_unacked_and_unwritten_no_ack() {
     }
     q.enqueue(persistent_msg(b"p"), t0 + Duration::from_millis(5));
     assert!(q.holds_persistent());
-    let manual = q.add_consumer(target(1), false, false, t0).expect("manual");
-    let no_ack = q.add_consumer(target(2), true, false, t0).expect("no-ack");
+    let manual = q
+        .add_consumer(target(1), false, false, 0, t0)
+        .expect("manual");
+    let no_ack = q
+        .add_consumer(target(2), true, false, 0, t0)
+        .expect("no-ack");
     q.grant(manual, 1, u64::MAX);
     q.grant(no_ack, 1, u64::MAX);
     let mut out = Vec::new();
@@ -230,7 +237,7 @@ fn byte_credit_bounds_a_dispatch() {
     for _ in 0..10 {
         q.enqueue(msg(b"0123456789"), now);
     }
-    let c = q.add_consumer(target(1), true, false, now).expect("c");
+    let c = q.add_consumer(target(1), true, false, 0, now).expect("c");
     q.grant(c, 100, 25);
     let mut out = Vec::new();
     assert_eq!(
@@ -301,4 +308,190 @@ fn entries_are_counted_in_the_ledger() {
     })
     .join()
     .expect("thread");
+}
+
+fn prio_msg(priority: Option<u8>) -> LocalMessage {
+    let props = crate::protocol::properties::BasicProperties {
+        priority,
+        ..Default::default()
+    };
+    LocalMessage::new(Message::new(
+        "ex".into(),
+        "rk".into(),
+        props.to_bytes(),
+        BodyChunks::new(),
+        0,
+    ))
+}
+
+fn prio_queue(max: u8, ttl_ms: Option<u64>, now: Instant) -> Queue {
+    let mut s = settings(ttl_ms);
+    s.max_priority = Some(max);
+    Queue::new(
+        QueueId(1),
+        0,
+        "/".into(),
+        "q".into(),
+        s,
+        QueueLimits::new(Duration::from_secs(5)),
+        now,
+    )
+}
+
+fn seqs(out: &[Dispatch]) -> Vec<u64> {
+    out.iter().map(|d| d.seq).collect()
+}
+
+#[test]
+fn the_record_did_not_grow() {
+    // The priority level lives in the padding: a plain queue's entries cost what they did.
+    assert!(std::mem::size_of::<Entry>() <= 56);
+}
+
+#[test]
+fn priority_queue_delivers_highest_first_fifo_within() {
+    let now = Instant::now();
+    let mut q = prio_queue(5, None, now);
+    // seq:         1     2        3        4        5        6
+    for p in [None, Some(3), Some(9), Some(5), Some(3), Some(0)] {
+        q.enqueue(prio_msg(p), now);
+    }
+    assert!(q.is_priority());
+    assert_eq!(q.stats().messages, 6);
+    let got: Vec<u64> = std::iter::from_fn(|| q.get(now, true, None).map(|(e, _)| e.seq)).collect();
+    // 9 counts as 5 (the maximum): level 5 is 3 then 4 in arrival order.
+    assert_eq!(got, [3, 4, 2, 5, 1, 6]);
+    assert_eq!(q.ready_bytes(), 0);
+}
+
+#[test]
+fn priority_queue_requeue_keeps_order_within_a_level() {
+    let now = Instant::now();
+    let mut q = prio_queue(5, None, now);
+    for p in [Some(0), Some(5), Some(5), Some(0)] {
+        q.enqueue(prio_msg(p), now);
+    }
+    let c = q.add_consumer(target(1), false, false, 0, now).expect("c");
+    q.grant(c, 3, u64::MAX);
+    let mut out = Vec::new();
+    q.dispatch(now, 10, &mut out);
+    assert_eq!(seqs(&out), [2, 3, 1]);
+    q.enqueue(prio_msg(Some(5)), now); // seq 5
+    assert!(q.requeue(3) && q.requeue(1) && q.requeue(2));
+    q.grant(c, 10, u64::MAX);
+    out.clear();
+    q.dispatch(now, 10, &mut out);
+    assert_eq!(seqs(&out), [2, 3, 5, 1, 4]);
+    let redelivered: Vec<bool> = out.iter().map(|d| d.redelivered).collect();
+    assert_eq!(redelivered, [true, true, false, true, false]);
+}
+
+#[test]
+fn priority_queue_expires_and_drops_at_the_head() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    // Queue TTL 100 ms: a low-priority message expires only once it is the head.
+    let mut q = prio_queue(5, Some(100), t0);
+    q.enqueue(prio_msg(Some(0)), t0); // seq 1, expires at 100
+    q.enqueue(prio_msg(Some(5)), t0 + ms(50)); // seq 2, expires at 150
+    assert_eq!(q.head_expiry(), Some(t0 + ms(150)));
+    assert_eq!(q.oldest_age(t0 + ms(120)), Some(ms(120)));
+    assert_eq!(q.expire_head(t0 + ms(120)), 0, "the head has not expired");
+    assert_eq!(q.ready_count(), 2);
+    assert_eq!(q.expire_head(t0 + ms(160)), 2, "then both go");
+    // drop-head: the head is the highest level's oldest message.
+    let mut q = prio_queue(5, None, t0);
+    q.enqueue(prio_msg(Some(0)), t0);
+    q.enqueue(prio_msg(Some(0)), t0);
+    q.enqueue(prio_msg(Some(5)), t0);
+    assert_eq!(q.discard_head(), Some(0));
+    let got: Vec<u64> = std::iter::from_fn(|| q.get(t0, true, None).map(|(e, _)| e.seq)).collect();
+    assert_eq!(got, [1, 2]);
+    assert_eq!(q.counters.discarded, 1);
+}
+
+#[test]
+fn consumer_priorities_serve_the_highest_with_credit() {
+    let now = Instant::now();
+    let mut q = queue(None, now);
+    let low = q
+        .add_consumer(target(1), false, false, 1, now)
+        .expect("low");
+    let high_a = q.add_consumer(target(2), false, false, 10, now).expect("a");
+    let high_b = q.add_consumer(target(3), false, false, 10, now).expect("b");
+    q.grant(low, 100, u64::MAX);
+    q.grant(high_a, 2, u64::MAX);
+    q.grant(high_b, 2, u64::MAX);
+    for _ in 0..6 {
+        q.enqueue(msg(b"x"), now);
+    }
+    let mut out = Vec::new();
+    assert_eq!(q.dispatch(now, 100, &mut out), 6);
+    let who: Vec<u32> = out.iter().map(|d| d.target.consumer).collect();
+    // The two of priority 10 take turns until both are blocked, then priority 1.
+    assert_eq!(who, [2, 3, 2, 3, 1, 1]);
+    // Credit back to one high consumer: it is served again before the low one.
+    q.grant(high_b, 1, u64::MAX);
+    q.enqueue(msg(b"x"), now);
+    q.enqueue(msg(b"x"), now);
+    out.clear();
+    q.dispatch(now, 100, &mut out);
+    let who: Vec<u32> = out.iter().map(|d| d.target.consumer).collect();
+    assert_eq!(who, [3, 1]);
+    // The high ones gone, rotation is plain again.
+    assert!(q.remove_consumer(high_a, now) && q.remove_consumer(high_b, now));
+    let other = q
+        .add_consumer(target(4), false, false, 1, now)
+        .expect("other");
+    q.grant(other, 100, u64::MAX);
+    for _ in 0..4 {
+        q.enqueue(msg(b"x"), now);
+    }
+    out.clear();
+    q.dispatch(now, 100, &mut out);
+    let who: Vec<u32> = out.iter().map(|d| d.target.consumer).collect();
+    assert!(who == [4, 1, 4, 1] || who == [1, 4, 1, 4], "{who:?}");
+}
+
+#[test]
+fn single_active_consumer_fails_over_in_registration_order() {
+    let now = Instant::now();
+    let mut s = settings(None);
+    s.single_active_consumer = true;
+    let mut q = Queue::new(
+        QueueId(1),
+        0,
+        "/".into(),
+        "q".into(),
+        s,
+        QueueLimits::new(Duration::from_secs(5)),
+        now,
+    );
+    assert_eq!(
+        q.add_consumer(target(9), false, true, 0, now),
+        Err(ConsumeRefused::ExclusiveInUse),
+        "exclusive consume on a single-active-consumer queue"
+    );
+    let first = q.add_consumer(target(1), false, false, 0, now).expect("1");
+    // A higher priority does not make a later consumer the active one (RabbitMQ 3.10).
+    let second = q.add_consumer(target(2), false, false, 5, now).expect("2");
+    let third = q.add_consumer(target(3), false, false, 0, now).expect("3");
+    for k in [first, second, third] {
+        q.grant(k, 2, u64::MAX);
+    }
+    for _ in 0..3 {
+        q.enqueue(msg(b"x"), now);
+    }
+    let mut out = Vec::new();
+    assert_eq!(q.dispatch(now, 100, &mut out), 2);
+    assert!(out.iter().all(|d| d.target.consumer == 1));
+    assert!(!q.can_dispatch(), "the active consumer is blocked");
+    assert_eq!(q.single_active().map(|c| c.key), Some(first));
+    assert!(q.remove_consumer(first, now));
+    assert!(q.can_dispatch());
+    out.clear();
+    assert_eq!(q.dispatch(now, 100, &mut out), 1);
+    assert_eq!(out[0].target.consumer, 2);
+    q.remove_consumers_where(|t| t.consumer == 2);
+    assert_eq!(q.single_active().map(|c| c.key), Some(third));
 }

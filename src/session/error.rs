@@ -8,6 +8,7 @@ use std::fmt;
 
 use crate::policy::queue_args::QueueArgError;
 use crate::protocol::ReplyCode;
+use crate::queue::features::ArgRefused;
 
 /// Which kind of object an error is about, for texts like "no queue 'x' in vhost '/'".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +80,13 @@ pub enum ChannelError {
         vhost: String,
         error: QueueArgError,
     },
+    /// A priority or single-active-consumer argument refused as RabbitMQ refuses it:
+    /// `invalid arg 'x-max-priority' for queue 'q' in vhost '/': {max_value_exceeded,256}`.
+    FeatureArgument {
+        refused: ArgRefused,
+        queue: String,
+        vhost: String,
+    },
     UnknownExchangeType(String),
     MessageTooLarge {
         size: u64,
@@ -112,6 +120,7 @@ impl ChannelError {
             | ChannelError::UnknownDeliveryTag(_)
             | ChannelError::InvalidArgument { .. }
             | ChannelError::QueueArgument { .. }
+            | ChannelError::FeatureArgument { .. }
             | ChannelError::MessageTooLarge { .. }
             | ChannelError::TxNotSelected
             | ChannelError::TxTooLarge { .. }
@@ -213,6 +222,15 @@ impl fmt::Display for ChannelError {
                     "invalid arg '{argument}' for queue '{queue}' in vhost '{vhost}': {reason}"
                 ),
             },
+            ChannelError::FeatureArgument {
+                refused,
+                queue,
+                vhost,
+            } => write!(
+                f,
+                "invalid arg '{}' for queue '{queue}' in vhost '{vhost}': {}",
+                refused.argument, refused.refusal
+            ),
             ChannelError::UnknownExchangeType(kind) => {
                 write!(f, "unknown exchange type '{kind}'")
             }
@@ -377,6 +395,20 @@ mod tests {
         assert_eq!(
             e.reply_text(),
             "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '/': received 'fanout' but current is 'direct'"
+        );
+        let e = ChannelError::FeatureArgument {
+            refused: ArgRefused {
+                argument: "x-max-priority",
+                refusal: crate::queue::features::Refusal::MaxExceeded(256),
+            },
+            queue: "q".into(),
+            vhost: "/".into(),
+        };
+        assert_eq!(e.code().code(), 406);
+        assert!(!e.closes_connection());
+        assert_eq!(
+            e.reply_text(),
+            "PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue 'q' in vhost '/': {max_value_exceeded,256}"
         );
     }
 

@@ -24,6 +24,7 @@ use crate::ops::event::OpsEvent;
 use crate::policy::args::ArgError;
 use crate::policy::{capacity, max_length, queue_args, slow_consumer};
 use crate::protocol::{FieldTable, FieldValue, ShortStr};
+use crate::queue::features;
 use crate::session::error::{ChannelError, ObjectKind};
 
 use super::inbox::{
@@ -166,6 +167,13 @@ const POLICY_ARGS: [&str; 10] = [
     slow_consumer::arg::INCLUDE_DURABLE,
 ];
 
+/// Queue arguments that change how the queue orders and hands out messages; validated
+/// with RabbitMQ's texts (`queue::features`) and compared on a redeclare.
+const FEATURE_ARGS: [&str; 2] = [
+    features::arg::MAX_PRIORITY,
+    features::arg::SINGLE_ACTIVE_CONSUMER,
+];
+
 fn arg_error(e: ArgError) -> ChannelError {
     ChannelError::InvalidArgument {
         argument: e.argument,
@@ -198,6 +206,11 @@ fn validate_queue_args(
         vhost: vhost.to_owned(),
         error,
     })?;
+    features::check_declare(args).map_err(|refused| ChannelError::FeatureArgument {
+        refused,
+        queue: queue.to_string(),
+        vhost: vhost.to_owned(),
+    })?;
     max_length::MaxLength::from_arguments(args).map_err(arg_error)?;
     capacity::CapacitySettings::from_arguments(args).map_err(arg_error)?;
     slow_consumer::SlowConsumerSettings::from_arguments(args).map_err(arg_error)?;
@@ -210,6 +223,7 @@ fn arg_text(v: Option<&FieldValue>) -> String {
         Some(v) => v
             .as_i64()
             .map(|n| n.to_string())
+            .or_else(|| v.as_bool().map(|b| b.to_string()))
             .or_else(|| v.as_str().map(str::to_owned))
             .unwrap_or_else(|| format!("{v:?}")),
     }
@@ -346,7 +360,11 @@ fn plan(
                 if meta.auto_delete != auto_delete {
                     return ie("auto_delete", auto_delete, meta.auto_delete);
                 }
-                for key in RABBIT_ARGS.iter().chain(POLICY_ARGS.iter()) {
+                for key in RABBIT_ARGS
+                    .iter()
+                    .chain(POLICY_ARGS.iter())
+                    .chain(FEATURE_ARGS.iter())
+                {
                     let (r, c) = (arguments.get(key), meta.arguments.get(key));
                     if !same_arg(r, c) {
                         return Err(inequivalent(
@@ -549,6 +567,7 @@ fn key_static(key: &str) -> &'static str {
     RABBIT_ARGS
         .iter()
         .chain(POLICY_ARGS.iter())
+        .chain(FEATURE_ARGS.iter())
         .find(|k| **k == key)
         .copied()
         .unwrap_or("arguments")

@@ -141,6 +141,8 @@ pub enum QueueRequest {
         target: ConsumerTarget,
         no_ack: bool,
         exclusive: bool,
+        /// `x-priority`.
+        priority: i64,
     },
     Cancel {
         queue: QueueId,

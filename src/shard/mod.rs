@@ -478,6 +478,8 @@ mod tests {
                     arguments: Default::default(),
                     message_ttl: None,
                     expires: None,
+                    max_priority: None,
+                    single_active_consumer: false,
                 },
                 QueueLimits::new(std::time::Duration::from_secs(5)),
                 now,

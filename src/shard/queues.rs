@@ -16,7 +16,7 @@ use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::protocol::method::BasicCancel;
 use crate::protocol::Method;
-use crate::queue::{Queue, QueueSettings};
+use crate::queue::{features, Queue, QueueSettings};
 use crate::session::channel::ChannelPhase;
 
 use super::inbox::{
@@ -47,8 +47,11 @@ impl State {
             self.ensure_policy_timer(shard, queue);
             return false;
         }
-        let was_empty = q.ready_count() == 0;
         let has_ttl = q.settings.message_ttl.is_some() || msg.ttl_ms().is_some();
+        // The head's expiry arms the queue's timer: a message with a TTL that becomes the
+        // head (of an empty queue; in a priority queue, possibly of a non-empty one) may
+        // expire before whatever the timer waits for.
+        let new_head = has_ttl && (q.ready_count() == 0 || q.is_priority());
         q.enqueue(msg, now);
         let checks = q.limits.max_length.is_some()
             || q.limits.capacity.is_some()
@@ -57,7 +60,7 @@ impl State {
             q.in_dirty_list = true;
             self.dirty_queues.push(queue);
         }
-        if has_ttl && was_empty {
+        if new_head {
             self.ensure_queue_timer(queue);
         }
         if checks {
@@ -211,8 +214,9 @@ impl State {
                 target,
                 no_ack,
                 exclusive,
+                priority,
                 ..
-            } => QueueReply::Consumed(q.add_consumer(target, no_ack, exclusive, now)),
+            } => QueueReply::Consumed(q.add_consumer(target, no_ack, exclusive, priority, now)),
             QueueRequest::Cancel { key, .. } => {
                 q.remove_consumer(key, now);
                 if q.auto_delete_due() {
@@ -286,6 +290,10 @@ impl State {
             arguments: meta.arguments.clone(),
             message_ttl: ms("x-message-ttl"),
             expires: ms("x-expires"),
+            // Validated by the coordinator; a value that slipped through is ignored.
+            max_priority: features::max_priority(&meta.arguments).ok().flatten(),
+            single_active_consumer: features::single_active_consumer(&meta.arguments)
+                .unwrap_or(false),
         };
         OpsEvent::QueueCreate {
             vhost: vhost_name.clone(),

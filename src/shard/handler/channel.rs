@@ -15,6 +15,7 @@ use crate::protocol::method::{
     TxCommitOk, TxRollbackOk, TxSelectOk,
 };
 use crate::protocol::{ContentHeader, FieldTable, Method, ShortStr};
+use crate::queue::features;
 use crate::session::channel::{Content, TxOp};
 use crate::session::confirm::ConfirmTracker;
 use crate::session::consumer::ChannelConsumer;
@@ -421,6 +422,17 @@ impl State {
             Method::BasicConsume(consume) => {
                 let name = self.queue_name(conn, number, consume.queue);
                 let queue = self.lookup_queue(shard, conn, &name)?;
+                let priority =
+                    features::consumer_priority(&consume.arguments).map_err(|refused| {
+                        ChannelError::FeatureArgument {
+                            refused,
+                            queue: name.to_string(),
+                            vhost: self
+                                .conn(conn)
+                                .map(|c| c.vhost_name.clone())
+                                .unwrap_or_default(),
+                        }
+                    })?;
                 let Some(c) = self.conn_mut(conn) else {
                     return Ok(Flow::Stop);
                 };
@@ -455,6 +467,7 @@ impl State {
                     tag,
                     no_ack: consume.no_ack,
                     exclusive: consume.exclusive,
+                    priority,
                     nowait: consume.nowait,
                 })
             }

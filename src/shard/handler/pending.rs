@@ -77,6 +77,8 @@ pub enum PendingOp {
         tag: ShortStr,
         no_ack: bool,
         exclusive: bool,
+        /// `x-priority`.
+        priority: i64,
         nowait: bool,
     },
     Cancel {
@@ -168,6 +170,7 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
             tag,
             no_ack,
             exclusive,
+            priority,
             nowait,
         } => {
             let target = crate::model::ids::ConsumerTarget {
@@ -181,6 +184,7 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
                 target,
                 no_ack,
                 exclusive,
+                priority,
             };
             let reply = control::queue_request(shard, queue.home, req).await;
             Resolved::Consumed {
