@@ -19,9 +19,11 @@
 //! - [`timer`]: the per-shard coarse clock and hashed timing wheel.
 //! - [`session`]: connection and channel state, consumers, typed protocol errors.
 //! - [`shard`]: one event loop's world — connections, home queues, directory replica,
-//!   timer wheel — plus the cross-shard inbox, placement, the control plane, and
+//!   timer wheel — plus the cross-shard inbox, placement, the control plane, publishes
+//!   arriving from other shards (`arrivals`), giving memory back (`reclaim`), and
 //!   performing the policies (`policy`, `flow`, `memory`).
-//! - [`net`]: per-connection reader and writer tasks over tokio-uring sockets.
+//! - [`net`]: per-connection reader and writer tasks over tokio-uring sockets, and the
+//!   read buffer that sizes itself to the traffic (`read_buf`).
 //! - [`server`]: starts N shards and coordinates shutdown.
 //! - [`config`]: the immutable configuration (defaults, TOML file, CLI).
 //! - [`ops`]: operational events with Qpid-style codes.
