@@ -7,6 +7,7 @@
 //! queue contents; every value here lives on one shard and is changed only by
 //! that shard (a message is shared read-only).
 
+pub mod dead_letter;
 pub mod exchange;
 pub mod ids;
 pub mod ledger;

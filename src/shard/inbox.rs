@@ -263,6 +263,11 @@ pub type ControlReply = Result<ControlOk, ChannelError>;
 #[derive(Debug)]
 pub enum ShardMsg {
     Publish(PublishBatch),
+    /// Dead-lettered messages for queues on this shard, re-published by their source
+    /// queue's home shard ([`ChannelRef::broker`] as origin, no confirm). Sent on the
+    /// unbounded inbox: the sender's inbox loop must not wait, and the volume is bounded
+    /// by what the source queues held.
+    DeadLetter(Vec<Routed>),
     /// Confirm outcomes for publishing channels on this shard.
     Confirms(Vec<ConfirmDone>),
     /// Flow control for publishing channels on this shard.

@@ -16,6 +16,8 @@ use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::protocol::method::BasicCancel;
 use crate::protocol::Method;
+use crate::model::dead_letter::Reason;
+use crate::policy::max_length::Overflow;
 use crate::queue::{features, Queue, QueueSettings};
 use crate::session::channel::ChannelPhase;
 
@@ -44,6 +46,14 @@ impl State {
             return true;
         }
         if q.limits.max_length.is_some() && !super::policy::admits(q, msg.accounted_size()) {
+            if q
+                .limits
+                .max_length
+                .is_some_and(|m| m.overflow == Overflow::RejectPublishDlx)
+            {
+                q.died_message(msg, Reason::Maxlen);
+                self.collect_dead(queue);
+            }
             self.ensure_policy_timer(shard, queue);
             return false;
         }
@@ -65,6 +75,7 @@ impl State {
         }
         if checks {
             self.after_enqueue(shard, queue, origin, now);
+            self.collect_dead(queue);
         }
         true
     }
@@ -81,14 +92,17 @@ impl State {
             round.rotate_left(start);
             for qid in round {
                 let mut out = std::mem::take(&mut self.scratch);
-                let more = match self.queues.get_mut(&qid) {
+                let (more, dead) = match self.queues.get_mut(&qid) {
                     Some(q) => {
                         q.in_dirty_list = false;
                         q.dispatch(now, budget, &mut out);
-                        q.can_dispatch()
+                        (q.can_dispatch(), q.has_dead())
                     }
-                    None => false,
+                    None => (false, false),
                 };
+                if dead {
+                    self.collect_dead(qid);
+                }
                 let queue = QueueRef {
                     id: qid,
                     home: shard.id,
@@ -184,6 +198,7 @@ impl State {
         if dirty {
             self.mark_dirty(s.queue);
         }
+        self.collect_dead(s.queue);
         if shrunk && limited {
             self.queue_shrunk(shard, s.queue);
         }
@@ -255,6 +270,7 @@ impl State {
                 })
             }
         };
+        self.collect_dead(qid);
         self.ensure_queue_timer(qid);
         self.queue_shrunk(shard, qid);
         reply
@@ -294,6 +310,7 @@ impl State {
             max_priority: features::max_priority(&meta.arguments).ok().flatten(),
             single_active_consumer: features::single_active_consumer(&meta.arguments)
                 .unwrap_or(false),
+            dead_letter: crate::model::dead_letter::target(&meta.arguments),
         };
         OpsEvent::QueueCreate {
             vhost: vhost_name.clone(),
@@ -413,6 +430,10 @@ impl State {
             return;
         };
         let expired = q.expire_head(now);
+        self.collect_dead(queue);
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
         if q.expiry_deadline().is_some_and(|at| at <= now) {
             self.internal_deletes.push((q.vhost_idx, q.name.clone()));
             return;
