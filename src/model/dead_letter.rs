@@ -1,8 +1,9 @@
 //! Owns: what dead-lettering does to a message's properties, as RabbitMQ's
 //! `rabbit_dead_letter` does — the `x-death` header (one table per (queue, reason), most
 //! recent first, the count of an existing entry incremented and the entry moved to the
-//! front), the `x-first-death-queue/-reason/-exchange` headers (set once, by the first
-//! death), the per-message `expiration` removed (kept in the entry as
+//! front, as RabbitMQ 3.13+ "deaths v2"), the `x-first-death-queue/-reason/-exchange`
+//! headers (set once, by the first death) and `x-last-death-*` (every death), the
+//! per-message `expiration` removed (kept in the entry as
 //! `original-expiration`) — and RabbitMQ's cycle detection on the updated `x-death`.
 //!
 //! Does not: route, enqueue or decide which queues dead-letter (`shard::dead_letter` and
@@ -112,6 +113,9 @@ pub fn rewrite(raw: &Bytes, death: &Death<'_>) -> Option<(Bytes, FieldTable)> {
         headers.insert("x-first-death-queue", longstr(death.queue));
         headers.insert("x-first-death-exchange", longstr(death.exchange));
     }
+    headers.insert("x-last-death-reason", text(death.reason.name()));
+    headers.insert("x-last-death-queue", longstr(death.queue));
+    headers.insert("x-last-death-exchange", longstr(death.exchange));
     let mut deaths: Vec<FieldValue> = match headers.get("x-death") {
         Some(FieldValue::Array(items)) => items.clone(),
         _ => Vec::new(),
@@ -227,11 +231,18 @@ mod tests {
             expiration: Some("100".into()),
             ..Default::default()
         };
-        let (q, x, rk) = (ShortStr::from("q"), ShortStr::from("ex"), ShortStr::from("k"));
+        let (q, x, rk) = (
+            ShortStr::from("q"),
+            ShortStr::from("ex"),
+            ShortStr::from("k"),
+        );
         let (raw, h) = rewrite(&props.to_bytes(), &death(Reason::Expired, &q, &x, &rk)).unwrap();
         let p = BasicProperties::decode(&raw).unwrap();
         assert!(p.expiration.is_none());
-        assert_eq!(h.get("x-first-death-reason").unwrap().as_bytes(), Some(&b"expired"[..]));
+        assert_eq!(
+            h.get("x-first-death-reason").unwrap().as_bytes(),
+            Some(&b"expired"[..])
+        );
         assert!(is_cycle(&h, b"q"));
         assert!(!is_cycle(&h, b"other"));
         let (_, h2) = rewrite(&raw, &death(Reason::Expired, &q, &x, &rk)).unwrap();
@@ -239,7 +250,10 @@ mod tests {
         assert_eq!(deaths.len(), 1);
         let t = deaths[0].as_table().unwrap();
         assert_eq!(t.get("count").unwrap().as_i64(), Some(2));
-        assert_eq!(t.get("original-expiration").unwrap().as_bytes(), Some(&b"100"[..]));
+        assert_eq!(
+            t.get("original-expiration").unwrap().as_bytes(),
+            Some(&b"100"[..])
+        );
         let (_, h3) = rewrite(&raw, &death(Reason::Rejected, &q, &x, &rk)).unwrap();
         assert!(!is_cycle(&h3, b"q"), "a rejection breaks the cycle");
         assert_eq!(h3.get("x-death").unwrap().as_array().unwrap().len(), 2);

@@ -36,10 +36,10 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
+pub use crate::model::dead_letter::DeadLetterTarget;
+use crate::model::dead_letter::Reason;
 use crate::model::ids::{ChannelRef, QueueId};
 use crate::model::ledger;
-use crate::model::dead_letter::Reason;
-pub use crate::model::dead_letter::DeadLetterTarget;
 use crate::model::message::LocalMessage;
 use crate::policy::slow_consumer::Holdings;
 use crate::protocol::{FieldTable, ShortStr};
@@ -69,7 +69,6 @@ pub struct QueueSettings {
     /// `x-dead-letter-exchange` and friends: where messages that die here go.
     pub dead_letter: Option<DeadLetterTarget>,
 }
-
 
 /// Counters for `queue.declare-ok`, `basic.get-ok` and the management view.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -10,14 +10,14 @@
 use std::time::Instant;
 
 use crate::config::Config;
+use crate::model::dead_letter::Reason;
 use crate::model::ids::{ChannelRef, ConsumerTarget, QueueId, QueueRef};
 use crate::model::message::{LocalMessage, Message};
 use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
+use crate::policy::max_length::Overflow;
 use crate::protocol::method::BasicCancel;
 use crate::protocol::Method;
-use crate::model::dead_letter::Reason;
-use crate::policy::max_length::Overflow;
 use crate::queue::{features, Queue, QueueSettings};
 use crate::session::channel::ChannelPhase;
 
@@ -46,8 +46,7 @@ impl State {
             return true;
         }
         if q.limits.max_length.is_some() && !super::policy::admits(q, msg.accounted_size()) {
-            if q
-                .limits
+            if q.limits
                 .max_length
                 .is_some_and(|m| m.overflow == Overflow::RejectPublishDlx)
             {
