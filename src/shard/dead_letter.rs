@@ -154,8 +154,9 @@ impl State {
             if t.home == shard.id {
                 let m = local.get_or_insert_with(|| std::rc::Rc::new(msg.clone()));
                 let m = std::rc::Rc::clone(m);
+                // What dies in the target on the way (drop-head, reject-publish-dlx)
+                // joins this turn's dead letters.
                 self.enqueue(shard, t.id, m, origin, now);
-                self.collect_dead(t.id);
             } else {
                 let at = usize::from(t.home);
                 if remote.len() <= at {

@@ -65,6 +65,8 @@ impl State {
         let checks = q.limits.max_length.is_some()
             || q.limits.capacity.is_some()
             || q.limits.slow.active().is_some();
+        // Drop-head rings and Cycle discards (in the checks) may kill messages.
+        let dead_letters = checks && q.settings.dead_letter.is_some();
         if q.has_consumers() && !q.in_dirty_list {
             q.in_dirty_list = true;
             self.dirty_queues.push(queue);
@@ -74,6 +76,8 @@ impl State {
         }
         if checks {
             self.after_enqueue(shard, queue, origin, now);
+        }
+        if dead_letters {
             self.collect_dead(queue);
         }
         true
@@ -166,6 +170,7 @@ impl State {
         };
         let mut dirty = false;
         let mut shrunk = false;
+        let mut dead = false;
         let limited = q.limits.capacity.is_some();
         match s.op {
             SettleOp::Ack(seq) => {
@@ -173,6 +178,7 @@ impl State {
             }
             SettleOp::Discard(seq) => {
                 shrunk = q.discard(seq);
+                dead = q.has_dead();
             }
             SettleOp::Requeue(seq) => {
                 dirty = q.requeue(seq);
@@ -197,7 +203,9 @@ impl State {
         if dirty {
             self.mark_dirty(s.queue);
         }
-        self.collect_dead(s.queue);
+        if dead {
+            self.collect_dead(s.queue);
+        }
         if shrunk && limited {
             self.queue_shrunk(shard, s.queue);
         }

@@ -1,7 +1,8 @@
 //! The dead-letter cases: each reason (rejected by reject and by nack, expired by
 //! per-message and per-queue TTL, maxlen by drop-head and by reject-publish-dlx), the
 //! routing-key override, the count of a repeated death, cycle detection and the RPC
-//! reply timeout pattern. With two shards the target queue is on the other shard.
+//! reply timeout pattern; slow-consumer Cycle discards (only with
+//! `x-slow-consumer-dead-letter`). With two shards the target queue is on the other shard.
 
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ shard_tests!(
     death_count_increments_for_the_same_queue_and_reason,
     automatic_cycle_is_dropped,
     rpc_reply_times_out_to_the_requester,
+    slow_consumer_cycle_discards_only_when_asked,
 );
 
 /// How long "nothing more arrives" is watched.
@@ -332,4 +334,46 @@ async fn rpc_reply_times_out_to_the_requester(shards: usize) {
         )]
     );
     assert_eq!(rch.message_count(&reply_queue).await, 0);
+}
+
+/// Two slow-consumer Cycle rings of 2 messages bound to the same topic key, both with a
+/// DLX to one queue: only the one declared with `x-slow-consumer-dead-letter = true`
+/// dead-letters what its ring discards (reason maxlen); the default is off.
+async fn slow_consumer_cycle_discards_only_when_asked(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let (ring, dst) = source_and_target(shards);
+    let plain_ring = name_on("dl-ring-off", 0, shards);
+    let key = crate::common::unique("cyc");
+    declare(&ch, &dst, table(&[])).await;
+    let ring_args = |on: bool| {
+        let mut more = vec![
+            ("x-slow-consumer-policy", s("cycle")),
+            ("x-slow-consumer-max-count", FieldValue::I(2)),
+        ];
+        if on {
+            more.push(("x-slow-consumer-dead-letter", FieldValue::t(true)));
+        }
+        dlx("", Some(&dst), &more)
+    };
+    declare(&ch, &ring, ring_args(true)).await;
+    declare(&ch, &plain_ring, ring_args(false)).await;
+    bind(&ch, &ring, "amq.topic", &key).await;
+    bind(&ch, &plain_ring, "amq.topic", &key).await;
+    for body in ["m1", "m2", "m3"] {
+        ch.publish("amq.topic", &key, body.as_bytes()).await;
+    }
+    ch.wait_message_count(&ring, 2).await;
+    ch.wait_message_count(&plain_ring, 2).await;
+    ch.wait_message_count(&dst, 1).await;
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(ch.message_count(&dst).await, 1, "only the ring that asked");
+    let (ok, props, body) = ch.get_eventually(&dst, true).await;
+    assert_eq!(body, b"m1");
+    assert_eq!(ok.routing_key(), &dst);
+    assert_eq!(
+        deaths(&props),
+        vec![death(1, "maxlen", &ring, "amq.topic", &[&key], None)]
+    );
 }
