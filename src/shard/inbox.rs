@@ -1,8 +1,9 @@
 //! Owns: [`ShardMsg`], everything one shard can say to another, and the two inboxes each
 //! shard reads: a bounded one for publishes (the only traffic whose volume a client
 //! controls) and an unbounded one for traffic that is already bounded elsewhere —
-//! deliveries (bounded by consumer credit), settlements (bounded by deliveries) and the
-//! rare control plane.
+//! deliveries (bounded by consumer credit), settlements (bounded by deliveries),
+//! dead-lettered messages (bounded by what the source queues held) and the rare control
+//! plane.
 //!
 //! The publish inbox is bounded twice: in batches, and in bytes of message data (a byte
 //! budget per destination shard, taken by the sender before it sends and given back by the
