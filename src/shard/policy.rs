@@ -307,6 +307,8 @@ impl State {
         }
         report_discards(q, now, tuning.alert_repeat_gap);
         if shrunk {
+            // Cycle discards the queue dead-letters (`x-slow-consumer-dead-letter`).
+            self.collect_dead(queue);
             self.queue_shrunk(shard, queue);
         }
         self.ensure_policy_timer(shard, queue);

@@ -24,6 +24,7 @@ shard_tests!(
     automatic_cycle_is_dropped,
     rpc_reply_times_out_to_the_requester,
     slow_consumer_cycle_discards_only_when_asked,
+    slow_consumer_cycle_by_age_dead_letters_on_the_policy_tick,
 );
 
 /// How long "nothing more arrives" is watched.
@@ -376,4 +377,38 @@ async fn slow_consumer_cycle_discards_only_when_asked(shards: usize) {
         deaths(&props),
         vec![death(1, "maxlen", &ring, "amq.topic", &[&key], None)]
     );
+}
+
+/// A Cycle ring bounded by age (`x-slow-consumer-max-age`) discards on the queue's
+/// periodic policy check, not on an enqueue: those discards are dead-lettered too.
+async fn slow_consumer_cycle_by_age_dead_letters_on_the_policy_tick(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let (ring, dst) = source_and_target(shards);
+    let key = crate::common::unique("cyc-age");
+    declare(&ch, &dst, table(&[])).await;
+    declare(
+        &ch,
+        &ring,
+        dlx(
+            "",
+            Some(&dst),
+            &[
+                ("x-slow-consumer-policy", s("cycle")),
+                ("x-slow-consumer-max-age", FieldValue::I(200)),
+                ("x-slow-consumer-dead-letter", FieldValue::t(true)),
+            ],
+        ),
+    )
+    .await;
+    bind(&ch, &ring, "amq.topic", &key).await;
+    ch.publish("amq.topic", &key, b"aged").await;
+    let (_, props, body) = ch.get_eventually(&dst, true).await;
+    assert_eq!(body, b"aged");
+    assert_eq!(
+        deaths(&props),
+        vec![death(1, "maxlen", &ring, "amq.topic", &[&key], None)]
+    );
+    assert_eq!(ch.message_count(&ring).await, 0);
 }
