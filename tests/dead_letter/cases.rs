@@ -25,6 +25,7 @@ shard_tests!(
     rpc_reply_times_out_to_the_requester,
     slow_consumer_cycle_discards_only_when_asked,
     slow_consumer_cycle_by_age_dead_letters_on_the_policy_tick,
+    slow_consumer_dead_letter_must_be_a_boolean_and_equivalent,
 );
 
 /// How long "nothing more arrives" is watched.
@@ -411,4 +412,48 @@ async fn slow_consumer_cycle_by_age_dead_letters_on_the_policy_tick(shards: usiz
         vec![death(1, "maxlen", &ring, "amq.topic", &[&key], None)]
     );
     assert_eq!(ch.message_count(&ring).await, 0);
+}
+
+/// `x-slow-consumer-dead-letter` is sluice's own argument: a non-boolean is a 406 with
+/// sluice's text, and a redeclare that changes it is 406 inequivalent.
+async fn slow_consumer_dead_letter_must_be_a_boolean_and_equivalent(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let (q, _) = source_and_target(shards);
+    let mut ch = conn.channel().await;
+    let bad = table(&[("x-slow-consumer-dead-letter", s("yes"))]);
+    let r = ch
+        .ch
+        .queue_declare(
+            amqprs::channel::QueueDeclareArguments::new(&q)
+                .arguments(bad)
+                .finish(),
+        )
+        .await;
+    assert!(r.is_err());
+    let (code, text) = ch.expect_close().await;
+    assert_eq!(code, 406);
+    assert_eq!(
+        text,
+        "PRECONDITION_FAILED - invalid arg 'x-slow-consumer-dead-letter': expected a boolean, got 'yes'"
+    );
+
+    let mut ch = conn.channel().await;
+    declare(
+        &ch,
+        &q,
+        table(&[("x-slow-consumer-dead-letter", FieldValue::t(true))]),
+    )
+    .await;
+    let r = ch
+        .ch
+        .queue_declare(amqprs::channel::QueueDeclareArguments::new(&q).finish())
+        .await;
+    assert!(r.is_err());
+    let (code, text) = ch.expect_close().await;
+    assert_eq!(code, 406);
+    assert!(
+        text.starts_with("PRECONDITION_FAILED - inequivalent arg 'x-slow-consumer-dead-letter'"),
+        "{text}"
+    );
 }
