@@ -8,7 +8,7 @@
 //!
 //! - [`protocol`]: the wire format — frames, methods (generated from the AMQP JSON spec
 //!   into `protocol/method/generated.rs`), content headers, field tables, reply codes.
-//! - [`model`]: messages (shared, zero-copy), exchanges and their match rules, the topic
+//! - [`model`]: messages (shared, zero-copy) and their dead-letter headers, exchanges and their match rules, the topic
 //!   trie, and the per-shard routing directory.
 //! - [`queue`]: a queue's entries (one FIFO, or one per priority level), accounting
 //!   (everything a subscription holds), consumers and credit (consumer priorities, the
@@ -20,7 +20,9 @@
 //! - [`session`]: connection and channel state, consumers, typed protocol errors.
 //! - [`shard`]: one event loop's world — connections, home queues, directory replica,
 //!   timer wheel — plus the cross-shard inbox, placement, the control plane, publishes
-//!   arriving from other shards (`arrivals`), giving memory back (`reclaim`), and
+//!   arriving from other shards (`arrivals`), re-publishing dead-lettered messages
+//!   (`dead_letter`; their headers are built in `model::dead_letter`), giving memory back
+//!   (`reclaim`), and
 //!   performing the policies (`policy`, `flow`, `memory`).
 //! - [`net`]: per-connection reader and writer tasks over tokio-uring sockets, and the
 //!   read buffer that sizes itself to the traffic (`read_buf`).

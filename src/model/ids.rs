@@ -55,6 +55,27 @@ pub struct ChannelRef {
     pub epoch: u32,
 }
 
+impl ChannelRef {
+    /// The broker itself as the publisher of a dead-lettered message: no channel, so no
+    /// confirm and never flow-stopped.
+    pub const fn broker(shard: ShardId) -> ChannelRef {
+        ChannelRef {
+            shard,
+            conn: ConnId {
+                slot: u32::MAX,
+                generation: u32::MAX,
+            },
+            channel: 0,
+            epoch: 0,
+        }
+    }
+
+    /// Whether this is [`ChannelRef::broker`].
+    pub fn is_broker(&self) -> bool {
+        self.channel == 0 && self.conn.slot == u32::MAX && self.conn.generation == u32::MAX
+    }
+}
+
 /// A `Hasher` for keys that are already well-distributed integers (sequence numbers, ids).
 #[derive(Default, Clone, Copy)]
 pub struct IdHasher(u64);

@@ -2,11 +2,12 @@
 //!
 //! Owns: the pure data structures that decide where a published message
 //! goes (exchanges, the topic trie, the routing directory), the shared message
-//! itself, the ids that cross shards, and the per-thread memory ledger that
+//! itself and what dead-lettering does to its properties, the ids that cross shards, and the per-thread memory ledger that
 //! counts message bytes. Does not: perform I/O, read clocks, take locks, or hold
 //! queue contents; every value here lives on one shard and is changed only by
 //! that shard (a message is shared read-only).
 
+pub mod dead_letter;
 pub mod exchange;
 pub mod ids;
 pub mod ledger;

@@ -1,9 +1,8 @@
 //! Owns: RabbitMQ's queue length limits as a policy — `x-max-length` (ready messages),
 //! `x-max-length-bytes` (bytes of ready message bodies) and `x-overflow` (`drop-head`,
 //! the default: the queue is a ring; `reject-publish`: new messages are refused, nacked
-//! under confirms; `reject-publish-dlx`: the same, the refused messages to be
-//! dead-lettered once dead-lettering exists) — and what a queue at its limit does with
-//! one more message.
+//! under confirms; `reject-publish-dlx`: the same, and the refused messages are
+//! dead-lettered) — and what a queue at its limit does with one more message.
 //!
 //! Does not: hold messages or send nacks (the queue discards, the shard confirms).
 
@@ -25,8 +24,8 @@ pub enum Overflow {
     DropHead,
     /// Refuse the new message.
     RejectPublish,
-    /// Refuse the new message and dead-letter it. Dead-lettering is not implemented yet:
-    /// for now this refuses as `RejectPublish` does.
+    /// Refuse the new message and dead-letter it (reason `maxlen`; the shard does, when
+    /// the queue has a dead-letter exchange).
     RejectPublishDlx,
 }
 

@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
+pub use crate::model::dead_letter::DeadLetterTarget;
+use crate::model::dead_letter::Reason;
 use crate::model::ids::{ChannelRef, QueueId};
 use crate::model::ledger;
 use crate::model::message::LocalMessage;
@@ -64,6 +66,8 @@ pub struct QueueSettings {
     pub max_priority: Option<u8>,
     /// `x-single-active-consumer`: only the earliest registered consumer receives.
     pub single_active_consumer: bool,
+    /// `x-dead-letter-exchange` and friends: where messages that die here go.
+    pub dead_letter: Option<DeadLetterTarget>,
 }
 
 /// Counters for `queue.declare-ok`, `basic.get-ok` and the management view.
@@ -130,6 +134,9 @@ pub struct Queue {
     pub condemned: bool,
     /// The queue is on its shard's list of queues to dispatch this turn.
     pub in_dirty_list: bool,
+    /// Messages that died here, for the shard to dead-letter. Only filled when the queue
+    /// has a dead-letter exchange.
+    dead: Vec<(LocalMessage, Reason)>,
 }
 
 impl Queue {
@@ -169,6 +176,7 @@ impl Queue {
             limits,
             condemned: false,
             in_dirty_list: false,
+            dead: Vec::new(),
         }
     }
 
@@ -335,27 +343,72 @@ impl Queue {
     pub fn expire_head(&mut self, now: Instant) -> usize {
         let mut dropped = 0;
         while self.ready.front().is_some_and(|e| e.is_expired(now)) {
-            self.take_head();
+            if let Some(entry) = self.take_head() {
+                self.died(entry, Reason::Expired);
+            }
             dropped += 1;
         }
         self.counters.expired += dropped as u64;
         dropped
     }
 
-    /// Discards the oldest ready message (a ring making room). Returns its size.
-    pub fn discard_head(&mut self) -> Option<u64> {
+    /// Discards the oldest ready message (a ring making room), dead-lettering it (reason
+    /// `maxlen`) when `dead_letter`. Returns its size.
+    pub fn discard_head(&mut self, dead_letter: bool) -> Option<u64> {
         let entry = self.take_head()?;
         self.counters.discarded += 1;
-        Some(entry.size())
+        let size = entry.size();
+        if dead_letter {
+            self.died(entry, Reason::Maxlen);
+        }
+        Some(size)
+    }
+
+    /// A message died here: kept for dead-lettering when the queue has a dead-letter
+    /// exchange (only this drop path pays the check).
+    #[inline]
+    pub fn died(&mut self, entry: Entry, reason: Reason) {
+        self.died_message(entry.msg, reason);
+    }
+
+    /// [`Queue::died`] for a message that never became an entry (refused by
+    /// `reject-publish-dlx`).
+    pub fn died_message(&mut self, msg: LocalMessage, reason: Reason) {
+        if self.settings.dead_letter.is_some() {
+            self.dead.push((msg, reason));
+        }
+    }
+
+    /// Whether messages wait to be dead-lettered.
+    #[inline]
+    pub fn has_dead(&self) -> bool {
+        !self.dead.is_empty()
+    }
+
+    /// Takes the messages waiting to be dead-lettered.
+    pub fn take_dead(&mut self) -> Vec<(LocalMessage, Reason)> {
+        std::mem::take(&mut self.dead)
+    }
+
+    /// Whether slow-consumer Cycle discards are dead-lettered.
+    pub fn dead_letters_cycle(&self) -> bool {
+        self.settings
+            .dead_letter
+            .as_ref()
+            .is_some_and(|d| d.slow_consumer)
     }
 
     /// Discards ready messages enqueued before `cutoff`, oldest first (a ring bounded by
     /// age; in a priority queue, from every level).
     pub fn discard_older_than(&mut self, cutoff: Instant) -> u64 {
         let mut n = 0;
+        let dead_letter = self.dead_letters_cycle();
         while let Some(entry) = self.ready.pop_older_than(cutoff) {
             self.took_ready(&entry);
             self.counters.discarded += 1;
+            if dead_letter {
+                self.died(entry, Reason::Maxlen);
+            }
             n += 1;
         }
         n
@@ -430,6 +483,7 @@ impl Queue {
             let entry = self.take_head_by::<H>()?;
             if entry.is_expired(now) {
                 self.counters.expired += 1;
+                self.died(entry, Reason::Expired);
                 continue;
             }
             return Some(entry);
@@ -466,9 +520,15 @@ impl Queue {
         done
     }
 
-    /// Negative acknowledgement without requeue: the entry is dropped (no dead-lettering).
+    /// Negative acknowledgement without requeue: the entry is dropped, dead-lettered
+    /// (reason `rejected`) when the queue has a dead-letter exchange.
     pub fn discard(&mut self, seq: u64) -> bool {
-        self.ack(seq)
+        let Some(entry) = self.release_unacked(seq) else {
+            return false;
+        };
+        self.counters.consumed += 1;
+        self.died(entry, Reason::Rejected);
+        true
     }
 
     /// Puts an unacknowledged entry back in its original position, marked redelivered.

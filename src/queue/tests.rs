@@ -29,6 +29,7 @@ fn settings(ttl_ms: Option<u64>) -> QueueSettings {
         expires: None,
         max_priority: None,
         single_active_consumer: false,
+        dead_letter: None,
     }
 }
 
@@ -257,7 +258,7 @@ fn ring_discards_keep_accounting() {
     for i in 0..5u64 {
         q.enqueue(msg(b"abc"), t0 + Duration::from_millis(i * 10));
     }
-    assert_eq!(q.discard_head(), Some(3));
+    assert_eq!(q.discard_head(false), Some(3));
     assert_eq!(q.discard_older_than(t0 + Duration::from_millis(30)), 2);
     assert_eq!((q.ready_count(), q.ready_bytes()), (2, 6));
     assert_eq!(q.counters.discarded, 3);
@@ -404,7 +405,7 @@ fn priority_queue_expires_and_drops_at_the_head() {
     q.enqueue(prio_msg(Some(0)), t0);
     q.enqueue(prio_msg(Some(0)), t0);
     q.enqueue(prio_msg(Some(5)), t0);
-    assert_eq!(q.discard_head(), Some(0));
+    assert_eq!(q.discard_head(false), Some(0));
     let got: Vec<u64> = std::iter::from_fn(|| q.get(t0, true, None).map(|(e, _)| e.seq)).collect();
     assert_eq!(got, [1, 2]);
     assert_eq!(q.counters.discarded, 1);

@@ -154,7 +154,7 @@ const RABBIT_ARGS: [&str; 6] = [
 ];
 
 /// Policy arguments that must match on a redeclare (compared by value).
-const POLICY_ARGS: [&str; 10] = [
+const POLICY_ARGS: [&str; 11] = [
     max_length::arg::OVERFLOW,
     capacity::arg::CAPACITY,
     capacity::arg::FLOW_RESUME_CAPACITY,
@@ -165,6 +165,7 @@ const POLICY_ARGS: [&str; 10] = [
     slow_consumer::arg::POLICY,
     slow_consumer::arg::INCLUDE_PERSISTENT,
     slow_consumer::arg::INCLUDE_DURABLE,
+    crate::model::dead_letter::arg::SLOW_CONSUMER,
 ];
 
 /// Queue arguments that change how the queue orders and hands out messages; validated
@@ -214,6 +215,8 @@ fn validate_queue_args(
     max_length::MaxLength::from_arguments(args).map_err(arg_error)?;
     capacity::CapacitySettings::from_arguments(args).map_err(arg_error)?;
     slow_consumer::SlowConsumerSettings::from_arguments(args).map_err(arg_error)?;
+    crate::policy::args::boolean(args, crate::model::dead_letter::arg::SLOW_CONSUMER)
+        .map_err(arg_error)?;
     Ok(())
 }
 

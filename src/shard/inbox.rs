@@ -1,8 +1,9 @@
 //! Owns: [`ShardMsg`], everything one shard can say to another, and the two inboxes each
 //! shard reads: a bounded one for publishes (the only traffic whose volume a client
 //! controls) and an unbounded one for traffic that is already bounded elsewhere —
-//! deliveries (bounded by consumer credit), settlements (bounded by deliveries) and the
-//! rare control plane.
+//! deliveries (bounded by consumer credit), settlements (bounded by deliveries),
+//! dead-lettered messages (bounded by what the source queues held) and the rare control
+//! plane.
 //!
 //! The publish inbox is bounded twice: in batches, and in bytes of message data (a byte
 //! budget per destination shard, taken by the sender before it sends and given back by the
@@ -263,6 +264,11 @@ pub type ControlReply = Result<ControlOk, ChannelError>;
 #[derive(Debug)]
 pub enum ShardMsg {
     Publish(PublishBatch),
+    /// Dead-lettered messages for queues on this shard, re-published by their source
+    /// queue's home shard ([`ChannelRef::broker`] as origin, no confirm). Sent on the
+    /// unbounded inbox: the sender's inbox loop must not wait, and the volume is bounded
+    /// by what the source queues held.
+    DeadLetter(Vec<Routed>),
     /// Confirm outcomes for publishing channels on this shard.
     Confirms(Vec<ConfirmDone>),
     /// Flow control for publishing channels on this shard.

@@ -11,6 +11,7 @@
 
 pub mod arrivals;
 pub mod control;
+pub mod dead_letter;
 pub mod deliver;
 pub mod flow;
 pub mod handler;
@@ -146,6 +147,9 @@ pub struct State {
     pub watermark: Watermark,
     /// Publishes from other shards waiting for their queue's declaration.
     pub arrivals: arrivals::Arrivals,
+    /// Messages that died in home queues with a dead-letter exchange, to re-publish
+    /// before this turn ends.
+    pub dead_letters: Vec<dead_letter::DeadLetter>,
 }
 
 /// One shard. Lives in an `Rc` on its own thread.
@@ -191,6 +195,7 @@ impl Shard {
             slow_deleted: Vec::new(),
             watermark: Watermark::new(memory.high, memory.low),
             arrivals: arrivals::Arrivals::default(),
+            dead_letters: Vec::new(),
         };
         Shard {
             id,
@@ -218,7 +223,16 @@ impl Shard {
     pub fn flush(self: &std::rc::Rc<Self>) {
         let now = self.clock.now();
         let mut st = self.state.borrow_mut();
-        st.run_dispatch(self, now);
+        loop {
+            if !st.dead_letters.is_empty() {
+                st.run_dead_letters(self);
+            }
+            st.run_dispatch(self, now);
+            // Dispatch may find expired messages to dead-letter.
+            if st.dead_letters.is_empty() {
+                break;
+            }
+        }
         for (vhost, name) in st.internal_deletes.drain(..) {
             control::spawn_internal_delete(self, vhost, name);
         }
@@ -480,6 +494,7 @@ mod tests {
                     expires: None,
                     max_priority: None,
                     single_active_consumer: false,
+                    dead_letter: None,
                 },
                 QueueLimits::new(std::time::Duration::from_secs(5)),
                 now,

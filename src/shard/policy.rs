@@ -127,7 +127,7 @@ impl State {
             .filter(|m| m.overflow == Overflow::DropHead)
         {
             while ml.exceeded(q.ready_count() as u64, q.ready_bytes()) {
-                if q.discard_head().is_none() {
+                if q.discard_head(true).is_none() {
                     break;
                 }
                 q.limits.alerts.discards_unreported += 1;
@@ -149,7 +149,10 @@ impl State {
         let size = q.held_bytes();
         if let Some(cap) = q.limits.capacity.as_mut() {
             todo.flow = cap.update(size);
-            todo.block = cap.is_overfull() && q.limits.blocked_publishers.insert(origin);
+            // The broker (dead-lettering) is no publisher to stop.
+            todo.block = cap.is_overfull()
+                && !origin.is_broker()
+                && q.limits.blocked_publishers.insert(origin);
         }
         if todo.block {
             let notice = FlowNotice {
@@ -304,6 +307,8 @@ impl State {
         }
         report_discards(q, now, tuning.alert_repeat_gap);
         if shrunk {
+            // Cycle discards the queue dead-letters (`x-slow-consumer-dead-letter`).
+            self.collect_dead(queue);
             self.queue_shrunk(shard, queue);
         }
         self.ensure_policy_timer(shard, queue);
@@ -469,10 +474,11 @@ fn measure(q: &mut Queue, interval: Duration, now: Instant) -> Option<f64> {
 /// A cycle ring makes room: discards the oldest ready messages while the holdings are
 /// over the count or depth bound. Returns whether it discarded anything.
 fn cycle(q: &mut Queue, policy: &SlowConsumerPolicy) -> bool {
+    let dead_letter = q.dead_letters_cycle();
     let mut n = 0;
     loop {
         let held = q.held();
-        if !policy.ring_overfull(&held) || q.discard_head().is_none() {
+        if !policy.ring_overfull(&held) || q.discard_head(dead_letter).is_none() {
             break;
         }
         n += 1;

@@ -10,10 +10,12 @@
 use std::time::Instant;
 
 use crate::config::Config;
+use crate::model::dead_letter::Reason;
 use crate::model::ids::{ChannelRef, ConsumerTarget, QueueId, QueueRef};
 use crate::model::message::{LocalMessage, Message};
 use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
+use crate::policy::max_length::Overflow;
 use crate::protocol::method::BasicCancel;
 use crate::protocol::Method;
 use crate::queue::{features, Queue, QueueSettings};
@@ -44,6 +46,13 @@ impl State {
             return true;
         }
         if q.limits.max_length.is_some() && !super::policy::admits(q, msg.accounted_size()) {
+            if q.limits
+                .max_length
+                .is_some_and(|m| m.overflow == Overflow::RejectPublishDlx)
+            {
+                q.died_message(msg, Reason::Maxlen);
+                self.collect_dead(queue);
+            }
             self.ensure_policy_timer(shard, queue);
             return false;
         }
@@ -56,6 +65,8 @@ impl State {
         let checks = q.limits.max_length.is_some()
             || q.limits.capacity.is_some()
             || q.limits.slow.active().is_some();
+        // Drop-head rings and Cycle discards (in the checks) may kill messages.
+        let dead_letters = checks && q.settings.dead_letter.is_some();
         if q.has_consumers() && !q.in_dirty_list {
             q.in_dirty_list = true;
             self.dirty_queues.push(queue);
@@ -65,6 +76,9 @@ impl State {
         }
         if checks {
             self.after_enqueue(shard, queue, origin, now);
+        }
+        if dead_letters {
+            self.collect_dead(queue);
         }
         true
     }
@@ -81,14 +95,17 @@ impl State {
             round.rotate_left(start);
             for qid in round {
                 let mut out = std::mem::take(&mut self.scratch);
-                let more = match self.queues.get_mut(&qid) {
+                let (more, dead) = match self.queues.get_mut(&qid) {
                     Some(q) => {
                         q.in_dirty_list = false;
                         q.dispatch(now, budget, &mut out);
-                        q.can_dispatch()
+                        (q.can_dispatch(), q.has_dead())
                     }
-                    None => false,
+                    None => (false, false),
                 };
+                if dead {
+                    self.collect_dead(qid);
+                }
                 let queue = QueueRef {
                     id: qid,
                     home: shard.id,
@@ -153,6 +170,7 @@ impl State {
         };
         let mut dirty = false;
         let mut shrunk = false;
+        let mut dead = false;
         let limited = q.limits.capacity.is_some();
         match s.op {
             SettleOp::Ack(seq) => {
@@ -160,6 +178,7 @@ impl State {
             }
             SettleOp::Discard(seq) => {
                 shrunk = q.discard(seq);
+                dead = q.has_dead();
             }
             SettleOp::Requeue(seq) => {
                 dirty = q.requeue(seq);
@@ -183,6 +202,9 @@ impl State {
         }
         if dirty {
             self.mark_dirty(s.queue);
+        }
+        if dead {
+            self.collect_dead(s.queue);
         }
         if shrunk && limited {
             self.queue_shrunk(shard, s.queue);
@@ -255,6 +277,7 @@ impl State {
                 })
             }
         };
+        self.collect_dead(qid);
         self.ensure_queue_timer(qid);
         self.queue_shrunk(shard, qid);
         reply
@@ -294,6 +317,7 @@ impl State {
             max_priority: features::max_priority(&meta.arguments).ok().flatten(),
             single_active_consumer: features::single_active_consumer(&meta.arguments)
                 .unwrap_or(false),
+            dead_letter: crate::model::dead_letter::target(&meta.arguments),
         };
         OpsEvent::QueueCreate {
             vhost: vhost_name.clone(),
@@ -413,6 +437,10 @@ impl State {
             return;
         };
         let expired = q.expire_head(now);
+        self.collect_dead(queue);
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
         if q.expiry_deadline().is_some_and(|at| at <= now) {
             self.internal_deletes.push((q.vhost_idx, q.name.clone()));
             return;

@@ -181,6 +181,7 @@ async fn take_earlier_publishes(shard: &Rc<Shard>, inbox: &mut Inbox) {
 fn work_of(msg: &ShardMsg) -> usize {
     match msg {
         ShardMsg::Publish(batch) => batch.routed.len(),
+        ShardMsg::DeadLetter(routed) => routed.len(),
         ShardMsg::Deliver(batch) => batch.len(),
         ShardMsg::Settle(batch) => batch.len(),
         ShardMsg::Confirms(done) => done.len(),
@@ -198,6 +199,12 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
                 st.take_routed(shard, routed, now);
             }
             shard.peers.release_budget(shard.id, batch.permits);
+        }
+        ShardMsg::DeadLetter(routed) => {
+            let mut st = shard.state.borrow_mut();
+            for r in routed {
+                st.take_routed(shard, r, now);
+            }
         }
         ShardMsg::Confirms(done) => {
             shard.state.borrow_mut().confirms_done(shard, done);
