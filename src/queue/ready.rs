@@ -26,8 +26,9 @@ use crate::protocol::properties::raw_priority;
 
 use super::entry::Entry;
 
-/// A drained list whose allocation is above this many entries gives it back.
-const SHRINK_ABOVE: usize = 4096;
+/// A drained list whose allocation is above this many entries (56 KiB) gives it back:
+/// a subscription that caught up after a burst holds no more than that.
+const SHRINK_ABOVE: usize = 1024;
 /// What a drained list keeps.
 const SHRINK_TO: usize = 64;
 
