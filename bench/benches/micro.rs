@@ -81,6 +81,7 @@ fn bench_queue(arguments: FieldTable, now: Instant) -> Queue {
         message_ttl: None,
         expires: None,
         single_active_consumer: false,
+        dead_letter: None,
     };
     Queue::new(
         QueueId(1),
