@@ -76,7 +76,7 @@ fn bench_queue(arguments: FieldTable, now: Instant) -> Queue {
         durable: false,
         exclusive: false,
         auto_delete: false,
-        max_priority: features::max_priority(&arguments).ok().flatten(),
+        max_priority: features::max_priority(&arguments),
         arguments,
         message_ttl: None,
         expires: None,

@@ -33,6 +33,9 @@ pub mod arg {
     pub const MAX_LENGTH_BYTES: &str = "x-max-length-bytes";
     pub const MAX_PRIORITY: &str = "x-max-priority";
     pub const OVERFLOW: &str = "x-overflow";
+    pub const SINGLE_ACTIVE_CONSUMER: &str = "x-single-active-consumer";
+    /// On `basic.consume`.
+    pub const CONSUMER_PRIORITY: &str = "x-priority";
 }
 
 /// `rabbit_misc:check_expiry/1`: ten years in milliseconds.
@@ -110,7 +113,7 @@ impl fmt::Display for Reason {
 pub fn validate(args: &FieldTable) -> Result<(), QueueArgError> {
     if let Some(v) = args.get(arg::DEAD_LETTER_EXCHANGE) {
         if !matches!(v, FieldValue::LongStr(_)) {
-            return Err(QueueArgError::DeadLetterExchangeType(erl_type(v)));
+            return Err(QueueArgError::DeadLetterExchangeType(v.rabbit_type_name()));
         }
     }
     check(args, arg::QUEUE_TYPE, queue_type)?;
@@ -125,7 +128,7 @@ pub fn validate(args: &FieldTable) -> Result<(), QueueArgError> {
             Err(Reason::RoutingKeyButNoDlx)
         }
         FieldValue::LongStr(_) => Ok(()),
-        other => Err(Reason::UnacceptableType(erl_type(other))),
+        other => Err(Reason::UnacceptableType(other.rabbit_type_name())),
     })?;
     check(args, arg::MAX_LENGTH, |v| non_negative(v).map(drop))?;
     check(args, arg::MAX_LENGTH_BYTES, |v| non_negative(v).map(drop))?;
@@ -138,8 +141,23 @@ pub fn validate(args: &FieldTable) -> Result<(), QueueArgError> {
             Ok(())
         }
         FieldValue::LongStr(_) => Err(Reason::InvalidOverflow),
-        other => Err(Reason::UnacceptableType(erl_type(other))),
+        other => Err(Reason::UnacceptableType(other.rabbit_type_name())),
+    })?;
+    check(args, arg::SINGLE_ACTIVE_CONSUMER, |v| match v {
+        FieldValue::Bool(_) => Ok(()),
+        other => Err(Reason::UnacceptableType(other.rabbit_type_name())),
     })
+}
+
+/// `x-priority` on `basic.consume` (`check_int_arg/2`): any integer, 0 when absent.
+pub fn consumer_priority(args: &FieldTable) -> Result<i64, QueueArgError> {
+    match args.get(arg::CONSUMER_PRIORITY) {
+        None => Ok(0),
+        Some(v) => int(v).map_err(|reason| QueueArgError::Invalid {
+            argument: arg::CONSUMER_PRIORITY,
+            reason,
+        }),
+    }
 }
 
 /// Whether `args` names the classic queue type (or none): what an existing queue, always
@@ -166,7 +184,7 @@ fn check(
 /// `check_queue_type/2`, with the default type (none, `""`, `"undefined"`) as classic.
 fn queue_type(v: &FieldValue) -> Result<(), Reason> {
     let FieldValue::LongStr(s) = v else {
-        return Err(Reason::UnacceptableType(erl_type(v)));
+        return Err(Reason::UnacceptableType(v.rabbit_type_name()));
     };
     match s.as_bytes() {
         b"" | b"undefined" | b"classic" => Ok(()),
@@ -182,7 +200,7 @@ fn queue_type(v: &FieldValue) -> Result<(), Reason> {
 /// `check_int_arg/2`: any of the integer field types.
 fn int(v: &FieldValue) -> Result<i64, Reason> {
     v.as_i64()
-        .ok_or_else(|| Reason::ExpectedInteger(erl_type(v)))
+        .ok_or_else(|| Reason::ExpectedInteger(v.rabbit_type_name()))
 }
 
 /// `check_non_neg_int_arg/2`.
@@ -201,29 +219,6 @@ fn expiry(n: i64) -> Result<(), Reason> {
         Err(Reason::ValueTooLarge(n))
     } else {
         Ok(())
-    }
-}
-
-/// The type name `rabbit_binary_parser` gives a field value.
-pub fn erl_type(v: &FieldValue) -> &'static str {
-    match v {
-        FieldValue::Bool(_) => "bool",
-        FieldValue::I8(_) => "byte",
-        FieldValue::U8(_) => "unsignedbyte",
-        FieldValue::I16(_) => "short",
-        FieldValue::U16(_) => "unsignedshort",
-        FieldValue::I32(_) => "signedint",
-        FieldValue::U32(_) => "unsignedint",
-        FieldValue::I64(_) => "long",
-        FieldValue::F32(_) => "float",
-        FieldValue::F64(_) => "double",
-        FieldValue::Decimal { .. } => "decimal",
-        FieldValue::LongStr(_) => "longstr",
-        FieldValue::Bytes(_) => "binary",
-        FieldValue::Array(_) => "array",
-        FieldValue::Timestamp(_) => "timestamp",
-        FieldValue::Table(_) => "table",
-        FieldValue::Void => "void",
     }
 }
 
@@ -399,5 +394,60 @@ mod tests {
         assert!(is_classic(&table(&[("x-queue-type", s("classic"))])));
         assert!(!is_classic(&table(&[("x-queue-type", s("quorum"))])));
         assert!(!is_classic(&table(&[("x-queue-type", s(""))])));
+    }
+
+    fn one(key: &str, v: FieldValue) -> FieldTable {
+        let mut t = FieldTable::new();
+        t.insert(key, v);
+        t
+    }
+
+    fn refusal(r: Result<impl std::fmt::Debug, QueueArgError>) -> String {
+        match r {
+            Err(QueueArgError::Invalid { reason, .. }) => reason.to_string(),
+            other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn max_priority_texts() {
+        let text = |v| refusal(validate(&one(arg::MAX_PRIORITY, v)));
+        assert_eq!(text(FieldValue::I32(256)), "{max_value_exceeded,256}");
+        assert_eq!(text(FieldValue::I16(-1)), "{value_negative,-1}");
+        assert_eq!(
+            text(FieldValue::LongStr(LongStr::from("10"))),
+            "\"expected integer, got longstr\""
+        );
+        assert_eq!(
+            text(FieldValue::F64(2.0)),
+            "\"expected integer, got double\""
+        );
+    }
+
+    #[test]
+    fn single_active_consumer_is_a_boolean() {
+        let sac = |v| validate(&one(arg::SINGLE_ACTIVE_CONSUMER, v));
+        assert!(sac(FieldValue::Bool(true)).is_ok());
+        let e = sac(FieldValue::LongStr(LongStr::from("true")));
+        assert!(
+            matches!(&e, Err(QueueArgError::Invalid { argument, .. }) if *argument == arg::SINGLE_ACTIVE_CONSUMER)
+        );
+        assert_eq!(refusal(e), "{unacceptable_type,longstr}");
+        assert_eq!(
+            refusal(sac(FieldValue::I32(1))),
+            "{unacceptable_type,signedint}"
+        );
+    }
+
+    #[test]
+    fn consumer_priority_is_any_integer() {
+        assert_eq!(consumer_priority(&FieldTable::new()), Ok(0));
+        let p = |v| consumer_priority(&one(arg::CONSUMER_PRIORITY, v));
+        assert_eq!(p(FieldValue::I32(-5)), Ok(-5));
+        assert_eq!(p(FieldValue::U32(7)), Ok(7));
+        assert_eq!(
+            refusal(p(FieldValue::Bool(true))),
+            "\"expected integer, got bool\""
+        );
     }
 }

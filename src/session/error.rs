@@ -8,7 +8,6 @@ use std::fmt;
 
 use crate::policy::queue_args::QueueArgError;
 use crate::protocol::ReplyCode;
-use crate::queue::features::ArgRefused;
 
 /// Which kind of object an error is about, for texts like "no queue 'x' in vhost '/'".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,13 +79,6 @@ pub enum ChannelError {
         vhost: String,
         error: QueueArgError,
     },
-    /// A priority or single-active-consumer argument refused as RabbitMQ refuses it:
-    /// `invalid arg 'x-max-priority' for queue 'q' in vhost '/': {max_value_exceeded,256}`.
-    FeatureArgument {
-        refused: ArgRefused,
-        queue: String,
-        vhost: String,
-    },
     UnknownExchangeType(String),
     MessageTooLarge {
         size: u64,
@@ -120,7 +112,6 @@ impl ChannelError {
             | ChannelError::UnknownDeliveryTag(_)
             | ChannelError::InvalidArgument { .. }
             | ChannelError::QueueArgument { .. }
-            | ChannelError::FeatureArgument { .. }
             | ChannelError::MessageTooLarge { .. }
             | ChannelError::TxNotSelected
             | ChannelError::TxTooLarge { .. }
@@ -222,15 +213,6 @@ impl fmt::Display for ChannelError {
                     "invalid arg '{argument}' for queue '{queue}' in vhost '{vhost}': {reason}"
                 ),
             },
-            ChannelError::FeatureArgument {
-                refused,
-                queue,
-                vhost,
-            } => write!(
-                f,
-                "invalid arg '{}' for queue '{queue}' in vhost '{vhost}': {}",
-                refused.argument, refused.refusal
-            ),
             ChannelError::UnknownExchangeType(kind) => {
                 write!(f, "unknown exchange type '{kind}'")
             }
@@ -396,10 +378,10 @@ mod tests {
             e.reply_text(),
             "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '/': received 'fanout' but current is 'direct'"
         );
-        let e = ChannelError::FeatureArgument {
-            refused: ArgRefused {
+        let e = ChannelError::QueueArgument {
+            error: QueueArgError::Invalid {
                 argument: "x-max-priority",
-                refusal: crate::queue::features::Refusal::MaxExceeded(256),
+                reason: crate::policy::queue_args::Reason::MaxValueExceeded(256),
             },
             queue: "q".into(),
             vhost: "/".into(),

@@ -207,11 +207,6 @@ fn validate_queue_args(
         vhost: vhost.to_owned(),
         error,
     })?;
-    features::check_declare(args).map_err(|refused| ChannelError::FeatureArgument {
-        refused,
-        queue: queue.to_string(),
-        vhost: vhost.to_owned(),
-    })?;
     max_length::MaxLength::from_arguments(args).map_err(arg_error)?;
     capacity::CapacitySettings::from_arguments(args).map_err(arg_error)?;
     slow_consumer::SlowConsumerSettings::from_arguments(args).map_err(arg_error)?;

@@ -314,9 +314,8 @@ impl State {
             message_ttl: ms("x-message-ttl"),
             expires: ms("x-expires"),
             // Validated by the coordinator; a value that slipped through is ignored.
-            max_priority: features::max_priority(&meta.arguments).ok().flatten(),
-            single_active_consumer: features::single_active_consumer(&meta.arguments)
-                .unwrap_or(false),
+            max_priority: features::max_priority(&meta.arguments),
+            single_active_consumer: features::single_active_consumer(&meta.arguments),
             dead_letter: crate::model::dead_letter::target(&meta.arguments),
         };
         OpsEvent::QueueCreate {

@@ -9,13 +9,13 @@ use crate::model::exchange::{ExchangeDef, ExchangeKind};
 use crate::model::ids::{ConnId, ConnOwner, QueueRef};
 use crate::model::ledger::PartialBytes;
 use crate::model::message::BodyChunks;
+use crate::policy::queue_args;
 use crate::protocol::frame::{Frame, FrameKind};
 use crate::protocol::method::{
     AccessRequestOk, BasicQosOk, BasicRecoverOk, ChannelCloseOk, ChannelFlowOk, ConfirmSelectOk,
     TxCommitOk, TxRollbackOk, TxSelectOk,
 };
 use crate::protocol::{ContentHeader, FieldTable, Method, ShortStr};
-use crate::queue::features;
 use crate::session::channel::{Content, TxOp};
 use crate::session::confirm::ConfirmTracker;
 use crate::session::consumer::ChannelConsumer;
@@ -423,9 +423,9 @@ impl State {
                 let name = self.queue_name(conn, number, consume.queue);
                 let queue = self.lookup_queue(shard, conn, &name)?;
                 let priority =
-                    features::consumer_priority(&consume.arguments).map_err(|refused| {
-                        ChannelError::FeatureArgument {
-                            refused,
+                    queue_args::consumer_priority(&consume.arguments).map_err(|error| {
+                        ChannelError::QueueArgument {
+                            error,
                             queue: name.to_string(),
                             vhost: self
                                 .conn(conn)
