@@ -52,4 +52,5 @@ pub mod queue;
 pub mod server;
 pub mod session;
 pub mod shard;
+pub mod store;
 pub mod timer;

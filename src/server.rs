@@ -10,12 +10,14 @@ use crate::config::{Config, ConfigError};
 use crate::ops::event::OpsEvent;
 use crate::shard::inbox::{self, ShardMsg};
 use crate::shard::memory::MemoryBoard;
-use crate::shard::runtime::{self, ShardSeed};
+use crate::shard::runtime::{self, RecoveredSeed, ShardSeed};
+use crate::store::quota::DiskBoard;
 
 /// Why the broker could not start.
 #[derive(Debug)]
 pub enum StartError {
     Config(ConfigError),
+    Store(crate::store::StoreError),
     Bind(std::io::Error),
     Thread(std::io::Error),
 }
@@ -24,6 +26,7 @@ impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StartError::Config(e) => write!(f, "{e}"),
+            StartError::Store(e) => write!(f, "{e}"),
             StartError::Bind(e) => write!(f, "cannot listen: {e}"),
             StartError::Thread(e) => write!(f, "cannot start shard thread: {e}"),
         }
@@ -36,6 +39,8 @@ impl std::error::Error for StartError {}
 pub struct Broker {
     threads: Vec<std::thread::JoinHandle<std::io::Result<()>>>,
     peers: inbox::Peers,
+    /// The data dir's lock, released when the broker is dropped.
+    _data_dir_lock: crate::store::DataDirLock,
     /// The addresses actually bound (ephemeral ports resolved).
     pub addresses: Vec<std::net::SocketAddr>,
 }
@@ -154,6 +159,16 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     }
     .emit();
     let memory = Arc::new(MemoryBoard::new(config.shards, low, high));
+    let recovered = crate::store::open(&config, crate::shard::placement::home_shard)
+        .map_err(StartError::Store)?;
+    let quotas = config
+        .vhosts
+        .iter()
+        .map(|v| (v.clone(), config.policies.vhost(v).store_quota))
+        .collect();
+    let disk = Arc::new(DiskBoard::new(config.shards, quotas));
+    let changes = Arc::new(recovered.changes);
+    let mut recovered_shards = recovered.shards.into_iter();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::with_capacity(config.shards);
     for (i, (inbox, listeners)) in inboxes.into_iter().zip(listeners).enumerate() {
@@ -166,6 +181,13 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
             listeners,
             core: config.pin_cores.as_ref().and_then(|c| c.get(i).copied()),
             ready: ready_tx.clone(),
+            recovered: RecoveredSeed {
+                changes: Arc::clone(&changes),
+                shard: recovered_shards.next().unwrap_or_default(),
+                next_queue_id: recovered.next_queue_id,
+                definitions_bytes: recovered.definitions_bytes,
+                disk: Arc::clone(&disk),
+            },
         };
         let handle = std::thread::Builder::new()
             .name(format!("sluice-shard-{i}"))
@@ -186,6 +208,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     Ok(Broker {
         threads,
         peers,
+        _data_dir_lock: recovered.lock,
         addresses,
     })
 }

@@ -82,6 +82,7 @@ fn bench_queue(arguments: FieldTable, now: Instant) -> Queue {
         expires: None,
         single_active_consumer: false,
         dead_letter: None,
+        stored: false,
     };
     Queue::new(
         QueueId(1),

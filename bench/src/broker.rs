@@ -115,6 +115,39 @@ pub struct BrokerUnderTest {
     pub label: String,
     /// Log lines per operational code written so far (embedded process only).
     log_codes: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// The embedded broker's own data dir, removed when it is dropped.
+    _data_dir: Option<ScratchDir>,
+}
+
+/// A temporary data dir for an embedded broker: every run starts from an empty store
+/// (durable queues of an earlier run would otherwise be there, with their messages).
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// A fresh directory, unless `extra` already gives `--data-dir`; returns the flags to
+    /// start the broker with.
+    fn unless_given(extra: &[String]) -> (Option<ScratchDir>, Vec<String>) {
+        let mut args = extra.to_vec();
+        if extra
+            .iter()
+            .any(|a| a == "--data-dir" || a.starts_with("--data-dir="))
+        {
+            return (None, args);
+        }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("sluice-bench-data-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        args.extend(["--data-dir".to_string(), dir.display().to_string()]);
+        (Some(ScratchDir(dir)), args)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The Qpid-style code a log line carries (`QUE-1003`, `CHN-1005`, …), if any: three
@@ -168,6 +201,8 @@ impl BrokerUnderTest {
         binary: Option<&PathBuf>,
         extra: &[String],
     ) -> Result<BrokerUnderTest, String> {
+        let (data_dir, extra) = ScratchDir::unless_given(extra);
+        let extra = extra.as_slice();
         let log_codes: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
         let bin = match how {
             Embedded::Inproc => None,
@@ -231,6 +266,7 @@ impl BrokerUnderTest {
                     flags_label(extra)
                 ),
                 log_codes,
+                _data_dir: data_dir,
             });
         }
         let mut args = vec![
@@ -263,6 +299,7 @@ impl BrokerUnderTest {
                 flags_label(extra)
             ),
             log_codes,
+            _data_dir: data_dir,
         })
     }
 
@@ -273,6 +310,7 @@ impl BrokerUnderTest {
             kind: BrokerKind::External(pid),
             label: "external".into(),
             log_codes: Arc::default(),
+            _data_dir: None,
         }
     }
 

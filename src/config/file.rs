@@ -14,7 +14,7 @@ use crate::policy::capacity::CapacitySettings;
 use crate::policy::slow_consumer::{Action, SlowConsumerSettings};
 use crate::policy::watermark::MemoryLimit;
 
-use super::policy::{QueueEntry, TopicEntry, VhostDefaults};
+use super::policy::{QueueEntry, StoreQuota, TopicEntry, VhostDefaults};
 use super::{parse_core_list, Config, ConfigError, User};
 
 #[derive(Deserialize, Default)]
@@ -26,6 +26,7 @@ struct FileConfig {
     limits: Option<LimitsSection>,
     net: Option<NetSection>,
     shard: Option<ShardSection>,
+    store: Option<StoreSection>,
     policy: Option<PolicySection>,
     flow: Option<FlowSection>,
     memory: Option<MemorySection>,
@@ -128,6 +129,8 @@ impl SlowConsumerSection {
 struct VhostSection {
     capacity: Option<u64>,
     flow_resume_capacity: Option<u64>,
+    store_overfull_size: Option<u64>,
+    store_underfull_size: Option<u64>,
     slow_consumer: Option<SlowConsumerSection>,
 }
 
@@ -220,6 +223,13 @@ struct ShardSection {
     tick_ms: Option<u64>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreSection {
+    segment_size: Option<u64>,
+    fsync: Option<bool>,
+}
+
 fn set<T>(slot: &mut T, value: Option<T>) {
     if let Some(v) = value {
         *slot = v;
@@ -296,6 +306,10 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         set(&mut config.shard.no_ack_window_bytes, s.no_ack_window_bytes);
         set(&mut config.shard.tick, s.tick_ms.map(Duration::from_millis));
     }
+    if let Some(s) = file.store {
+        set(&mut config.store.segment_size, s.segment_size);
+        set(&mut config.store.fsync, s.fsync);
+    }
     apply_policies(config, policies)
 }
 
@@ -338,7 +352,13 @@ fn apply_policies(config: &mut Config, file: PolicyFile) -> Result<(), String> {
     }
     for (name, v) in file.vhost.unwrap_or_default() {
         let key = format!("vhost.\"{name}\"");
+        let store_quota = StoreQuota::new(
+            v.store_overfull_size.unwrap_or(0),
+            v.store_underfull_size.unwrap_or(0),
+        )
+        .map_err(|reason| format!("{key}: {reason}"))?;
         let defaults = VhostDefaults {
+            store_quota,
             capacity: capacity(v.capacity, v.flow_resume_capacity),
             slow_consumer: v
                 .slow_consumer

@@ -93,6 +93,18 @@ pub struct Config {
     pub shard: ShardTuning,
     /// Slow-consumer and flow-control settings, memory watermark.
     pub policies: Policies,
+    /// The persistent message store.
+    pub store: StoreConfig,
+}
+
+/// `[store]`: the persistent message store under `data_dir`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// A segment file rolls over once it holds this many bytes.
+    pub segment_size: u64,
+    /// fdatasync every group commit before its confirms go out. Off, confirms follow
+    /// the write alone: a crash of the process loses nothing, a power cut may.
+    pub fsync: bool,
 }
 
 /// A configuration problem, naming where it came from.
@@ -173,6 +185,10 @@ impl Default for Config {
                 tick: Duration::from_millis(10),
             },
             policies: Policies::default(),
+            store: StoreConfig {
+                segment_size: 64 << 20,
+                fsync: true,
+            },
         }
     }
 }
@@ -271,6 +287,9 @@ impl Config {
         }
         if self.shard.no_ack_window == 0 {
             return invalid("shard.no_ack_window", "must be at least 1".into());
+        }
+        if self.store.segment_size < 4096 {
+            return invalid("store.segment_size", "must be at least 4096 bytes".into());
         }
         if self.shard.tick.is_zero() {
             return invalid("shard.tick_ms", "must be at least 1 ms".into());

@@ -55,6 +55,37 @@ pub struct VhostDefaults {
     pub capacity: CapacitySettings,
     /// Slow-consumer policy for the vhost's topic queues.
     pub slow_consumer: SlowConsumerSettings,
+    /// The store's disk quota for this vhost's producers.
+    pub store_quota: StoreQuota,
+}
+
+/// Store disk quota (seed 001, "Disk quota-based flow control"): above `overfull`
+/// bytes on disk every producer of the vhost is blocked, below `underfull` they resume.
+/// `overfull` 0 = unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreQuota {
+    pub overfull: u64,
+    pub underfull: u64,
+}
+
+impl StoreQuota {
+    /// From the file's values: an underfull of 0 is 90% of overfull.
+    pub fn new(overfull: u64, underfull: u64) -> Result<StoreQuota, String> {
+        if overfull > 0 && underfull > overfull {
+            return Err(format!(
+                "store_underfull_size {underfull} is above store_overfull_size {overfull}"
+            ));
+        }
+        let underfull = if underfull == 0 {
+            overfull / 10 * 9
+        } else {
+            underfull
+        };
+        Ok(StoreQuota {
+            overfull,
+            underfull,
+        })
+    }
 }
 
 /// A `[[topic]]` entry: slow-consumer settings for queues bound to `exchange` with

@@ -10,6 +10,7 @@
 pub mod dead_letter;
 pub mod exchange;
 pub mod ids;
+pub mod journal;
 pub mod ledger;
 pub mod message;
 pub mod routing;

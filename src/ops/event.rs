@@ -145,6 +145,8 @@ pub enum OpsEvent {
 pub enum FlowCause {
     Queue(String),
     Memory,
+    /// The store is over the vhost's disk quota.
+    Store,
 }
 
 /// The numbers behind a slow-consumer line.
@@ -398,6 +400,10 @@ impl fmt::Display for OpsEvent {
                 FlowCause::Memory => write!(
                     f,
                     "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Memory high watermark)"
+                ),
+                FlowCause::Store => write!(
+                    f,
+                    "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Store overfull)"
                 ),
             },
             OpsEvent::FlowRemoved { subject, channel } => {

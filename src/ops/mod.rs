@@ -3,3 +3,4 @@
 //! Does not: decide when an event happens (the shard does) or keep cross-shard state.
 
 pub mod event;
+pub mod store_event;

@@ -357,6 +357,9 @@ impl Queue {
                 consumer.inflight_bytes += size;
                 gone += 1;
                 gone_bytes += size;
+                if self.settings.stored && entry.persistent {
+                    crate::model::journal::gone(self.id, seq);
+                }
                 entry.msg
             } else {
                 let msg = entry.msg.clone();

@@ -68,6 +68,9 @@ pub struct QueueSettings {
     pub single_active_consumer: bool,
     /// `x-dead-letter-exchange` and friends: where messages that die here go.
     pub dead_letter: Option<DeadLetterTarget>,
+    /// Durable and not exclusive: its persistent messages are in the store, and what
+    /// happens to them is journaled (`store::journal`).
+    pub stored: bool,
 }
 
 /// Counters for `queue.declare-ok`, `basic.get-ok` and the management view.
@@ -209,6 +212,33 @@ impl Queue {
         H::push_back(&mut self.ready, entry);
         self.counters.enqueued += 1;
         seq
+    }
+
+    /// Puts back an entry recovered from the store, with its stored sequence number
+    /// (entries come in sequence order).
+    pub fn restore(&mut self, msg: LocalMessage, seq: u64, redelivered: bool, now: Instant) {
+        self.next_seq = self.next_seq.max(seq + 1);
+        let queue_ttl = self.settings.message_ttl;
+        let msg_ttl = msg.ttl_ms().map(Duration::from_millis);
+        let ttl = match (queue_ttl, msg_ttl) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut entry = Entry::new(seq, msg, now, ttl.map(|ttl| now + ttl));
+        entry.redelivered = redelivered;
+        self.ready_bytes += entry.size();
+        if entry.persistent {
+            self.persistent += 1;
+        }
+        self.ready.push_back(entry);
+    }
+
+    /// An entry left the queue for good: a stored one is journaled as gone.
+    #[inline(always)]
+    fn finished(&self, entry: &Entry) {
+        if self.settings.stored && entry.persistent {
+            crate::model::journal::gone(self.id, entry.seq);
+        }
     }
 
     pub fn stats(&self) -> QueueStats {
@@ -360,6 +390,8 @@ impl Queue {
         let size = entry.size();
         if dead_letter {
             self.died(entry, Reason::Maxlen);
+        } else {
+            self.finished(&entry);
         }
         Some(size)
     }
@@ -368,6 +400,7 @@ impl Queue {
     /// exchange (only this drop path pays the check).
     #[inline]
     pub fn died(&mut self, entry: Entry, reason: Reason) {
+        self.finished(&entry);
         self.died_message(entry.msg, reason);
     }
 
@@ -408,6 +441,8 @@ impl Queue {
             self.counters.discarded += 1;
             if dead_letter {
                 self.died(entry, Reason::Maxlen);
+            } else {
+                self.finished(&entry);
             }
             n += 1;
         }
@@ -434,6 +469,7 @@ impl Queue {
         let entry = self.pop_ready(now)?;
         if no_ack {
             self.counters.consumed += 1;
+            self.finished(&entry);
         } else {
             self.hold_unacked(entry.clone());
         }
@@ -492,6 +528,9 @@ impl Queue {
 
     #[inline(always)]
     fn hold_unacked(&mut self, entry: Entry) {
+        if self.settings.stored && entry.persistent {
+            crate::model::journal::delivered(self.id, entry.seq);
+        }
         unacked_entries(1);
         self.unacked_bytes += entry.size();
         if entry.persistent {
@@ -513,11 +552,12 @@ impl Queue {
 
     /// Positive acknowledgement: the entry is done. Returns whether it was outstanding.
     pub fn ack(&mut self, seq: u64) -> bool {
-        let done = self.release_unacked(seq).is_some();
-        if done {
-            self.counters.consumed += 1;
-        }
-        done
+        let Some(entry) = self.release_unacked(seq) else {
+            return false;
+        };
+        self.finished(&entry);
+        self.counters.consumed += 1;
+        true
     }
 
     /// Negative acknowledgement without requeue: the entry is dropped, dead-lettered
@@ -548,6 +588,14 @@ impl Queue {
     /// Removes all ready messages. Returns how many.
     pub fn purge(&mut self) -> u32 {
         let n = self.ready.len();
+        if self.settings.stored {
+            let id = self.id;
+            self.ready.for_each(|e| {
+                if e.persistent {
+                    crate::model::journal::gone(id, e.seq);
+                }
+            });
+        }
         self.ready.clear();
         self.ready_bytes = 0;
         self.persistent = self.unacked.values().filter(|e| e.persistent).count() as u64;

@@ -258,6 +258,16 @@ impl ReadyList {
     }
 
     /// Drops every entry and the memory that held them.
+    /// Visits every ready entry (level by level in a priority queue).
+    pub fn for_each(&self, mut f: impl FnMut(&Entry)) {
+        self.fifo.iter().for_each(&mut f);
+        if let Some(l) = &self.levels {
+            for q in l.fifos.iter() {
+                q.iter().for_each(&mut f);
+            }
+        }
+    }
+
     pub fn clear(&mut self) {
         self.fifo = VecDeque::new();
         if let Some(l) = &mut self.levels {

@@ -30,6 +30,7 @@ fn settings(ttl_ms: Option<u64>) -> QueueSettings {
         max_priority: None,
         single_active_consumer: false,
         dead_letter: None,
+        stored: false,
     }
 }
 

@@ -96,6 +96,11 @@ pub struct Channel {
     /// Confirm mode: the publishes awaiting `basic.ack` / `basic.nack`.
     pub confirms: Option<ConfirmTracker>,
     pub tx: Option<Vec<TxOp>>,
+    /// In a transaction: its committed publishes, tracked as confirms are (never
+    /// answered with `basic.ack`), so that `tx.commit-ok` waits for them.
+    tx_confirms: ConfirmTracker,
+    /// The last publish of each commit not answered yet, oldest first.
+    commit_marks: VecDeque<u64>,
     /// Producer flow control on this channel.
     pub publisher: PublisherFlow,
     /// `channel.flow` from the client: false stops deliveries.
@@ -126,12 +131,46 @@ impl Channel {
             global_prefetch: 0,
             confirms: None,
             tx: None,
+            tx_confirms: ConfirmTracker::new(),
+            commit_marks: VecDeque::new(),
             publisher: PublisherFlow::default(),
             flow_active: true,
             last_queue: ShortStr::default(),
             next_generated_tag: 1,
             held_cancels: None,
         }
+    }
+
+    /// The tracker a publish on this channel reports to: the transaction's while in tx
+    /// mode, the confirms' in confirm mode, none otherwise.
+    pub fn tracker_mut(&mut self) -> Option<&mut ConfirmTracker> {
+        if self.tx.is_some() {
+            Some(&mut self.tx_confirms)
+        } else {
+            self.confirms.as_mut()
+        }
+    }
+
+    /// A `tx.commit` routed its publishes: its commit-ok waits for them.
+    pub fn committed(&mut self) {
+        self.commit_marks
+            .push_back(self.tx_confirms.last_assigned());
+    }
+
+    /// How many commits are complete now (their commit-ok may go out, in order).
+    pub fn take_committed(&mut self) -> usize {
+        if self.commit_marks.is_empty() {
+            return 0;
+        }
+        let mut replies = Vec::new();
+        self.tx_confirms.take_ready(&mut replies);
+        let settled = self.tx_confirms.settled();
+        let mut done = 0;
+        while self.commit_marks.front().is_some_and(|&m| m <= settled) {
+            self.commit_marks.pop_front();
+            done += 1;
+        }
+        done
     }
 
     /// From now on, server-sent `basic.cancel`s wait for [`Channel::release_cancels`].

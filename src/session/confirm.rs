@@ -84,6 +84,16 @@ impl ConfirmTracker {
         self.pending.front().is_some_and(|w| w.shards == 0)
     }
 
+    /// The sequence number handed out last (0: none yet).
+    pub fn last_assigned(&self) -> u64 {
+        self.next - 1
+    }
+
+    /// Every publish up to this one has been answered.
+    pub fn settled(&self) -> u64 {
+        self.settled
+    }
+
     /// Publishes still waiting for a reply.
     pub fn unsettled(&self) -> usize {
         self.pending.len()

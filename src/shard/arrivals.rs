@@ -36,6 +36,8 @@ pub struct Parked {
     confirm: u64,
     /// Whether every queue it reached so far took it.
     accepted: bool,
+    /// Whether it entered a durable queue here (its confirm then waits for the store).
+    stored: bool,
 }
 
 /// Publishes waiting for queue declarations, in arrival order, and the highest queue id
@@ -65,6 +67,7 @@ impl State {
         let msg = Rc::new(routed.msg);
         let mut waiting = SmallVec::new();
         let mut accepted = true;
+        let staged_before = shard.store.borrow().staged_refs();
         for queue in routed.queues {
             if !self.queues.contains_key(&queue) && self.arrivals.is_coming(queue) {
                 waiting.push(queue);
@@ -72,8 +75,9 @@ impl State {
             }
             accepted &= self.enqueue(shard, queue, Rc::clone(&msg), routed.origin, now);
         }
+        let stored = shard.store.borrow().staged_refs() != staged_before;
         if waiting.is_empty() {
-            self.confirm_routed(routed.origin, routed.confirm, accepted);
+            self.confirm_routed(routed.origin, routed.confirm, accepted, stored);
         } else {
             self.arrivals.parked.push_back(Parked {
                 msg,
@@ -81,6 +85,7 @@ impl State {
                 origin: routed.origin,
                 confirm: routed.confirm,
                 accepted,
+                stored,
             });
         }
     }
@@ -95,6 +100,7 @@ impl State {
         let parked = std::mem::take(&mut self.arrivals.parked);
         for mut p in parked {
             let mut still = SmallVec::new();
+            let staged_before = shard.store.borrow().staged_refs();
             for q in p.waiting.drain(..) {
                 if self.queues.contains_key(&q) || !self.arrivals.is_coming(q) {
                     p.accepted &= self.enqueue(shard, q, Rc::clone(&p.msg), p.origin, now);
@@ -102,8 +108,9 @@ impl State {
                     still.push(q);
                 }
             }
+            p.stored |= shard.store.borrow().staged_refs() != staged_before;
             if still.is_empty() {
-                self.confirm_routed(p.origin, p.confirm, p.accepted);
+                self.confirm_routed(p.origin, p.confirm, p.accepted, p.stored);
             } else {
                 p.waiting = still;
                 self.arrivals.parked.push_back(p);
@@ -111,8 +118,16 @@ impl State {
         }
     }
 
-    fn confirm_routed(&mut self, origin: crate::model::ids::ChannelRef, seq: u64, ok: bool) {
-        if seq != 0 {
+    fn confirm_routed(
+        &mut self,
+        origin: crate::model::ids::ChannelRef,
+        seq: u64,
+        ok: bool,
+        stored: bool,
+    ) {
+        if seq != 0 && stored {
+            self.hold_confirm(origin, seq, ok);
+        } else if seq != 0 {
             self.outbox.confirm(
                 origin.shard,
                 ConfirmDone {

@@ -49,6 +49,10 @@ pub async fn queue_request(shard: &Rc<Shard>, home: ShardId, req: QueueRequest) 
         let reply = shard.state.borrow_mut().queue_request(shard, req);
         return reply;
     }
+    // What this shard's turn has for the queue's shard so far (acks, requeues, credit)
+    // goes first: the request is answered after them (and, for a durable queue, the
+    // next confirmed publish after it follows their store records).
+    shard.flush();
     let (tx, rx) = oneshot::channel();
     shard.peers.send(home, ShardMsg::Queue(req, tx));
     rx.await.unwrap_or(QueueReply::Gone)
@@ -637,6 +641,9 @@ async fn broadcast(shard: &Rc<Shard>, changes: Vec<DirectoryChange>) {
     if changes.is_empty() {
         return;
     }
+    // Durable changes are on disk before anyone applies them, so nothing can be
+    // confirmed into a queue the definitions do not have yet.
+    shard.persist_definitions(&changes).await;
     let changes = Arc::new(changes);
     {
         let mut st = shard.state.borrow_mut();

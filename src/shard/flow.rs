@@ -21,16 +21,23 @@ use crate::session::error::ChannelError;
 use super::inbox::{FlowNotice, FlowSignal};
 use super::{Shard, State};
 
-/// The reason sent with `connection.blocked` (RabbitMQ's wording).
+/// The reason sent with `connection.blocked` for the memory alarm (RabbitMQ's wording).
 const LOW_ON_MEMORY: &str = "low on memory";
+/// The reason sent with `connection.blocked` for the store's disk quota.
+const STORE_OVERFULL: &str = "store overfull";
 
-/// Sends `connection.blocked` (memory alarm) to a client that announced the capability.
-fn block_connection(c: &mut Conn) {
+/// Sends `connection.blocked` (a resource alarm) to a client that announced the
+/// capability.
+fn block_connection(c: &mut Conn, cause: &FlowCause) {
     c.blocked_sent = true;
+    let reason = match cause {
+        FlowCause::Store => STORE_OVERFULL,
+        _ => LOW_ON_MEMORY,
+    };
     c.out.method(
         0,
         &Method::ConnectionBlocked(ConnectionBlocked {
-            reason: ShortStr::from_static(LOW_ON_MEMORY),
+            reason: ShortStr::from_static(reason),
         }),
     );
 }
@@ -103,14 +110,18 @@ impl State {
     /// the connection's reader is asked to stop reading.
     pub(super) fn note_publish(&mut self, shard: &Shard, conn: ConnId, number: u16, bytes: u64) {
         let grace = shard.config.policies.flow.grace_bytes;
-        let alarm = self.memory_alarm;
+        let Some(vhost) = self.conn(conn).map(|c| c.vhost) else {
+            return;
+        };
+        let cause = self.alarm_cause(vhost);
+        let alarm = cause.is_some();
         let Some(c) = self.conn_mut(conn) else {
             return;
         };
         let notify_by_flow = !c.capabilities.connection_blocked;
-        if alarm && !notify_by_flow && !c.blocked_sent {
+        if let (Some(cause), false, false) = (&cause, notify_by_flow, c.blocked_sent) {
             // A publisher that starts (or connects) during the alarm is blocked too.
-            block_connection(c);
+            block_connection(c, cause);
             self.mark_writer(conn);
         }
         let Some(c) = self.conn_mut(conn) else {
@@ -124,12 +135,12 @@ impl State {
         ch.publisher.note_publish(bytes, blocked);
         let excess = ch.publisher.excess;
         if alarm && first && notify_by_flow {
-            // A channel that starts publishing during the memory alarm is stopped too.
+            // A channel that starts publishing during an alarm is stopped too.
             ch.publisher.set_memory(true);
             OpsEvent::FlowEnforced {
                 subject: c.log_subject(),
                 channel: number,
-                cause: FlowCause::Memory,
+                cause: cause.unwrap_or(FlowCause::Memory),
             }
             .emit();
             self.apply_channel_flow(shard, conn, number);
@@ -165,28 +176,67 @@ impl State {
         }
     }
 
-    /// Applies the broker-wide memory alarm to this shard's connections: on, clients that
-    /// announced `connection.blocked` get it (one that connects during the alarm gets it
-    /// with its first publish) and every other publishing channel gets
-    /// `channel.flow(active=false)`; off, both are reversed. Consumers keep running.
+    /// What blocks the publishers of vhost `vhost` now: the broker-wide memory alarm,
+    /// or the store's disk quota of that vhost.
+    pub fn alarm_cause(&self, vhost: usize) -> Option<FlowCause> {
+        if self.memory_alarm {
+            Some(FlowCause::Memory)
+        } else if self.store_alarms.get(vhost).copied().unwrap_or(false) {
+            Some(FlowCause::Store)
+        } else {
+            None
+        }
+    }
+
+    /// Applies the broker-wide memory alarm to this shard's connections.
     pub fn apply_memory_alarm(&mut self, shard: &Shard, on: bool) {
         if self.memory_alarm == on {
             return;
         }
         self.memory_alarm = on;
-        let ids: Vec<ConnId> = self
+        self.apply_alarms(shard, None);
+    }
+
+    /// Applies the vhosts' store alarms (the disk quota) as the board says them.
+    pub fn apply_store_alarms(&mut self, shard: &Shard) {
+        let mut changed = Vec::new();
+        for vhost in 0..self.directory.vhost_count() {
+            let on = shard.disk.alarm(vhost);
+            if self.store_alarms.len() <= vhost {
+                self.store_alarms.resize(vhost + 1, false);
+            }
+            if self.store_alarms[vhost] != on {
+                self.store_alarms[vhost] = on;
+                changed.push(vhost);
+            }
+        }
+        for vhost in changed {
+            self.apply_alarms(shard, Some(vhost));
+        }
+    }
+
+    /// Brings the connections (of one vhost, or all) in line with their alarms: while
+    /// one is on, clients that announced `connection.blocked` get it (one that connects
+    /// during the alarm gets it with its first publish) and every other publishing
+    /// channel gets `channel.flow(active=false)`; once none is, both are reversed.
+    /// Consumers keep running.
+    fn apply_alarms(&mut self, shard: &Shard, only_vhost: Option<usize>) {
+        let ids: Vec<(ConnId, usize)> = self
             .conns
             .iter()
             .filter(|(_, c)| c.phase == Phase::Open)
-            .map(|(_, c)| c.id)
+            .filter(|(_, c)| only_vhost.is_none_or(|v| v == c.vhost))
+            .map(|(_, c)| (c.id, c.vhost))
             .collect();
-        for conn in ids {
+        for (conn, vhost) in ids {
+            let cause = self.alarm_cause(vhost);
+            let on = cause.is_some();
             let Some(c) = self.conn_mut(conn) else {
                 continue;
             };
             if c.capabilities.connection_blocked {
-                if on && !c.blocked_sent {
-                    block_connection(c);
+                if let (Some(cause), false) = (&cause, c.blocked_sent) {
+                    block_connection(c, cause);
                 } else if !on && c.blocked_sent {
                     c.blocked_sent = false;
                     c.out
@@ -203,12 +253,13 @@ impl State {
                 let mut changed = Vec::new();
                 for ch in c.channels.values_mut() {
                     if ch.publisher.published && ch.phase == ChannelPhase::Open {
+                        let was = ch.publisher.wants_stopped();
                         ch.publisher.set_memory(on);
-                        if on {
+                        if on && !was {
                             OpsEvent::FlowEnforced {
                                 subject: subject.clone(),
                                 channel: ch.number,
-                                cause: FlowCause::Memory,
+                                cause: cause.clone().unwrap_or(FlowCause::Memory),
                             }
                             .emit();
                         }

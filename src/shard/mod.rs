@@ -17,6 +17,7 @@ pub mod flow;
 pub mod handler;
 pub mod inbox;
 pub mod memory;
+pub mod persist;
 pub mod placement;
 pub mod policy;
 pub mod queues;
@@ -141,6 +142,11 @@ pub struct State {
     name_seed: u64,
     /// The memory alarm as this shard has applied it to its publishers.
     pub memory_alarm: bool,
+    /// Each vhost's store alarm (disk quota) as this shard has applied it.
+    pub store_alarms: Vec<bool>,
+    /// Confirms of publishes that entered durable queues this turn: they go out once
+    /// the group sealed at the turn's end is on disk (`persist`).
+    pub held_confirms: Vec<ConfirmDone>,
     /// Home queues the slow-consumer policy deleted, with when (kept one rate window).
     pub slow_deleted: Vec<(QueueId, Instant)>,
     /// The watermark's hysteresis (evaluated by the coordinating shard only).
@@ -168,10 +174,22 @@ pub struct Shard {
     pub stopped: Signal,
     /// Raised by [`Shard::flush_soon`]; the shard's deferred-flush task waits on it.
     pub flush_wanted: Signal,
+    /// The segments of this shard's durable queues.
+    pub store: RefCell<crate::store::shard_store::ShardStore>,
+    /// The definitions log (the coordinator, shard 0, only).
+    pub definitions: RefCell<Option<crate::store::definitions_writer::DefinitionsWriter>>,
+    /// Store sizes and the disk-quota alarms.
+    pub disk: Arc<crate::store::quota::DiskBoard>,
 }
 
 impl Shard {
-    pub fn new(id: ShardId, config: Arc<Config>, peers: Peers, memory: Arc<MemoryBoard>) -> Shard {
+    pub fn new(
+        id: ShardId,
+        config: Arc<Config>,
+        peers: Peers,
+        memory: Arc<MemoryBoard>,
+        persistence: persist::Persistence,
+    ) -> Shard {
         let now = Instant::now();
         let shards = config.shards;
         let state = State {
@@ -192,6 +210,8 @@ impl Shard {
             next_queue_id: 1,
             name_seed: wall_nanos() ^ (u64::from(id) << 32),
             memory_alarm: false,
+            store_alarms: Vec::new(),
+            held_confirms: Vec::new(),
             slow_deleted: Vec::new(),
             watermark: Watermark::new(memory.high, memory.low),
             arrivals: arrivals::Arrivals::default(),
@@ -208,6 +228,9 @@ impl Shard {
             stopping: Cell::new(false),
             stopped: Signal::new(),
             flush_wanted: Signal::new(),
+            store: RefCell::new(persistence.store),
+            definitions: RefCell::new(persistence.definitions),
+            disk: persistence.disk,
         }
     }
 
@@ -264,6 +287,8 @@ impl Shard {
             }
         }
         st.wake_writers();
+        drop(st);
+        self.commit_store();
     }
 
     /// Takes this turn's publish batches for other shards, each with the units of the
@@ -431,7 +456,8 @@ mod tests {
         let config = Arc::new(Config::default());
         let (peers, _inboxes) = inbox::mesh(1, 4, 1 << 20);
         let memory = Arc::new(MemoryBoard::new(1, u64::MAX - 1, u64::MAX));
-        Shard::new(0, config, peers, memory)
+        let persistence = persist::Persistence::empty(&std::env::temp_dir(), 1);
+        Shard::new(0, config, peers, memory, persistence)
     }
 
     fn conn(st: &mut State, signal: &Rc<Signal>) -> ConnId {
@@ -495,6 +521,7 @@ mod tests {
                     max_priority: None,
                     single_active_consumer: false,
                     dead_letter: None,
+                    stored: false,
                 },
                 QueueLimits::new(std::time::Duration::from_secs(5)),
                 now,

@@ -61,7 +61,11 @@ impl State {
         // head (of an empty queue; in a priority queue, possibly of a non-empty one) may
         // expire before whatever the timer waits for.
         let new_head = has_ttl && (q.ready_count() == 0 || q.is_priority());
-        q.enqueue(msg, now);
+        let stored = (q.settings.stored && msg.is_persistent()).then(|| LocalMessage::clone(&msg));
+        let seq = q.enqueue(msg, now);
+        if let Some(msg) = stored {
+            shard.store.borrow_mut().stage(queue, seq, &msg);
+        }
         let checks = q.limits.max_length.is_some()
             || q.limits.capacity.is_some()
             || q.limits.slow.active().is_some();
@@ -317,6 +321,7 @@ impl State {
             max_priority: features::max_priority(&meta.arguments),
             single_active_consumer: features::single_active_consumer(&meta.arguments),
             dead_letter: crate::model::dead_letter::target(&meta.arguments),
+            stored: meta.durable && meta.exclusive_owner.is_none(),
         };
         OpsEvent::QueueCreate {
             vhost: vhost_name.clone(),
@@ -354,6 +359,9 @@ impl State {
         // Publishers it stopped may go on; its messages are released now.
         let blocked: Vec<_> = q.limits.blocked_publishers.drain().collect();
         self.release_publishers(shard, queue, blocked);
+        if q.settings.stored {
+            shard.store.borrow_mut().queue_deleted(queue);
+        }
         q.release_all();
         if let Some((timer, _)) = self.queue_timers.remove(&queue) {
             self.wheel.cancel(timer);

@@ -13,6 +13,7 @@ use crate::model::ids::ShardId;
 use crate::ops::event::OpsEvent;
 use crate::shard::inbox::{Inbox, Peers, ShardMsg};
 use crate::shard::memory::MemoryBoard;
+use crate::shard::persist::Persistence;
 use crate::shard::reclaim::Reclaimer;
 use crate::shard::{control, Shard, TimerKey};
 
@@ -36,6 +37,18 @@ pub struct ShardSeed {
     pub core: Option<usize>,
     /// Told once the shard accepts connections.
     pub ready: std::sync::mpsc::Sender<ShardId>,
+    /// What the store recovered for this shard, and what every shard applies.
+    pub recovered: RecoveredSeed,
+}
+
+/// The store's part of a shard's start.
+pub struct RecoveredSeed {
+    /// The durable definitions, as directory changes (shared by all shards).
+    pub changes: Arc<Vec<crate::model::routing::DirectoryChange>>,
+    pub shard: crate::store::RecoveredShard,
+    pub next_queue_id: u64,
+    pub definitions_bytes: u64,
+    pub disk: Arc<crate::store::quota::DiskBoard>,
 }
 
 /// Pins the calling thread to `core`.
@@ -81,9 +94,24 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
         listeners,
         core,
         ready,
+        recovered,
     } = seed;
     tokio_uring::start(async move {
-        let shard = Rc::new(Shard::new(id, config, peers, memory));
+        let RecoveredSeed {
+            changes,
+            shard: mut recovered_shard,
+            next_queue_id,
+            definitions_bytes,
+            disk,
+        } = recovered;
+        let persistence =
+            Persistence::recovered(&config, id, &mut recovered_shard, definitions_bytes, disk);
+        let shard = Rc::new(Shard::new(id, config, peers, memory, persistence));
+        shard
+            .state
+            .borrow_mut()
+            .restore(&shard, &changes, recovered_shard, next_queue_id);
+        drop(changes);
         for listener in listeners {
             tokio_uring::spawn(crate::net::listener::accept_loop(
                 Rc::clone(&shard),
@@ -332,6 +360,7 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
             }
             reclaim.tick(&mut st, now);
         }
+        shard.store_tick();
         shard.flush();
     }
 }
@@ -361,5 +390,6 @@ async fn shutdown(shard: Rc<Shard>) {
     }
     // Give writers a moment to shut their sockets after the last write.
     tokio::time::sleep(Duration::from_millis(20)).await;
+    shard.close_store().await;
     shard.stopped.notify();
 }

@@ -13,7 +13,7 @@ use crate::policy::queue_args;
 use crate::protocol::frame::{Frame, FrameKind};
 use crate::protocol::method::{
     AccessRequestOk, BasicQosOk, BasicRecoverOk, ChannelCloseOk, ChannelFlowOk, ConfirmSelectOk,
-    TxCommitOk, TxRollbackOk, TxSelectOk,
+    TxRollbackOk, TxSelectOk,
 };
 use crate::protocol::{ContentHeader, FieldTable, Method, ShortStr};
 use crate::session::channel::{Content, TxOp};
@@ -559,7 +559,13 @@ impl State {
                         }
                     }
                 }
-                self.reply(conn, number, Method::TxCommitOk(TxCommitOk {}));
+                if let Some(ch) = self
+                    .conn_mut(conn)
+                    .and_then(|c| c.channels.get_mut(&number))
+                {
+                    ch.committed();
+                }
+                self.flush_confirms(conn);
                 Ok(Flow::Continue)
             }
             Method::TxRollback(_) => {

@@ -14,7 +14,7 @@ use crate::model::exchange::Targets;
 use crate::model::ids::{ChannelRef, ConnId};
 use crate::model::message::{BodyChunks, Message};
 use crate::model::routing::RouteError;
-use crate::protocol::method::{BasicAck, BasicNack, BasicPublish, BasicReturn};
+use crate::protocol::method::{BasicAck, BasicNack, BasicPublish, BasicReturn, TxCommitOk};
 use crate::protocol::properties::raw_headers;
 use crate::protocol::{ContentHeader, Method, ShortStr};
 use crate::session::channel::TxOp;
@@ -140,12 +140,13 @@ impl State {
             channel: number,
             epoch: ch.epoch,
         };
-        let confirm = ch.confirms.as_mut().map_or(0, |c| c.assign());
+        let confirm = ch.tracker_mut().map_or(0, |c| c.assign());
         let local = targets
             .iter()
             .any(|t| t.home == shard.id)
             .then(|| std::rc::Rc::new(msg.clone()));
         let mut refused = false;
+        let staged_before = shard.store.borrow().staged_refs();
         let mut remote_shards: SmallVec<[u16; 4]> = SmallVec::new();
         for target in &targets {
             if target.home == shard.id {
@@ -169,12 +170,19 @@ impl State {
             }
         }
         if confirm != 0 {
+            // A persistent message that entered durable queues here is confirmed once
+            // this shard's store has it on disk: one more report to wait for.
+            let stored_here = shard.store.borrow().staged_refs() != staged_before;
             if let Some(tracker) = self
                 .conn_mut(conn)
                 .and_then(|c| c.channels.get_mut(&number))
-                .and_then(|ch| ch.confirms.as_mut())
+                .and_then(|ch| ch.tracker_mut())
             {
-                tracker.record(confirm, remote_shards.len() as u16, refused);
+                let waits = remote_shards.len() as u16 + u16::from(stored_here);
+                tracker.record(confirm, waits, refused);
+            }
+            if stored_here {
+                self.hold_confirm(origin, confirm, true);
             }
         }
         Ok(())
@@ -189,6 +197,16 @@ impl State {
         let mut replies = Vec::new();
         let mut wrote = false;
         for ch in c.channels.values_mut() {
+            if ch.tx.is_some() {
+                // A transaction's publishes are tracked like confirms; its commit-ok
+                // goes out once every one of them is in its queues (on disk, for
+                // persistent messages on durable queues).
+                for _ in 0..ch.take_committed() {
+                    c.out.method(ch.number, &Method::TxCommitOk(TxCommitOk {}));
+                    wrote = true;
+                }
+                continue;
+            }
             let Some(tracker) = ch.confirms.as_mut() else {
                 continue;
             };
@@ -229,7 +247,7 @@ impl State {
             else {
                 continue;
             };
-            if let Some(tracker) = ch.confirms.as_mut() {
+            if let Some(tracker) = ch.tracker_mut() {
                 tracker.complete(d.first, d.last, d.rejected);
                 if !touched.contains(&d.channel.conn) {
                     touched.push(d.channel.conn);

@@ -1,0 +1,196 @@
+//! Owns: [`StoreEvent`], the operational log lines of the persistent store (`MST-`
+//! codes, Qpid's message-store codes), rendered and emitted under `sluice::ops` like
+//! every [`super::event::OpsEvent`]. Documented in `config/log-codes.md`.
+//!
+//! Does not: decide when they happen (`store` and `shard::persist` do).
+
+use std::fmt;
+
+use super::event::thousands;
+
+/// One store event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreEvent {
+    /// MST-1002: where the store lives (at start).
+    Location { path: String },
+    /// MST-1003: a shard's store closed at shutdown, with what it wrote.
+    Closed {
+        shard: u16,
+        commits: u64,
+        fsyncs: u64,
+        bytes: u64,
+    },
+    /// MST-1004: recovery begins.
+    RecoveryStart,
+    /// MST-1005: a durable queue's messages were recovered.
+    QueueRecovered {
+        vhost: String,
+        queue: String,
+        messages: usize,
+    },
+    /// MST-1006: recovery is complete.
+    RecoveryComplete {
+        messages: usize,
+        queues: usize,
+        millis: u64,
+    },
+    /// MST-1007: the shard count changed and queues moved to their new home shards.
+    QueuesRehomed {
+        moved: usize,
+        total: usize,
+        from: usize,
+        to: usize,
+    },
+    /// MST-1008: the store is over a vhost's `store_overfull_size`: its producers are
+    /// blocked.
+    Overfull {
+        vhost: String,
+        size: u64,
+        overfull: u64,
+    },
+    /// MST-1009: the store fell below the vhost's `store_underfull_size`.
+    Underfull {
+        vhost: String,
+        size: u64,
+        underfull: u64,
+    },
+    /// MST-1010: a damaged record at the end of a file was cut off at recovery.
+    Truncated {
+        path: String,
+        offset: u64,
+        reason: String,
+    },
+    /// MST-1011: a store write or sync failed; the broker stops (what it confirmed
+    /// next might not be on disk).
+    Failed { path: String, error: String },
+}
+
+impl StoreEvent {
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreEvent::Location { .. } => "MST-1002",
+            StoreEvent::Closed { .. } => "MST-1003",
+            StoreEvent::RecoveryStart => "MST-1004",
+            StoreEvent::QueueRecovered { .. } => "MST-1005",
+            StoreEvent::RecoveryComplete { .. } => "MST-1006",
+            StoreEvent::QueuesRehomed { .. } => "MST-1007",
+            StoreEvent::Overfull { .. } => "MST-1008",
+            StoreEvent::Underfull { .. } => "MST-1009",
+            StoreEvent::Truncated { .. } => "MST-1010",
+            StoreEvent::Failed { .. } => "MST-1011",
+        }
+    }
+
+    /// Logs the event at its level.
+    pub fn emit(&self) {
+        match self {
+            StoreEvent::Overfull { .. } | StoreEvent::Truncated { .. } => {
+                tracing::warn!(target: "sluice::ops", "{self}")
+            }
+            StoreEvent::Failed { .. } => tracing::error!(target: "sluice::ops", "{self}"),
+            _ => tracing::info!(target: "sluice::ops", "{self}"),
+        }
+    }
+}
+
+impl fmt::Display for StoreEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let code = self.code();
+        match self {
+            StoreEvent::Location { path } => write!(f, "{code} : Store location : {path}"),
+            StoreEvent::Closed {
+                shard,
+                commits,
+                fsyncs,
+                bytes,
+            } => write!(
+                f,
+                "[shard:{shard}] {code} : Closed : {commits} commits, {fsyncs} fsyncs, {bytes} bytes written"
+            ),
+            StoreEvent::RecoveryStart => write!(f, "{code} : Recovery Start"),
+            StoreEvent::QueueRecovered {
+                vhost,
+                queue,
+                messages,
+            } => write!(
+                f,
+                "[vh({vhost})/qu({queue})] {code} : Recovered {messages} messages for queue {queue}"
+            ),
+            StoreEvent::RecoveryComplete {
+                messages,
+                queues,
+                millis,
+            } => write!(
+                f,
+                "{code} : Recovery Complete : {messages} messages in {queues} queues, {millis} ms"
+            ),
+            StoreEvent::QueuesRehomed {
+                moved,
+                total,
+                from,
+                to,
+            } => write!(
+                f,
+                "{code} : Queues re-homed : {moved} of {total} durable queues moved from {from} to {to} shards"
+            ),
+            StoreEvent::Overfull {
+                vhost,
+                size,
+                overfull,
+            } => write!(
+                f,
+                "[vh({vhost})/ms(store)] {code} : Store overfull, flow control will be enforced : Size : {} bytes, Overfull size : {}",
+                thousands(*size),
+                thousands(*overfull)
+            ),
+            StoreEvent::Underfull {
+                vhost,
+                size,
+                underfull,
+            } => write!(
+                f,
+                "[vh({vhost})/ms(store)] {code} : Store overfull condition cleared : Size : {} bytes, Underfull size : {}",
+                thousands(*size),
+                thousands(*underfull)
+            ),
+            StoreEvent::Truncated {
+                path,
+                offset,
+                reason,
+            } => write!(
+                f,
+                "{code} : Store record truncated : {path} at offset {offset} : {reason}"
+            ),
+            StoreEvent::Failed { path, error } => {
+                write!(f, "{code} : Store failed : {path} : {error} : stopping")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quota_lines_read_as_the_seed_writes_them() {
+        let on = StoreEvent::Overfull {
+            vhost: "/test".into(),
+            size: 2_000,
+            overfull: 1_000,
+        }
+        .to_string();
+        assert!(on.starts_with(
+            "[vh(/test)/ms(store)] MST-1008 : Store overfull, flow control will be enforced"
+        ));
+        let off = StoreEvent::Underfull {
+            vhost: "/test".into(),
+            size: 2,
+            underfull: 900,
+        }
+        .to_string();
+        assert!(
+            off.starts_with("[vh(/test)/ms(store)] MST-1009 : Store overfull condition cleared")
+        );
+    }
+}

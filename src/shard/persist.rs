@@ -1,0 +1,324 @@
+//! Owns: the shard's side of the persistent store — what the shard owns of it
+//! ([`Persistence`]), putting recovered definitions and messages back at start, group
+//! commit at the end of every turn (write, fdatasync, then release the confirms the
+//! group held and delete the segments garbage collection freed), the durable
+//! definitions the coordinator writes before it answers, the store quota each tick, and
+//! the last commit at shutdown.
+//!
+//! Does not: encode records or track live entries (`store::shard_store`), or decide
+//! durability (queues are `stored` from their declaration).
+
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::model::ids::{ChannelRef, ShardId};
+use crate::model::message::LocalMessage;
+use crate::model::routing::DirectoryChange;
+use crate::ops::store_event::StoreEvent;
+use crate::store::definitions;
+use crate::store::definitions_writer::{self, DefinitionsWriter};
+use crate::store::quota::DiskBoard;
+use crate::store::recovery::RecoveredShard;
+use crate::store::shard_store::{self, Group, ShardStore};
+
+use super::inbox::ConfirmDone;
+use super::{Shard, State};
+
+/// What a shard owns of the store.
+pub struct Persistence {
+    pub store: ShardStore,
+    /// The coordinator's (shard 0's) definitions log; `None` on other shards.
+    pub definitions: Option<DefinitionsWriter>,
+    /// Store sizes and the per-vhost quota alarm, shared by all shards.
+    pub disk: Arc<DiskBoard>,
+}
+
+impl Persistence {
+    /// A shard store over recovered segments.
+    pub fn recovered(
+        config: &Config,
+        shard: ShardId,
+        recovered: &mut RecoveredShard,
+        definitions_bytes: u64,
+        disk: Arc<DiskBoard>,
+    ) -> Persistence {
+        let store = ShardStore::new(
+            shard_store::shard_dir(&config.data_dir, usize::from(shard)),
+            config.store.segment_size,
+            config.store.fsync,
+            std::mem::take(&mut recovered.segments),
+            std::mem::take(&mut recovered.runs),
+        );
+        disk.post(usize::from(shard), store.disk_bytes());
+        let definitions = (shard == 0).then(|| {
+            disk.post_definitions(definitions_bytes);
+            DefinitionsWriter::new(&config.data_dir, definitions_bytes, config.store.fsync)
+        });
+        Persistence {
+            store,
+            definitions,
+            disk,
+        }
+    }
+
+    /// An empty store in `dir` (unit tests).
+    pub fn empty(dir: &Path, shards: usize) -> Persistence {
+        Persistence {
+            store: ShardStore::new(dir.to_path_buf(), 64 << 20, false, Vec::new(), Vec::new()),
+            definitions: None,
+            disk: Arc::new(DiskBoard::new(shards, Vec::new())),
+        }
+    }
+}
+
+/// The store failed under a write or sync: what it would confirm next may not be on
+/// disk, and a broker that goes on would lie. Logged, then the process stops.
+fn fail(path: &Path, error: &std::io::Error) -> ! {
+    StoreEvent::Failed {
+        path: path.display().to_string(),
+        error: error.to_string(),
+    }
+    .emit();
+    std::process::abort()
+}
+
+impl State {
+    /// Applies the recovered definitions and puts the recovered messages back in their
+    /// queues (before the shard accepts connections).
+    pub fn restore(
+        &mut self,
+        shard: &Shard,
+        changes: &[DirectoryChange],
+        mut recovered: RecoveredShard,
+        next_queue_id: u64,
+    ) {
+        let now = shard.clock.now();
+        for change in changes {
+            self.apply_change(shard, change, now);
+        }
+        self.next_queue_id = self.next_queue_id.max(next_queue_id);
+        let mut built: Vec<Option<LocalMessage>> = vec![None; recovered.messages.len()];
+        for (queue, entries) in std::mem::take(&mut recovered.queues) {
+            let Some(q) = self.queues.get_mut(&queue) else {
+                continue;
+            };
+            for e in entries {
+                let Some(Some(parts)) = recovered.messages.get(e.message) else {
+                    continue;
+                };
+                let msg = built[e.message].get_or_insert_with(|| Rc::new(parts.build()));
+                q.restore(Rc::clone(msg), e.seq, e.redelivered, now);
+            }
+            self.ensure_queue_timer(queue);
+        }
+    }
+
+    /// A publish from `origin` (confirm number `seq`) entered durable queues here: its
+    /// confirm waits for the group sealed at the end of this turn. Consecutive
+    /// publishes of one channel wait as one range.
+    pub fn hold_confirm(&mut self, origin: ChannelRef, seq: u64, ok: bool) {
+        let done = ConfirmDone {
+            channel: origin,
+            first: seq,
+            last: seq,
+            rejected: !ok,
+        };
+        if let Some(last) = self.held_confirms.last_mut() {
+            if last.channel == done.channel
+                && last.rejected == done.rejected
+                && last.last + 1 == done.first
+            {
+                last.last = done.last;
+                return;
+            }
+        }
+        self.held_confirms.push(done);
+    }
+}
+
+impl Shard {
+    /// Starts writing what this turn staged, unless a group is being written (its end
+    /// starts the next one).
+    pub fn commit_store(self: &Rc<Self>) {
+        let group = self.store.borrow_mut().seal();
+        if let Some(group) = group {
+            let confirms = std::mem::take(&mut self.state.borrow_mut().held_confirms);
+            tokio_uring::spawn(write_group(Rc::clone(self), group, confirms));
+        }
+    }
+
+    /// Records the durable ones among `changes` (judged before they are applied) and
+    /// returns once they are synced. Coordinator only.
+    pub async fn persist_definitions(self: &Rc<Self>, changes: &[DirectoryChange]) {
+        let waiter = {
+            let st = self.state.borrow();
+            let mut writer = self.definitions.borrow_mut();
+            let Some(writer) = writer.as_mut() else {
+                return;
+            };
+            for change in changes {
+                if definitions::is_durable(&st.directory, change) {
+                    let vhost = change_vhost(change);
+                    let name = st.directory.vhost(vhost).map(|v| v.name.clone());
+                    writer.append(name.as_deref().unwrap_or("/"), change);
+                }
+            }
+            writer.has_pending().then(|| writer.waiter())
+        };
+        let Some(waiter) = waiter else {
+            return;
+        };
+        self.commit_definitions();
+        let _ = waiter.await;
+    }
+
+    fn commit_definitions(self: &Rc<Self>) {
+        let group = {
+            let mut writer = self.definitions.borrow_mut();
+            let Some(writer) = writer.as_mut() else {
+                return;
+            };
+            match writer.take_group() {
+                Ok(g) => g,
+                Err(e) => fail(&self.config.data_dir.join(definitions::FILE), &e),
+            }
+        };
+        let Some(group) = group else {
+            return;
+        };
+        let shard = Rc::clone(self);
+        tokio_uring::spawn(async move {
+            if let Err(e) = definitions_writer::write_group(&group).await {
+                fail(&shard.config.data_dir.join(definitions::FILE), &e);
+            }
+            for waiter in group.waiters {
+                let _ = waiter.send(());
+            }
+            let size = {
+                let mut writer = shard.definitions.borrow_mut();
+                writer.as_mut().map(|w| {
+                    w.done();
+                    w.size()
+                })
+            };
+            if let Some(size) = size {
+                shard.disk.post_definitions(size);
+            }
+            shard.commit_definitions();
+        });
+    }
+
+    /// Posts this shard's store size, evaluates the quota (shard 0) and applies the
+    /// vhosts' store alarms to this shard's publishers. Each tick.
+    pub fn store_tick(self: &Rc<Self>) {
+        let bytes = self.store.borrow().disk_bytes();
+        self.disk.post(usize::from(self.id), bytes);
+        if self.id == 0 {
+            self.disk.evaluate();
+        }
+        if self.disk.has_quotas() {
+            self.state.borrow_mut().apply_store_alarms(self);
+        }
+    }
+
+    /// Writes everything still staged and waits for it (shutdown), then logs what the
+    /// store wrote.
+    pub async fn close_store(self: &Rc<Self>) {
+        for _ in 0..1000 {
+            self.commit_store();
+            let done = {
+                let store = self.store.borrow();
+                !store.in_flight && !store.has_work()
+            };
+            if done {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        let stats = self.store.borrow().stats;
+        StoreEvent::Closed {
+            shard: self.id,
+            commits: stats.commits,
+            fsyncs: stats.fsyncs,
+            bytes: stats.bytes,
+        }
+        .emit();
+    }
+}
+
+fn change_vhost(change: &DirectoryChange) -> usize {
+    match change {
+        DirectoryChange::DeclareExchange { vhost, .. }
+        | DirectoryChange::DeleteExchange { vhost, .. }
+        | DirectoryChange::DeclareQueue { vhost, .. }
+        | DirectoryChange::DeleteQueue { vhost, .. }
+        | DirectoryChange::Bind { vhost, .. }
+        | DirectoryChange::Unbind { vhost, .. }
+        | DirectoryChange::BindExchange { vhost, .. }
+        | DirectoryChange::UnbindExchange { vhost, .. } => *vhost,
+    }
+}
+
+/// The file a group goes to: the active segment's, created for a new segment.
+fn group_file(shard: &Shard, group: &Group) -> std::io::Result<Rc<tokio_uring::fs::File>> {
+    let mut store = shard.store.borrow_mut();
+    if !group.new_file {
+        if let Some(f) = &store.active_file {
+            return Ok(Rc::clone(f));
+        }
+    }
+    let path = store.segment_path(group.segment);
+    std::fs::create_dir_all(store.dir())?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(&path)?;
+    if group.new_file {
+        // The new file's name must survive a power cut as well as its contents.
+        crate::store::sync_dir(store.dir())?;
+    }
+    let file = Rc::new(tokio_uring::fs::File::from_std(file));
+    store.active_file = Some(Rc::clone(&file));
+    Ok(file)
+}
+
+/// Writes and syncs one group, then releases its confirms, deletes the segments it
+/// freed and lets the next group go.
+async fn write_group(shard: Rc<Shard>, group: Group, confirms: Vec<ConfirmDone>) {
+    let path = shard.store.borrow().segment_path(group.segment);
+    if !group.data.is_empty() {
+        let file = match group_file(&shard, &group) {
+            Ok(f) => f,
+            Err(e) => fail(&path, &e),
+        };
+        let (res, _) = file.write_all_at(group.data.clone(), group.offset).await;
+        if let Err(e) = res {
+            fail(&path, &e);
+        }
+        if shard.store.borrow().fsync {
+            if let Err(e) = file.sync_data().await {
+                fail(&path, &e);
+            }
+        }
+    }
+    let dead = shard.store.borrow_mut().committed(&group);
+    {
+        let mut st = shard.state.borrow_mut();
+        for done in confirms {
+            st.outbox.confirm(done.channel.shard, done);
+        }
+    }
+    let dir = shard.store.borrow().dir().to_path_buf();
+    for number in dead {
+        let path = dir.join(shard_store::segment_name(number));
+        if let Err(e) = std::fs::remove_file(&path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(target: "sluice::ops", "cannot delete {}: {e}", path.display());
+            }
+        }
+    }
+    shard.flush();
+}

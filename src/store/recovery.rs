@@ -1,0 +1,232 @@
+//! Owns: reading the message segments back at start — every shard directory's records
+//! in file order, cutting a torn or corrupt tail off (the file is truncated there and
+//! the cut is logged), and turning what the records say into each durable queue's
+//! entries (in sequence order, redelivered when the queue had delivered them) plus the
+//! segment live counts and queue runs the shard store continues from.
+//!
+//! Does not: decide which queues exist (the definitions do; entries of a queue that is
+//! no longer defined are dropped) or re-home queues (`rehome` rewrites the segments when
+//! the shard count changed, then this reads the result).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use crate::model::ids::QueueId;
+use crate::model::message::{BodyChunks, Message};
+use crate::ops::store_event::StoreEvent;
+use crate::protocol::ShortStr;
+
+use super::message_log::{self, Logged};
+use super::record::Records;
+use super::shard_store::SegmentInfo;
+
+/// A recovered message as read: the shard that homes its queues builds the
+/// [`Message`] on its own thread, where its memory is counted (the ledger is per
+/// thread).
+pub struct MessageParts {
+    pub exchange: ShortStr,
+    pub routing_key: ShortStr,
+    pub properties: Bytes,
+    pub body: Bytes,
+}
+
+impl MessageParts {
+    pub fn build(&self) -> Message {
+        let mut chunks = BodyChunks::new();
+        let size = self.body.len() as u64;
+        if size > 0 {
+            chunks.push(self.body.clone());
+        }
+        Message::new(
+            self.exchange.clone(),
+            self.routing_key.clone(),
+            self.properties.clone(),
+            chunks,
+            size,
+        )
+    }
+}
+
+/// One recovered queue entry: its sequence number, its message (an index into
+/// [`RecoveredShard::messages`]) and whether it had been delivered.
+pub struct RecoveredEntry {
+    pub seq: u64,
+    pub message: usize,
+    pub redelivered: bool,
+}
+
+/// What one shard directory held.
+#[derive(Default)]
+pub struct RecoveredShard {
+    /// Segment files, oldest first, with their live entries.
+    pub segments: Vec<SegmentInfo>,
+    /// `(queue, first seq, segment, live)` runs for the shard store.
+    pub runs: Vec<(QueueId, u64, u32, u64)>,
+    /// Each queue's entries in sequence order.
+    pub queues: BTreeMap<QueueId, Vec<RecoveredEntry>>,
+    /// The messages the entries point at (one per message record, shared by the queues
+    /// of this shard it entered; `None` when no known queue holds it).
+    pub messages: Vec<Option<MessageParts>>,
+}
+
+impl RecoveredShard {
+    pub fn message_count(&self) -> usize {
+        self.queues.values().map(Vec::len).sum()
+    }
+}
+
+/// The segment files of a directory, by number, oldest first.
+pub fn segment_files(dir: &Path) -> std::io::Result<Vec<(u32, PathBuf)>> {
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        let number = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".seg"))
+            .and_then(|n| n.parse::<u32>().ok());
+        if let Some(number) = number {
+            out.push((number, path));
+        }
+    }
+    out.sort_unstable_by_key(|(n, _)| *n);
+    Ok(out)
+}
+
+/// Reads one segment file, truncating it at the first damaged record.
+fn read_segment(path: &Path) -> std::io::Result<(Bytes, Vec<Bytes>)> {
+    let data = Bytes::from(std::fs::read(path)?);
+    let mut records = Records::new(data.clone());
+    let payloads: Vec<Bytes> = records.by_ref().collect();
+    if let Some((at, damage)) = records.damage().cloned() {
+        StoreEvent::Truncated {
+            path: path.display().to_string(),
+            offset: at as u64,
+            reason: damage.to_string(),
+        }
+        .emit();
+        let f = std::fs::OpenOptions::new().write(true).open(path)?;
+        f.set_len(at as u64)?;
+        f.sync_all()?;
+        return Ok((data.slice(..at), payloads));
+    }
+    Ok((data, payloads))
+}
+
+/// A live entry while reading: its message (index into the shard's messages), the
+/// segment it is in.
+struct Live {
+    message: usize,
+    segment: u32,
+}
+
+/// Reads shard directory `dir`, keeping the entries of the queues `known` says exist.
+/// Segments left with nothing live before the newest are deleted.
+pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Result<RecoveredShard> {
+    let mut messages: Vec<Option<MessageParts>> = Vec::new();
+    let mut live: HashMap<QueueId, BTreeMap<u64, Live>> = HashMap::new();
+    let mut delivered: HashMap<QueueId, u64> = HashMap::new();
+    let mut segments = Vec::new();
+    for (number, path) in segment_files(dir)? {
+        let (data, payloads) = read_segment(&path)?;
+        segments.push(SegmentInfo {
+            number,
+            size: data.len() as u64,
+            live: 0,
+        });
+        for payload in payloads {
+            let logged = match message_log::decode(payload) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(target: "sluice::ops", "{}: skipped a record: {e}", path.display());
+                    continue;
+                }
+            };
+            match logged {
+                Logged::Message {
+                    queues,
+                    exchange,
+                    routing_key,
+                    properties,
+                    body,
+                } => {
+                    let index = messages.len();
+                    let mut kept = false;
+                    for (queue, seq) in queues {
+                        if known(queue) {
+                            kept = true;
+                            live.entry(queue).or_default().insert(
+                                seq,
+                                Live {
+                                    message: index,
+                                    segment: number,
+                                },
+                            );
+                        }
+                    }
+                    // Copied out of the file's buffer, so one surviving message does not
+                    // keep a whole segment in memory.
+                    messages.push(kept.then(|| MessageParts {
+                        exchange,
+                        routing_key,
+                        properties: Bytes::copy_from_slice(&properties),
+                        body: Bytes::copy_from_slice(&body),
+                    }));
+                }
+                Logged::Gone(pairs) => {
+                    for (queue, seq) in pairs {
+                        if let Some(q) = live.get_mut(&queue) {
+                            q.remove(&seq);
+                        }
+                    }
+                }
+                Logged::Delivered(pairs) => {
+                    for (queue, seq) in pairs {
+                        let d = delivered.entry(queue).or_default();
+                        *d = (*d).max(seq);
+                    }
+                }
+            }
+        }
+    }
+    let mut out = RecoveredShard::default();
+    let mut live_per_segment: HashMap<u32, u64> = HashMap::new();
+    for (queue, entries) in live {
+        if entries.is_empty() {
+            continue;
+        }
+        let delivered_upto = delivered.get(&queue).copied().unwrap_or(0);
+        let mut list = Vec::with_capacity(entries.len());
+        for (seq, l) in entries {
+            *live_per_segment.entry(l.segment).or_default() += 1;
+            match out.runs.last_mut() {
+                Some(run) if run.0 == queue && run.2 == l.segment => run.3 += 1,
+                _ => out.runs.push((queue, seq, l.segment, 1)),
+            }
+            list.push(RecoveredEntry {
+                seq,
+                message: l.message,
+                redelivered: seq <= delivered_upto,
+            });
+        }
+        out.queues.insert(queue, list);
+    }
+    out.messages = messages;
+    for s in &mut segments {
+        s.live = live_per_segment.get(&s.number).copied().unwrap_or(0);
+    }
+    // Segments with nothing live go, oldest first, as they would at run time.
+    while segments.len() > 1 && segments.first().is_some_and(|s| s.live == 0) {
+        let s = segments.remove(0);
+        std::fs::remove_file(dir.join(super::shard_store::segment_name(s.number)))?;
+    }
+    out.segments = segments;
+    Ok(out)
+}
