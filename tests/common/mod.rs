@@ -14,7 +14,7 @@ pub mod wire;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -124,6 +124,9 @@ pub struct Broker {
     pid: u32,
     shards: usize,
     data_dir: PathBuf,
+    /// Set by [`Broker::start_in`]: the directory belongs to the test, and outlives this
+    /// process so that the next one can start on it.
+    keep_dir: bool,
     logs: Arc<Mutex<Vec<String>>>,
 }
 
@@ -139,23 +142,53 @@ impl Broker {
         Self::spawn(shards, Some(toml))
     }
 
+    /// Starts `sluice --shards N --data-dir DIR` on a data directory the caller owns and
+    /// keeps across restarts (created if missing; never removed by the `Broker`), with
+    /// `toml`, if any, written next to it as `DIR.toml` (outside DIR, so it is not part of
+    /// what the broker stores there) and passed as `--config`. Waits for
+    /// `BRK-1004 : Ready` as [`Broker::start`] does.
+    pub fn start_in(dir: &Path, shards: usize, toml: Option<&str>) -> Broker {
+        std::fs::create_dir_all(dir).expect("create data dir");
+        let config = toml.map(|toml| {
+            let mut path = dir.as_os_str().to_owned();
+            path.push(".toml");
+            let path = PathBuf::from(path);
+            std::fs::write(&path, toml).expect("write config");
+            path
+        });
+        Self::launch(shards, dir, config.as_deref(), dir.to_path_buf(), true)
+    }
+
     fn spawn(shards: usize, config: Option<&str>) -> Broker {
         let base = std::env::temp_dir().join(unique("sluice-itest"));
         let data_dir = base.join("data");
         std::fs::create_dir_all(&data_dir).expect("create data dir");
+        let config = config.map(|toml| {
+            let path = base.join("sluice.toml");
+            std::fs::write(&path, toml).expect("write config");
+            path
+        });
+        Self::launch(shards, &data_dir, config.as_deref(), base, false)
+    }
+
+    fn launch(
+        shards: usize,
+        data_dir: &Path,
+        config: Option<&Path>,
+        base: PathBuf,
+        keep_dir: bool,
+    ) -> Broker {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
         cmd.arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--shards")
             .arg(shards.to_string())
             .arg("--data-dir")
-            .arg(&data_dir)
+            .arg(data_dir)
             .arg("--log-level")
             .arg("info");
-        if let Some(toml) = config {
-            let path = base.join("sluice.toml");
-            std::fs::write(&path, toml).expect("write config");
-            cmd.arg("--config").arg(&path);
+        if let Some(path) = config {
+            cmd.arg("--config").arg(path);
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -175,6 +208,7 @@ impl Broker {
             pid,
             shards,
             data_dir: base,
+            keep_dir,
             logs,
         };
         broker.port = broker.await_ready();
@@ -308,6 +342,24 @@ impl Broker {
         }
     }
 
+    /// SIGKILL (`kill -9`): the process gets no chance to flush or close anything. Waits
+    /// for it to be reaped and returns its status (killed by signal 9).
+    pub fn kill9(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("kill9: the broker is not running");
+        // SAFETY: plain kill(2) on the pid of a child we own and have not reaped.
+        let rc = unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) };
+        assert_eq!(rc, 0, "kill(SIGKILL) failed");
+        let status = child.wait().expect("wait for the killed broker");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "the broker exited with {status} before SIGKILL reached it; log:\n{}",
+            self.logs().join("\n")
+        );
+        status
+    }
+
     /// amqprs arguments for guest/guest on "/".
     pub fn amqprs_args(&self) -> OpenConnectionArguments {
         OpenConnectionArguments::new("127.0.0.1", self.port, "guest", "guest")
@@ -339,7 +391,35 @@ impl Drop for Broker {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.data_dir);
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
+    }
+}
+
+/// A temporary directory owned by one test (for data directories kept across broker
+/// restarts, see [`Broker::start_in`]); removed with everything in it when dropped,
+/// including when the test fails.
+pub struct TestDir {
+    path: PathBuf,
+}
+
+impl TestDir {
+    /// Creates `<tmp>/<prefix>-<pid>-<n>`.
+    pub fn new(prefix: &str) -> TestDir {
+        let path = std::env::temp_dir().join(unique(prefix));
+        std::fs::create_dir_all(&path).expect("create test dir");
+        TestDir { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 
