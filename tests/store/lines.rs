@@ -79,7 +79,7 @@ fn recovered_line(queue: &str, n: u64) -> String {
 /// QA (home shard 0) gets 3 persistent messages, QB (home shard 1) 5.
 /// - SIGTERM: each shard logs one `[shard:i] MST-1003 : Closed : …` with at least one
 ///   commit and one fsync (fsync = true by default) and at least the bodies homed there
-///   in bytes written; DIR has definitions.log (not empty), store.meta, and segments
+///   in bytes written; DIR has definitions.log (not empty), messages/store.meta, and segments
 ///   named `<digits>.seg` under messages/shard-0 and messages/shard-1;
 /// - restart: `MST-1004 : Recovery Start`, then exactly two MST-1005 lines, `[vh(/)/qu(QA)]
 ///   MST-1005 : Recovered 3 messages for queue QA` and the same for QB with 5, then
@@ -121,7 +121,7 @@ async fn recovery_and_shutdown_lines() {
         "{} is empty",
         definitions.display()
     );
-    assert!(node.data().join("store.meta").is_file(), "no store.meta");
+    assert!(node.data().join("messages").join("store.meta").is_file(), "no store.meta");
     for shard in 0..SHARDS {
         assert!(
             !segments(node.data(), shard).is_empty(),

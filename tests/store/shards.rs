@@ -42,7 +42,7 @@ fn expect_not_rehomed(broker: &Broker) {
 }
 
 fn assert_meta(node: &Node) {
-    let meta = node.data().join("store.meta");
+    let meta = node.data().join("messages").join("store.meta");
     assert!(meta.is_file(), "{} missing", meta.display());
 }
 
