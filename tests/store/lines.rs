@@ -121,7 +121,10 @@ async fn recovery_and_shutdown_lines() {
         "{} is empty",
         definitions.display()
     );
-    assert!(node.data().join("messages").join("store.meta").is_file(), "no store.meta");
+    assert!(
+        node.data().join("messages").join("store.meta").is_file(),
+        "no store.meta"
+    );
     for shard in 0..SHARDS {
         assert!(
             !segments(node.data(), shard).is_empty(),
