@@ -1,7 +1,8 @@
 //! The persistent store (issue 8), end to end: a child sluice on 127.0.0.1:0 with
 //! `--data-dir` on a directory the test owns, stopped (SIGTERM) or killed (SIGKILL) and
 //! started again on the same directory inside the test, through amqprs and raw sockets.
-//! The behaviour asserted is /work/notes/store-contract.md. Every test runs with
+//! The behaviour asserted is the one README.md ("Persistence") and ARCHITECTURE.md
+//! describe. Every test runs with
 //! `--shards 2` except where the shard count is what changes.
 //!
 //! Sections (one file each under `tests/store/`):
@@ -21,6 +22,8 @@
 //! - `disk`: the store quota blocks publishers (channel.flow, connection.blocked
 //!   "store overfull", MST-1008) with a bounded overshoot and releases them (MST-1009)
 //!   once consumers ack; segment GC brings the files back to about one segment per shard;
+//! - `compaction`: an old message nobody consumes is copied forward, so it does not keep
+//!   the segments after it;
 //! - `shards`: restarting with `--shards 1` after `--shards 2` and back, and 1 → 2: the
 //!   queues re-home (MST-1007 with the exact moved count) and keep their messages;
 //! - `lines`: the recovery lines (MST-1004/1005/1006), the shutdown line MST-1003, and
@@ -52,6 +55,8 @@ macro_rules! store_tests {
     };
 }
 
+#[path = "store/compaction.rs"]
+mod compaction;
 #[path = "store/crash.rs"]
 mod crash;
 #[path = "store/disk.rs"]

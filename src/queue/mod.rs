@@ -233,6 +233,26 @@ impl Queue {
         self.ready.push_back(entry);
     }
 
+    /// The persistent entries (ready or awaiting ack) with sequence numbers in `range`,
+    /// at most `limit`: the store copies them forward when it compacts an old segment.
+    pub fn persistent_in(
+        &self,
+        range: std::ops::Range<u64>,
+        limit: usize,
+        out: &mut Vec<(u64, LocalMessage)>,
+    ) {
+        let start = out.len();
+        let mut take = |e: &Entry| {
+            if e.persistent && out.len() - start < limit {
+                out.push((e.seq, LocalMessage::clone(&e.msg)));
+            }
+        };
+        self.ready.for_each_in(range.clone(), &mut take);
+        for e in self.unacked.range(range).map(|(_, e)| e) {
+            take(e);
+        }
+    }
+
     /// An entry left the queue for good: a stored one is journaled as gone.
     #[inline(always)]
     fn finished(&self, entry: &Entry) {

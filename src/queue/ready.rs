@@ -258,6 +258,24 @@ impl ReadyList {
     }
 
     /// Drops every entry and the memory that held them.
+    /// Visits the ready entries with sequence numbers in `range` (every FIFO is
+    /// sorted by `seq`).
+    pub fn for_each_in(&self, range: std::ops::Range<u64>, mut f: impl FnMut(&Entry)) {
+        let mut visit = |q: &VecDeque<Entry>| {
+            let at = q.partition_point(|e| e.seq < range.start);
+            for e in q.range(at..) {
+                if e.seq >= range.end {
+                    break;
+                }
+                f(e);
+            }
+        };
+        match &self.levels {
+            None => visit(&self.fifo),
+            Some(l) => l.fifos.iter().for_each(visit),
+        }
+    }
+
     /// Visits every ready entry (level by level in a priority queue).
     pub fn for_each(&self, mut f: impl FnMut(&Entry)) {
         self.fifo.iter().for_each(&mut f);

@@ -21,7 +21,7 @@ use crate::store::definitions;
 use crate::store::definitions_writer::{self, DefinitionsWriter};
 use crate::store::quota::DiskBoard;
 use crate::store::recovery::RecoveredShard;
-use crate::store::shard_store::{self, Group, ShardStore};
+use crate::store::shard_store::{self, Group, ShardStore, COMPACT_MAX_LIVE};
 
 use super::inbox::ConfirmDone;
 use super::{Shard, State};
@@ -210,9 +210,51 @@ impl Shard {
         });
     }
 
+    /// Copies the few live entries of the oldest segment forward when they pin newer
+    /// segments (a durable subscription holding an old message would otherwise keep
+    /// every segment after it), in the group sealed right after, so the segment is
+    /// deleted once the copies are on disk.
+    fn compact_store(self: &Rc<Self>, now: std::time::Instant) {
+        let segment = {
+            let store = self.store.borrow();
+            if store.compact_after.is_some_and(|at| now < at) {
+                return;
+            }
+            match store.compaction_candidate() {
+                Some(s) => s,
+                None => return,
+            }
+        };
+        let ranges = self.store.borrow().ranges_in(segment);
+        let mut found = Vec::new();
+        let mut copied = 0;
+        {
+            let st = self.state.borrow();
+            let mut store = self.store.borrow_mut();
+            for (queue, range) in ranges {
+                let Some(q) = st.queues.get(&queue) else {
+                    continue;
+                };
+                found.clear();
+                q.persistent_in(range, COMPACT_MAX_LIVE as usize, &mut found);
+                for (seq, msg) in &found {
+                    copied += u64::from(store.relocate(queue, *seq, msg, segment));
+                }
+            }
+            // Entries the queues no longer hold are gone records not yet sealed: try
+            // again a little later rather than at every tick.
+            let pause = if copied > 0 { 10 } else { 1000 };
+            store.compact_after = Some(now + std::time::Duration::from_millis(pause));
+        }
+        if copied > 0 {
+            self.commit_store();
+        }
+    }
+
     /// Posts this shard's store size, evaluates the quota (shard 0) and applies the
     /// vhosts' store alarms to this shard's publishers. Each tick.
     pub fn store_tick(self: &Rc<Self>) {
+        self.compact_store(self.clock.now());
         let bytes = self.store.borrow().disk_bytes();
         self.disk.post(usize::from(self.id), bytes);
         if self.id == 0 {

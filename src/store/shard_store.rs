@@ -21,7 +21,7 @@
 //! - At most one group is being written; confirms are released only once the group that
 //!   holds their messages is written and synced.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -33,6 +33,11 @@ use crate::model::message::LocalMessage;
 use super::message_log::{self, QueueSeqs};
 use super::record;
 use crate::model::journal::{self, Journal};
+
+/// The oldest segment is compacted when it holds at most this many live entries and
+/// pins at least this many newer segments.
+pub const COMPACT_MAX_LIVE: u64 = 4096;
+const COMPACT_MIN_PINNED: usize = 2;
 
 /// One segment file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,7 +94,12 @@ pub struct ShardStore {
     /// The active segment's open file, once opened.
     pub active_file: Option<Rc<tokio_uring::fs::File>>,
     runs: IdMap<QueueId, VecDeque<Run>>,
+    /// Entries copied forward out of a compacted segment: (queue, seq) → the segment
+    /// holding the copy. Checked before `runs`, whose segments they left.
+    relocated: IdMap<QueueId, BTreeMap<u64, u32>>,
     staged: Vec<(LocalMessage, QueueSeqs)>,
+    /// How many of the first `staged` are copies (compaction), counted in `relocated`.
+    staged_copies: usize,
     /// Stored queue entries staged since start: a caller compares it before and after
     /// enqueueing to learn whether a publish must wait for the next group.
     staged_refs: u64,
@@ -97,6 +107,8 @@ pub struct ShardStore {
     scratch: Journal,
     /// A group is being written.
     pub in_flight: bool,
+    /// No compaction is tried before this (see `shard::persist`).
+    pub compact_after: Option<std::time::Instant>,
     pub stats: StoreStats,
 }
 
@@ -117,11 +129,14 @@ impl ShardStore {
             segments: segments.into(),
             active_file: None,
             runs: IdMap::default(),
+            relocated: IdMap::default(),
             staged: Vec::new(),
+            staged_copies: 0,
             staged_refs: 0,
             deleted: Vec::new(),
             scratch: Journal::default(),
             in_flight: false,
+            compact_after: None,
             stats: StoreStats::default(),
         };
         for (queue, first_seq, segment, live) in runs {
@@ -164,7 +179,8 @@ impl ShardStore {
     /// extend).
     pub fn stage(&mut self, queue: QueueId, seq: u64, msg: &LocalMessage) {
         self.staged_refs += 1;
-        if let Some((last, queues)) = self.staged.last_mut() {
+        let copies = self.staged_copies;
+        if let Some((last, queues)) = self.staged.get_mut(copies..).and_then(|s| s.last_mut()) {
             if Rc::ptr_eq(last, msg) && queues.len() < u16::MAX as usize {
                 queues.push((queue, seq));
                 return;
@@ -218,20 +234,32 @@ impl ShardStore {
         };
         let mut out = BytesMut::new();
         let staged = std::mem::take(&mut self.staged);
-        for (msg, queues) in &staged {
+        let copies = std::mem::take(&mut self.staged_copies);
+        for (i, (msg, queues)) in staged.iter().enumerate() {
             out.reserve(record::HEADER + message_log::message_len(queues.len(), msg));
             record::append(&mut out, |o| message_log::put_message(o, queues, msg));
             for &(queue, seq) in queues {
-                self.add_live(queue, seq, segment);
+                if i < copies {
+                    self.relocated
+                        .entry(queue)
+                        .or_default()
+                        .insert(seq, segment);
+                    self.count_in(segment, 1);
+                } else {
+                    self.add_live(queue, seq, segment);
+                }
             }
         }
         drop(staged);
-        for queue in self.deleted.drain(..) {
+        for queue in std::mem::take(&mut self.deleted) {
             if let Some(runs) = self.runs.remove(&queue) {
                 for run in runs {
-                    if let Some(s) = self.segments.iter_mut().find(|s| s.number == run.segment) {
-                        s.live = s.live.saturating_sub(run.live);
-                    }
+                    self.count_out(run.segment, run.live);
+                }
+            }
+            if let Some(moved) = self.relocated.remove(&queue) {
+                for segment in moved.into_values() {
+                    self.count_out(segment, 1);
                 }
             }
         }
@@ -271,6 +299,93 @@ impl ShardStore {
         })
     }
 
+    fn count_in(&mut self, segment: u32, n: u64) {
+        if let Some(s) = self.segments.iter_mut().rev().find(|s| s.number == segment) {
+            s.live += n;
+        }
+    }
+
+    fn count_out(&mut self, segment: u32, n: u64) {
+        if let Some(s) = self.segments.iter_mut().find(|s| s.number == segment) {
+            s.live = s.live.saturating_sub(n);
+        }
+    }
+
+    /// The oldest segment, when compacting it is worth it: it holds a few live entries
+    /// and keeps newer segments from being deleted (they may only go after it). Only
+    /// between groups, so that the copies are in the very next group and the segment
+    /// is deleted when that group is on disk, never before.
+    pub fn compaction_candidate(&self) -> Option<u32> {
+        if self.in_flight || self.segments.len() < COMPACT_MIN_PINNED + 1 {
+            return None;
+        }
+        self.segments
+            .front()
+            .filter(|s| s.live > 0 && s.live <= COMPACT_MAX_LIVE)
+            .map(|s| s.number)
+    }
+
+    /// Where the live entries of segment `number` may be: (queue, sequence range) per
+    /// run in it, and each entry copied into it before.
+    pub fn ranges_in(&self, number: u32) -> Vec<(QueueId, std::ops::Range<u64>)> {
+        let mut out = Vec::new();
+        for (queue, runs) in &self.runs {
+            for (i, run) in runs.iter().enumerate() {
+                if run.segment == number && run.live > 0 {
+                    let end = runs.get(i + 1).map_or(u64::MAX, |next| next.first_seq);
+                    out.push((*queue, run.first_seq..end));
+                }
+            }
+        }
+        for (queue, moved) in &self.relocated {
+            for (&seq, &segment) in moved {
+                if segment == number {
+                    out.push((*queue, seq..seq + 1));
+                }
+            }
+        }
+        out
+    }
+
+    /// Copies a live entry of segment `from` forward: it counts out of `from` now and
+    /// into the segment of the next group, which writes the copy. Returns false if the
+    /// store does not count it in `from` (nothing is copied then).
+    pub fn relocate(&mut self, queue: QueueId, seq: u64, msg: &LocalMessage, from: u32) -> bool {
+        let copied_to = self
+            .relocated
+            .get(&queue)
+            .and_then(|moved| moved.get(&seq).copied());
+        let counted = match copied_to {
+            Some(segment) if segment == from => self
+                .relocated
+                .get_mut(&queue)
+                .is_some_and(|moved| moved.remove(&seq).is_some()),
+            // Copied elsewhere already: its run no longer counts it.
+            Some(_) => false,
+            None => self.runs.get_mut(&queue).is_some_and(|runs| {
+                let at = runs.partition_point(|r| r.first_seq <= seq);
+                match at.checked_sub(1).and_then(|i| runs.get_mut(i)) {
+                    Some(run) if run.segment == from && run.live > 0 => {
+                        run.live -= 1;
+                        true
+                    }
+                    _ => false,
+                }
+            }),
+        };
+        if !counted {
+            return false;
+        }
+        self.count_out(from, 1);
+        let mut queues = QueueSeqs::new();
+        queues.push((queue, seq));
+        // Copies go first in the group (`staged_copies` of them).
+        self.staged
+            .insert(self.staged_copies, (Rc::clone(msg), queues));
+        self.staged_copies += 1;
+        true
+    }
+
     fn add_live(&mut self, queue: QueueId, seq: u64, segment: u32) {
         let runs = self.runs.entry(queue).or_default();
         match runs.back_mut() {
@@ -291,6 +406,10 @@ impl ShardStore {
     /// Counts a stored entry out. False when the store does not know it (its queue was
     /// deleted meanwhile): no record is needed then.
     fn remove_live(&mut self, queue: QueueId, seq: u64) -> bool {
+        if let Some(segment) = self.relocated.get_mut(&queue).and_then(|m| m.remove(&seq)) {
+            self.count_out(segment, 1);
+            return true;
+        }
         let Some(runs) = self.runs.get_mut(&queue) else {
             return false;
         };
@@ -308,9 +427,7 @@ impl ShardStore {
         while runs.len() > 1 && runs.front().is_some_and(|r| r.live == 0) {
             runs.pop_front();
         }
-        if let Some(s) = self.segments.iter_mut().find(|s| s.number == segment) {
-            s.live = s.live.saturating_sub(1);
-        }
+        self.count_out(segment, 1);
         true
     }
 
@@ -402,6 +519,40 @@ mod tests {
             "segment 3 held only q1#3; the gone records went to 4"
         );
         assert_eq!(s.segment_count(), 1);
+    }
+
+    #[test]
+    fn compaction_copies_a_pinning_entry_forward_and_frees_the_old_segments() {
+        let mut s = store(4096);
+        let big = msg(&[3u8; 5000]);
+        // q1#1 pins segment 1; q2 fills segments 2 and 3 and is acked.
+        s.stage(QueueId(1), 1, &big);
+        let g = s.seal().expect("g");
+        s.committed(&g);
+        for seq in 1..=2 {
+            s.stage(QueueId(2), seq, &big);
+            let g = s.seal().expect("g");
+            s.committed(&g);
+        }
+        journal::gone(QueueId(2), 1);
+        journal::gone(QueueId(2), 2);
+        let g = s.seal().expect("g");
+        let dead = s.committed(&g);
+        assert!(dead.is_empty(), "segment 1 still pins 2 and 3");
+        assert_eq!(s.compaction_candidate(), Some(1));
+        let ranges = s.ranges_in(1);
+        assert_eq!(ranges, vec![(QueueId(1), 1..u64::MAX)]);
+        assert!(s.relocate(QueueId(1), 1, &big, 1));
+        assert!(!s.relocate(QueueId(1), 1, &big, 1), "counted out once");
+        let g = s.seal().expect("the copy");
+        let dead = s.committed(&g);
+        assert_eq!(dead, vec![1, 2, 3]);
+        // The copy is what counts now: acking it frees its segment.
+        journal::gone(QueueId(1), 1);
+        let g = s.seal().expect("g");
+        assert!(!g.data.is_empty(), "a gone record for the copy");
+        s.committed(&g);
+        assert!(s.segments.iter().all(|seg| seg.live == 0));
     }
 
     #[test]

@@ -55,20 +55,6 @@ fn raw_expect(raw: &mut RawConn, id: (u16, u16), what: &str) -> crate::common::r
     m
 }
 
-/// Where the bytes of DIR are, for failure messages.
-fn disk_report(data: &std::path::Path) -> String {
-    let mut out = format!("DIR {} bytes", tree_bytes(data));
-    for shard in 0..SHARDS {
-        let segs = segments(data, shard);
-        out.push_str(&format!(
-            "; shard {shard}: {} segments, {} bytes",
-            segs.len(),
-            segs.iter().map(|(_, p)| file_len(p)).sum::<u64>()
-        ));
-    }
-    out
-}
-
 /// `[store] segment_size = 65536`, `[vhost."/"] store_overfull_size = 1 MiB,
 /// store_underfull_size = 512 KiB`.
 /// - a raw connection (announces `connection.blocked`) publishes one transient message

@@ -588,3 +588,17 @@ pub fn parse_num(s: &str) -> u64 {
         .parse()
         .unwrap_or_else(|_| panic!("not a number: {s:?}"))
 }
+
+/// Where the bytes of DIR are, for failure messages.
+pub fn disk_report(data: &std::path::Path) -> String {
+    let mut out = format!("DIR {} bytes", tree_bytes(data));
+    for shard in 0..SHARDS {
+        let segs = segments(data, shard);
+        out.push_str(&format!(
+            "; shard {shard}: {} segments, {} bytes",
+            segs.len(),
+            segs.iter().map(|(_, p)| file_len(p)).sum::<u64>()
+        ));
+    }
+    out
+}

@@ -1,0 +1,74 @@
+//! Compaction: one old message that nobody consumes (a durable subscription whose
+//! subscriber is away) must not keep every later segment on disk. The store copies the
+//! few live entries of the oldest segment forward and deletes it, and the copies are
+//! what a restart finds.
+
+use std::time::Duration;
+
+use crate::common::eventually;
+use crate::support::*;
+
+store_tests!(an_old_message_does_not_pin_the_segments_after_it);
+
+const SEGMENT: u64 = 65_536;
+const SIZE: usize = 4096;
+
+/// `[store] segment_size = 65536`. Two durable queues on the same shard: `pinned` gets
+/// messages 0 and 1 and is never consumed; `busy` then gets 256 persistent 4 KiB messages
+/// (1 MiB, about 16 segments), which are consumed and acked. Within 10 s the shard is
+/// down to at most 2 segments (without compaction, the first segment would hold
+/// `pinned`'s messages and keep all 16). After a restart `pinned` still holds messages 0
+/// and 1, intact, not redelivered, and `busy` is empty.
+async fn an_old_message_does_not_pin_the_segments_after_it() {
+    let node = Node::new(Some(&format!("[store]\nsegment_size = {SEGMENT}\n")));
+    let mut broker = node.start(SHARDS);
+    // Both queues on shard 0: names from `queues_on` until two share it.
+    let qs = queues_on("store-pin", SHARDS, 2);
+    let (pinned, busy) = (&qs[0], &qs[1]);
+    assert_eq!(home(pinned, SHARDS), home(busy, SHARDS));
+    let shard = home(pinned, SHARDS);
+    let conn = broker.connect().await;
+    let mut p = Publisher::open(&conn).await;
+    declare_durable(&p.ch, pinned).await;
+    declare_durable(&p.ch, busy).await;
+    for i in 0..2 {
+        p.publish("", pinned, persistent(), &body(pinned, i, SIZE))
+            .await;
+    }
+    p.wait_all().await;
+    for i in 0..256 {
+        p.publish("", busy, persistent(), &body(busy, i, SIZE))
+            .await;
+        if i % 8 == 7 {
+            p.wait_all().await;
+        }
+    }
+    p.wait_all().await;
+    let before = segments(node.data(), shard).len();
+    assert!(
+        before > 8,
+        "{before} segments after 1 MiB with segment_size {SEGMENT}"
+    );
+
+    let got = drain(&conn, busy).await;
+    assert_series(&got, busy, 0..256, SIZE, |_| false);
+    let compacted = eventually(Duration::from_secs(10), || async {
+        segments(node.data(), shard).len() <= 2
+    })
+    .await;
+    assert!(
+        compacted,
+        "the oldest segment still pins the others 10 s after they were acked: {}",
+        disk_report(node.data())
+    );
+    conn.close().await;
+
+    restart(&mut broker, &node, SHARDS);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    assert_eq!(ch.message_count(busy).await, 0);
+    let got = drain(&conn, pinned).await;
+    assert_series(&got, pinned, 0..2, SIZE, |_| false);
+    conn.close().await;
+    stop(&mut broker);
+}
