@@ -67,7 +67,7 @@ impl State {
         let msg = Rc::new(routed.msg);
         let mut waiting = SmallVec::new();
         let mut accepted = true;
-        let staged_before = shard.store.borrow().staged_refs();
+        let staged_before = (routed.confirm != 0).then(|| shard.store.borrow().staged_refs());
         for queue in routed.queues {
             if !self.queues.contains_key(&queue) && self.arrivals.is_coming(queue) {
                 waiting.push(queue);
@@ -75,7 +75,7 @@ impl State {
             }
             accepted &= self.enqueue(shard, queue, Rc::clone(&msg), routed.origin, now);
         }
-        let stored = shard.store.borrow().staged_refs() != staged_before;
+        let stored = staged_before.is_some_and(|b| b != shard.store.borrow().staged_refs());
         if waiting.is_empty() {
             self.confirm_routed(routed.origin, routed.confirm, accepted, stored);
         } else {

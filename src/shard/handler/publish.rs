@@ -146,7 +146,8 @@ impl State {
             .any(|t| t.home == shard.id)
             .then(|| std::rc::Rc::new(msg.clone()));
         let mut refused = false;
-        let staged_before = shard.store.borrow().staged_refs();
+        // Only a confirmed publish needs to know whether it entered durable queues here.
+        let staged_before = (confirm != 0).then(|| shard.store.borrow().staged_refs());
         let mut remote_shards: SmallVec<[u16; 4]> = SmallVec::new();
         for target in &targets {
             if target.home == shard.id {
@@ -172,7 +173,7 @@ impl State {
         if confirm != 0 {
             // A persistent message that entered durable queues here is confirmed once
             // this shard's store has it on disk: one more report to wait for.
-            let stored_here = shard.store.borrow().staged_refs() != staged_before;
+            let stored_here = staged_before != Some(shard.store.borrow().staged_refs());
             if let Some(tracker) = self
                 .conn_mut(conn)
                 .and_then(|c| c.channels.get_mut(&number))
