@@ -2,16 +2,25 @@
 //! process of the `sluice` binary when one sits next to this tool, else in-process
 //! shards), started with any extra sluice flags (`--broker-arg`), or an external
 //! broker given by `--url` (optionally `--broker-pid`) — reading CPU time and RSS
-//! from /proc, for the broker and for the tool itself, and counting the operational
-//! log codes (`QUE-1003`, `SUB-…`) an embedded broker process writes.
+//! from /proc, for the broker and for the tool itself, counting the operational log
+//! codes (`QUE-1003`, `SUB-…`) an embedded broker process writes (and copying its
+//! log to `--broker-log`), and stopping it: then its store counters (`MST-1003`,
+//! per shard at shutdown) are read from its log — the embedded process's output, or
+//! an external broker's `--broker-log` file (after SIGTERM to `--broker-pid` with
+//! `--stop-broker`).
 //! Does not: know AMQP (scenarios connect with the client).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader, LineWriter, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a broker may take to exit after SIGTERM (a store closes its files)
+/// before an embedded one is killed, or an external one is given up on.
+const STOP_LIMIT: Duration = Duration::from_secs(30);
 
 /// CPU time and resident memory of a process or a set of threads.
 #[derive(Clone, Copy, Debug, Default)]
@@ -115,6 +124,15 @@ pub struct BrokerUnderTest {
     pub label: String,
     /// Log lines per operational code written so far (embedded process only).
     log_codes: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// The store counters of the embedded process's log so far.
+    store_log: Arc<Mutex<StoreLog>>,
+    /// The thread reading the embedded process's log (it ends when the process does).
+    reader: Option<JoinHandle<()>>,
+    /// `--broker-log`: where an embedded process's log is copied, or where an
+    /// external broker's is read.
+    log_path: Option<PathBuf>,
+    /// `--stop-broker`: SIGTERM an external broker's `--broker-pid` after the run.
+    stop_external: bool,
     /// The embedded broker's own data dir, removed when it is dropped.
     _data_dir: Option<ScratchDir>,
 }
@@ -148,6 +166,124 @@ impl Drop for ScratchDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A broker's persistent-store counters from its `MST-1003 : Closed : <commits>
+/// commits, <fsyncs> fsyncs, <bytes> bytes written` lines (one per shard at
+/// shutdown), summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreCounters {
+    /// Lines summed (shards).
+    pub shards: usize,
+    pub commits: u64,
+    pub fsyncs: u64,
+    pub bytes: u64,
+}
+
+/// Parses an `MST-1003 : Closed : …` line: its shard (`[shard:<i>]` before the
+/// code, if any) and its counts. Numbers may carry thousands separators (`1,024`).
+pub fn parse_store_closed(line: &str) -> Option<(Option<u32>, StoreCounters)> {
+    let at = line.find("MST-1003")?;
+    let shard = line[..at].rfind("[shard:").and_then(|i| {
+        let rest = &line[i + 7..at];
+        rest[..rest.find(']')?].trim().parse().ok()
+    });
+    let words: Vec<&str> = line[at..].split_whitespace().collect();
+    let before = |unit: &str| -> Option<u64> {
+        let i = words.iter().position(|w| w.trim_end_matches(',') == unit)?;
+        words.get(i.checked_sub(1)?)?.replace(',', "").parse().ok()
+    };
+    Some((
+        shard,
+        StoreCounters {
+            shards: 1,
+            commits: before("commits")?,
+            fsyncs: before("fsyncs")?,
+            bytes: before("bytes")?,
+        },
+    ))
+}
+
+/// The `MST-1003` lines of a broker's log since its last start (`BRK-1001`), one per
+/// shard (the last line of a shard wins).
+#[derive(Default, Debug)]
+pub struct StoreLog {
+    by_shard: BTreeMap<u32, StoreCounters>,
+    /// Lines without a `[shard:<i>]` prefix, each counted.
+    unlabelled: Vec<StoreCounters>,
+}
+
+impl StoreLog {
+    /// Takes one line of the log.
+    pub fn feed(&mut self, line: &str) {
+        if log_code(line) == Some("BRK-1001") {
+            // A (re)start: only the last life of the broker counts.
+            self.by_shard.clear();
+            self.unlabelled.clear();
+        } else if let Some((shard, c)) = parse_store_closed(line) {
+            match shard {
+                Some(i) => {
+                    self.by_shard.insert(i, c);
+                }
+                None => self.unlabelled.push(c),
+            }
+        }
+    }
+
+    /// Every line of `text`.
+    pub fn of_text(text: &str) -> StoreLog {
+        let mut log = StoreLog::default();
+        for line in text.lines() {
+            log.feed(line);
+        }
+        log
+    }
+
+    /// The counters summed over the shards; `None` when no line was seen.
+    pub fn counters(&self) -> Option<StoreCounters> {
+        let all = self.by_shard.values().chain(&self.unlabelled);
+        let sum = all.fold(StoreCounters::default(), |a, c| StoreCounters {
+            shards: a.shards + 1,
+            commits: a.commits + c.commits,
+            fsyncs: a.fsyncs + c.fsyncs,
+            bytes: a.bytes + c.bytes,
+        });
+        (sum.shards > 0).then_some(sum)
+    }
+}
+
+/// What stopping the broker gave: its store counters (or why there are none) and
+/// where they were read.
+pub struct Stopped {
+    pub store: Result<StoreCounters, String>,
+    pub source: String,
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rfind(')')
+            .and_then(|i| s.get(i + 2..i + 3))
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+/// Sends SIGTERM to `pid`; whether it exited within [`STOP_LIMIT`].
+fn terminate(pid: u32) -> bool {
+    // SAFETY: kill with a pid and a valid signal number.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < STOP_LIMIT {
+        if exited(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
 }
 
 /// The Qpid-style code a log line carries (`QUE-1003`, `CHN-1005`, …), if any: three
@@ -194,16 +330,19 @@ impl BrokerUnderTest {
     /// Starts an embedded sluice on an ephemeral loopback port, with `extra` sluice
     /// command-line flags (a child process gets them on its command line; in-process
     /// shards get them parsed by sluice's own flag parser).
+    /// `log`: a file to copy a child process's log to.
     pub fn embedded(
         shards: usize,
         pin_cores: Option<&str>,
         how: Embedded,
         binary: Option<&PathBuf>,
         extra: &[String],
+        log: Option<&Path>,
     ) -> Result<BrokerUnderTest, String> {
         let (data_dir, extra) = ScratchDir::unless_given(extra);
         let extra = extra.as_slice();
         let log_codes: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+        let store_log: Arc<Mutex<StoreLog>> = Arc::default();
         let bin = match how {
             Embedded::Inproc => None,
             Embedded::Auto => sluice_binary(binary),
@@ -222,15 +361,29 @@ impl BrokerUnderTest {
             // Its own process group: a terminal's Ctrl-C reaches the tool only, which
             // prints its summary and then stops the broker itself.
             std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+            let mut copy = match log {
+                Some(p) => Some(LineWriter::new(
+                    std::fs::File::create(p)
+                        .map_err(|e| format!("--broker-log {}: {e}", p.display()))?,
+                )),
+                None => None,
+            };
             let mut child = cmd
                 .spawn()
                 .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
             let stdout = child.stdout.take().ok_or("no stdout")?;
             let (tx, rx) = std::sync::mpsc::channel();
             let codes = Arc::clone(&log_codes);
-            std::thread::spawn(move || {
+            let store = Arc::clone(&store_log);
+            let reader = std::thread::spawn(move || {
                 let mut addr = None;
                 for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if let Some(f) = copy.as_mut() {
+                        let _ = writeln!(f, "{line}");
+                    }
+                    if let Ok(mut s) = store.lock() {
+                        s.feed(&line);
+                    }
                     if addr.is_none() {
                         if let Some(i) = line.find("Listening on TCP ") {
                             addr = line.get(i + 17..).map(|a| a.trim().to_string());
@@ -266,6 +419,10 @@ impl BrokerUnderTest {
                     flags_label(extra)
                 ),
                 log_codes,
+                store_log,
+                reader: Some(reader),
+                log_path: log.map(Path::to_path_buf),
+                stop_external: false,
                 _data_dir: data_dir,
             });
         }
@@ -299,17 +456,31 @@ impl BrokerUnderTest {
                 flags_label(extra)
             ),
             log_codes,
+            store_log,
+            reader: None,
+            log_path: None,
+            stop_external: false,
             _data_dir: data_dir,
         })
     }
 
-    /// A broker somebody else runs.
-    pub fn external(url: String, pid: Option<u32>) -> BrokerUnderTest {
+    /// A broker somebody else runs; `log` its log file (`--broker-log`), `stop`
+    /// whether to SIGTERM `pid` after the run (`--stop-broker`).
+    pub fn external(
+        url: String,
+        pid: Option<u32>,
+        log: Option<PathBuf>,
+        stop: bool,
+    ) -> BrokerUnderTest {
         BrokerUnderTest {
             url,
             kind: BrokerKind::External(pid),
             label: "external".into(),
             log_codes: Arc::default(),
+            store_log: Arc::default(),
+            reader: None,
+            log_path: log,
+            stop_external: stop,
             _data_dir: None,
         }
     }
@@ -346,32 +517,147 @@ impl BrokerUnderTest {
         self_threads_split().1
     }
 
-    /// Stops an embedded broker.
-    pub fn stop(self) {
-        match self.kind {
+    /// Stops an embedded broker (SIGTERM; killed after [`STOP_LIMIT`]), or an external
+    /// one with `--stop-broker`, and reads its store counters from its log.
+    pub fn stop(self) -> Stopped {
+        let BrokerUnderTest {
+            kind,
+            store_log,
+            reader,
+            log_path,
+            stop_external,
+            ..
+        } = self;
+        let copied = log_path
+            .as_ref()
+            .map_or(String::new(), |p| format!(", copied to {}", p.display()));
+        match kind {
             BrokerKind::Process(mut c) => {
-                // SAFETY: kill with a valid pid and signal number.
-                unsafe {
-                    libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
+                let exited = terminate(c.id());
+                if !exited {
+                    let _ = c.kill();
                 }
-                for _ in 0..100 {
-                    if let Ok(Some(_)) = c.try_wait() {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                let _ = c.kill();
                 let _ = c.wait();
+                if let Some(r) = reader {
+                    let _ = r.join();
+                }
+                let found = store_log.lock().ok().and_then(|s| s.counters());
+                Stopped {
+                    store: found.ok_or_else(|| {
+                        if exited {
+                            "no MST-1003 line in the broker's log: a sluice without the \
+                             persistent store"
+                                .to_string()
+                        } else {
+                            format!(
+                                "the broker did not exit within {} s of SIGTERM (killed)",
+                                STOP_LIMIT.as_secs()
+                            )
+                        }
+                    }),
+                    source: format!("embedded broker's log{copied}"),
+                }
             }
-            BrokerKind::InProcess(b) => b.shutdown(),
-            BrokerKind::External(_) => {}
+            BrokerKind::InProcess(b) => {
+                b.shutdown();
+                Stopped {
+                    store: Err(
+                        "in-process broker: its log is not captured (use --embedded process)"
+                            .into(),
+                    ),
+                    source: String::new(),
+                }
+            }
+            BrokerKind::External(pid) => Self::read_external_log(pid, log_path, stop_external),
         }
+    }
+
+    fn read_external_log(pid: Option<u32>, log: Option<PathBuf>, stop: bool) -> Stopped {
+        let Some(path) = log else {
+            return Stopped {
+                store: Err("no broker log given (--broker-log FILE)".into()),
+                source: String::new(),
+            };
+        };
+        let source = format!("--broker-log {}", path.display());
+        if stop {
+            let why = match pid {
+                None => Some("--stop-broker needs --broker-pid".to_string()),
+                Some(p) if !terminate(p) => Some(format!(
+                    "broker {p} did not exit within {} s of SIGTERM",
+                    STOP_LIMIT.as_secs()
+                )),
+                Some(_) => None,
+            };
+            if let Some(why) = why {
+                return Stopped {
+                    store: Err(why),
+                    source,
+                };
+            }
+        }
+        let store = match std::fs::read_to_string(&path) {
+            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+            Ok(text) => StoreLog::of_text(&text).counters().ok_or_else(|| {
+                let hint = if stop {
+                    ": a broker without the persistent store"
+                } else {
+                    " (each shard logs it at shutdown: pass --stop-broker, or read the log \
+                     after stopping the broker)"
+                };
+                format!("no MST-1003 line in {}{hint}", path.display())
+            }),
+        };
+        Stopped { store, source }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::log_code;
+    use super::{log_code, parse_store_closed, StoreCounters, StoreLog};
+
+    #[test]
+    fn store_counters_are_summed_over_the_shards_of_the_last_start() {
+        let line = "2026-12-01T10:00:00.000000Z  INFO sluice::ops: [shard:1] MST-1003 : Closed : \
+                    1,204 commits, 1,200 fsyncs, 1,310,720 bytes written";
+        assert_eq!(
+            parse_store_closed(line),
+            Some((
+                Some(1),
+                StoreCounters {
+                    shards: 1,
+                    commits: 1204,
+                    fsyncs: 1200,
+                    bytes: 1_310_720
+                }
+            ))
+        );
+        assert_eq!(
+            parse_store_closed("MST-1003 : Closed : 0 commits, 0 fsyncs, 0 bytes written")
+                .map(|(s, c)| (s, c.fsyncs)),
+            Some((None, 0))
+        );
+        assert_eq!(parse_store_closed("MST-1003 : Closed : garbled"), None);
+        assert_eq!(parse_store_closed("BRK-1004 : Ready"), None);
+        let log = "\
+            x INFO sluice::ops: BRK-1001 : Startup : Version: 0.1.0 Shards: 2
+            x INFO sluice::ops: [shard:0] MST-1003 : Closed : 9 commits, 9 fsyncs, 9 bytes written
+            x INFO sluice::ops: BRK-1001 : Startup : Version: 0.1.0 Shards: 2
+            x INFO sluice::ops: BRK-1004 : Ready
+            x INFO sluice::ops: [shard:0] MST-1003 : Closed : 10 commits, 8 fsyncs, 4,096 bytes written
+            x INFO sluice::ops: [shard:1] MST-1003 : Closed : 5 commits, 4 fsyncs, 1,024 bytes written
+            x INFO sluice::ops: BRK-1005 : Stopped";
+        assert_eq!(
+            StoreLog::of_text(log).counters(),
+            Some(StoreCounters {
+                shards: 2,
+                commits: 15,
+                fsyncs: 12,
+                bytes: 5120
+            })
+        );
+        assert_eq!(StoreLog::of_text("BRK-1004 : Ready").counters(), None);
+    }
 
     #[test]
     fn finds_the_code_of_a_log_line() {

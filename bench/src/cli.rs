@@ -4,7 +4,8 @@
 //! the client's environment variables, closed-loop pacing of `--rate 0` publishers:
 //! `--max-backlog` (alias `--max-ahead`), default 10,000 except for `flow`, or
 //! `--open-loop`; the subscriber client, set-up concurrency and settle time of runs
-//! with thousands of connections; `--topics`; the `idle` scenario's connections).
+//! with thousands of connections; `--topics`; the `idle` scenario's connections; the
+//! broker's log for its store counters: `--broker-log`, `--stop-broker`).
 //! Does not: run anything.
 
 use std::path::PathBuf;
@@ -52,6 +53,22 @@ pub struct Cli {
     /// PID of an external broker, to report its CPU per message and RSS.
     #[arg(long)]
     pub broker_pid: Option<u32>,
+    /// The broker's log: an embedded sluice process's output is copied there; an
+    /// external sluice's is read from there after the run. Either way its
+    /// `MST-1003 : Closed : … fsyncs …` lines (each shard's store counters, logged
+    /// at shutdown) give the run's fsyncs per second.
+    #[arg(long, value_name = "FILE")]
+    pub broker_log: Option<PathBuf>,
+    /// After the run, SIGTERM the external broker (--broker-pid) and wait up to 30 s
+    /// for it to exit before reading --broker-log (its store counters are logged at
+    /// shutdown).
+    #[arg(long, requires = "broker_pid", requires = "url")]
+    pub stop_broker: bool,
+    /// Leave the run's shared queue (workq, flow, persistent) and its messages in the
+    /// broker after the run instead of deleting it (e.g. to restart the broker on
+    /// what a `persistent --consumers 0 --max-messages N` run stored).
+    #[arg(long)]
+    pub keep_queue: bool,
     /// Shards of the embedded sluice.
     #[arg(long, default_value_t = 2)]
     pub shards: usize,
@@ -74,7 +91,8 @@ pub struct Cli {
     /// Subscriber queues (fanout, slowsub, matrix).
     #[arg(long)]
     pub subscribers: Option<usize>,
-    /// Consumers on the shared queue (workq, flow, persistent).
+    /// Consumers on the shared queue (workq, flow, persistent); 0 = none (the queue
+    /// fills; with --max-messages, e.g. to fill a store).
     #[arg(long)]
     pub consumers: Option<usize>,
     /// Message body size in bytes (at least 20: the stamp).
@@ -118,7 +136,8 @@ pub struct Cli {
     /// Persistent messages (delivery-mode 2).
     #[arg(long)]
     pub persistent: bool,
-    /// Publisher confirms with this many in flight (0 = off).
+    /// Publisher confirms with this many in flight per publisher (0 = off)
+    /// [default: persistent 1000, else 0].
     #[arg(long)]
     pub confirm: Option<usize>,
     /// Subscribers (or consumers) throttled to --slow-rate [default: slowsub 1, flow
@@ -203,7 +222,8 @@ pub struct Cli {
     /// the channel; a small queue makes a publisher react to flow control sooner.
     #[arg(long, value_name = "N")]
     pub publisher_queue: Option<usize>,
-    /// Stop each publisher after this many messages (0 = only the clock stops it).
+    /// Stop each publisher after this many messages (0 = only the clock stops it);
+    /// the run ends once every publisher has, even before --warmup + --duration.
     #[arg(long, default_value_t = 0)]
     pub max_messages: u64,
     /// Seconds to wait for in-flight deliveries after publishing stops.
@@ -337,7 +357,7 @@ impl Cli {
             persistent: self.persistent,
             confirm: self
                 .confirm
-                .unwrap_or(if s == Persistent { 100 } else { 0 }),
+                .unwrap_or(if s == Persistent { 1000 } else { 0 }),
             slow: self.slow.unwrap_or(match s {
                 Slowsub => 1,
                 Flow => consumers,
@@ -484,6 +504,54 @@ mod tests {
         ]);
         assert_eq!(w.opts().subscriber_client, SubscriberClient::Wire);
         assert_eq!(w.opts().setup_concurrency, 8);
+    }
+
+    #[test]
+    fn persistent_is_the_store_workload_and_can_fill_a_queue() {
+        let o = parse(&["persistent"]).opts();
+        assert_eq!(
+            (
+                o.publishers,
+                o.consumers,
+                o.size,
+                o.confirm,
+                o.ack,
+                o.prefetch
+            ),
+            (1, 1, 1024, 1000, AckMode::Client, 1000)
+        );
+        let c = parse(&[
+            "persistent",
+            "--consumers",
+            "0",
+            "--max-messages",
+            "1000000",
+            "--keep-queue",
+        ]);
+        assert!(c.check().is_ok() && c.keep_queue);
+        assert_eq!((c.opts().consumers, c.opts().max_messages), (0, 1_000_000));
+        let ext = parse(&[
+            "persistent",
+            "--url",
+            "amqp://guest:guest@127.0.0.1:5672/",
+            "--broker-pid",
+            "1234",
+            "--broker-log",
+            "sluice.log",
+            "--stop-broker",
+        ]);
+        assert!(ext.stop_broker);
+        assert_eq!(ext.broker_log, Some(PathBuf::from("sluice.log")));
+        // Stopping needs the broker's pid (and is for an external broker only).
+        assert!(Cli::try_parse_from(["sluice-bench", "persistent", "--stop-broker"]).is_err());
+        assert!(Cli::try_parse_from([
+            "sluice-bench",
+            "persistent",
+            "--url",
+            "amqp://x/",
+            "--stop-broker"
+        ])
+        .is_err());
     }
 
     #[test]

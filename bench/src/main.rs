@@ -2,8 +2,10 @@
 //!
 //! Owns: starting the embedded sluice when no `--url` is given, running the chosen
 //! scenario (with its calibration run when `--slow-fraction` asks for one), Ctrl-C
-//! handling, raising the open-file limit for runs with thousands of connections, and
-//! writing the summary, `--json` and `--report`. The flags are in `cli.rs`.
+//! handling, raising the open-file limit for runs with thousands of connections,
+//! stopping the broker (an external one only with `--stop-broker`) and adding its
+//! store counters from its log to the report, and writing the summary, `--json` and
+//! `--report`. The flags are in `cli.rs`.
 //! Does not: touch broker internals; it drives any broker through sluice's client
 //! or its own lean wire client (thousands of subscribers).
 //!
@@ -17,7 +19,19 @@
 //! sluice-bench fanout --embedded process --subscribers 10000 --rate 100  # wire client
 //! sluice-bench fanout --embedded process --subscribers 10000 --topics 100
 //! sluice-bench idle --embedded process --connections 10000
+//! sluice-bench persistent --embedded process --size 1024 --confirm 1000 --consumers 1
+//! sluice-bench persistent --url amqp://guest:guest@127.0.0.1:5672/ --broker-pid PID \
+//!     --broker-log sluice.log --stop-broker          # fsyncs/s from its MST-1003 lines
+//! sluice-bench persistent --url … --consumers 0 --max-messages 1000000 --warmup 0 \
+//!     --duration 3600 --keep-queue                   # fill a store for a recovery test
 //! ```
+//!
+//! With `--confirm N` each publisher keeps at most N confirms in flight and every
+//! message's confirm latency (publish → its `basic.ack`) is timed on its own; the
+//! summary gives confirmed msgs/s and that latency apart from delivery latency, and
+//! for sluice the store's fsyncs per second (from the `MST-1003` lines each shard
+//! logs at shutdown: an embedded process's output, or an external broker's
+//! `--broker-log`), `n/a` for brokers whose log says nothing of it.
 //!
 //! A `--rate 0` run is closed loop unless `--open-loop`: each publisher stays at
 //! most `--max-backlog` K (alias `--max-ahead`; 10,000, or half a smaller
@@ -105,7 +119,6 @@ async fn run(
     intr: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<report::RunReport, String> {
     use scenario::*;
-    let is_sluice = cli.url.is_none();
     let name = format!("{:?}", cli.scenario).to_lowercase();
     let url = broker.url.as_str();
     let shared_queue = |queue: &'static str, durable: bool| {
@@ -134,7 +147,9 @@ async fn run(
             reset().await?;
             let plan = |o: &Opts| workq::plan(o, workq::QUEUE);
             let r = execute_calibrated(&name, broker, opts, intr, plan, plan, reset).await;
-            delete_queue(url, workq::QUEUE).await;
+            if !cli.keep_queue {
+                delete_queue(url, workq::QUEUE).await;
+            }
             r
         }
         Scenario::Flow => {
@@ -150,7 +165,9 @@ async fn run(
                 reset,
             )
             .await;
-            delete_queue(url, flow::QUEUE).await;
+            if !cli.keep_queue {
+                delete_queue(url, flow::QUEUE).await;
+            }
             r
         }
         Scenario::Persistent => {
@@ -159,9 +176,19 @@ async fn run(
             let mut o = opts.clone();
             o.persistent = true;
             o.confirm = o.confirm.max(1);
-            let plan = |o: &Opts| persistent::plan(o, is_sluice);
-            let r = execute_calibrated(&name, broker, &o, intr, plan, plan, reset).await;
-            delete_queue(url, persistent::QUEUE).await;
+            let r = execute_calibrated(
+                &name,
+                broker,
+                &o,
+                intr,
+                persistent::plan,
+                persistent::plan,
+                reset,
+            )
+            .await;
+            if !cli.keep_queue {
+                delete_queue(url, persistent::QUEUE).await;
+            }
             r
         }
         Scenario::Idle => idle::run(broker, opts, intr).await,
@@ -238,13 +265,19 @@ fn main() -> std::process::ExitCode {
         );
     }
     let broker = match &cli.url {
-        Some(url) => BrokerUnderTest::external(url.clone(), cli.broker_pid),
+        Some(url) => BrokerUnderTest::external(
+            url.clone(),
+            cli.broker_pid,
+            cli.broker_log.clone(),
+            cli.stop_broker,
+        ),
         None => match BrokerUnderTest::embedded(
             cli.shards,
             cli.pin_cores.as_deref(),
             cli.embedded,
             cli.broker_bin.as_ref(),
             &cli.broker_args,
+            cli.broker_log.as_deref(),
         ) {
             Ok(b) => b,
             Err(e) => {
@@ -280,14 +313,15 @@ fn main() -> std::process::ExitCode {
         run(&cli, &broker, &opts, &rx).await
     });
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
-    broker.stop();
-    let report = match result {
+    let stopped = broker.stop();
+    let mut report = match result {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sluice-bench: {e}");
             return std::process::ExitCode::from(1);
         }
     };
+    report.attach_store(stopped.store, &stopped.source);
     println!("{}", report.summary());
     if let Some(path) = &cli.json {
         match serde_json::to_string_pretty(&report) {

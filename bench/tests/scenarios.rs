@@ -489,11 +489,19 @@ fn persistent_confirms_every_message() {
     common(&v, true);
     assert_eq!(u(&v, "confirmed") + u(&v, "nacked"), u(&v, "published"));
     assert_eq!(u(&v, "delivered"), u(&v, "published"));
-    assert!(v["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|n| n.as_str().unwrap().contains("no disk store")));
+    // Confirm latency (publish → basic.ack) apart from delivery latency.
+    let cl = &v["confirm_latency"];
+    assert!(u(cl, "count") > 0, "confirms timed in the window: {cl}");
+    assert!(
+        u(cl, "p50_ns") > 0 && u(cl, "p50_ns") <= u(cl, "p99_ns"),
+        "{cl}"
+    );
+    assert!(u(&v, "confirmed_in_window") > 0 && f(&v, "confirm_rate") > 0.0);
+    // An in-process broker's log is not read: no fsync figures, and why.
+    assert!(v["store"].is_null());
+    assert!(v["store_unavailable"]
+        .as_str()
+        .is_some_and(|s| !s.is_empty()));
 }
 
 #[test]

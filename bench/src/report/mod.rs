@@ -1,6 +1,7 @@
 //! Owns: the result of a run — [`RunReport`] with every figure (serialised as the
 //! `--json` file), built from what the harness gathered ([`RunData`]) or summed over
-//! the matrix's cells; the figures at scale (connections, RSS per connection, the
+//! the matrix's cells, plus the broker's store counters read from its log after it
+//! stopped ([`StoreReport`]: fsyncs per second, messages per fsync); the figures at scale (connections, RSS per connection, the
 //! spread across subscribers) are in [`scale`], the summary table in `summary.rs`
 //! (the `--report` page is `html.rs`).
 //! Does not: measure anything (that is `stats` and the scenarios).
@@ -13,14 +14,15 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::broker::BrokerUnderTest;
+use crate::broker::{BrokerUnderTest, StoreCounters};
 use crate::scenario::matrix::MatrixCell;
 use crate::scenario::{Opts, PubResult, SubResult};
 use crate::stats::Sample;
 
 pub use scale::{Connections, Spread};
 
-/// Latency percentiles (publish → deliver), nanoseconds.
+/// Latency percentiles, nanoseconds: publish → deliver (`latency`), or publish →
+/// its `basic.ack` from the broker (`confirm_latency`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Latency {
     pub count: u64,
@@ -66,6 +68,10 @@ pub struct Counts {
     pub window_end_s: f64,
     pub published_in_window: u64,
     pub delivered_in_window: u64,
+    /// Publisher confirms (acks) received in the measured window.
+    pub confirmed_in_window: u64,
+    /// Seconds from the first publish to the end of the drain.
+    pub run_s: f64,
 }
 
 /// What one group of subscribers (fast, or throttled to `--slow-rate`) received.
@@ -105,6 +111,8 @@ pub fn pacing_label(opts: &Opts) -> String {
 pub struct RunData {
     pub counts: Counts,
     pub latency: Latency,
+    /// Publish → `basic.ack` of the measured window, when publishers confirm.
+    pub confirm_latency: Option<Latency>,
     pub hist: Histogram<u64>,
     pub fast: GroupReport,
     pub slow: GroupReport,
@@ -133,6 +141,50 @@ pub struct Calibration {
     pub fraction: f64,
     /// The resulting rate of each throttled subscriber (msg/s).
     pub slow_rate: u32,
+}
+
+/// The broker's persistent-store counters — the `MST-1003 : Closed : <commits>
+/// commits, <fsyncs> fsyncs, <bytes> bytes written` line each shard logs at shutdown,
+/// summed over the shards — and what they come to over the run. They cover the
+/// broker's whole life (set-up, warm-up and drain included), so they are divided by
+/// the run's length from the first publish to the end of the drain (`run_s`), and
+/// by every message confirmed in the run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StoreReport {
+    /// Where the lines were read: the embedded broker's output or `--broker-log`.
+    pub source: String,
+    /// MST-1003 lines found (one per shard).
+    pub shards: usize,
+    pub commits: u64,
+    pub fsyncs: u64,
+    pub bytes_written: u64,
+    /// Seconds the counts are divided by (`run_s`).
+    pub over_s: f64,
+    pub fsyncs_per_s: f64,
+    pub commits_per_s: f64,
+    /// Messages confirmed in the whole run per fsync (the group commit's batch).
+    pub confirmed_per_fsync: Option<f64>,
+    /// Bytes written per message confirmed in the whole run.
+    pub bytes_written_per_confirmed: Option<f64>,
+}
+
+impl StoreReport {
+    fn of(c: &StoreCounters, source: &str, run_s: f64, confirmed: u64) -> StoreReport {
+        let s = run_s.max(1e-9);
+        let per = |n: u64| (n > 0).then(|| confirmed as f64 / n as f64);
+        StoreReport {
+            source: source.into(),
+            shards: c.shards,
+            commits: c.commits,
+            fsyncs: c.fsyncs,
+            bytes_written: c.bytes,
+            over_s: run_s,
+            fsyncs_per_s: c.fsyncs as f64 / s,
+            commits_per_s: c.commits as f64 / s,
+            confirmed_per_fsync: per(c.fsyncs),
+            bytes_written_per_confirmed: (confirmed > 0).then(|| c.bytes as f64 / confirmed as f64),
+        }
+    }
 }
 
 /// The broker as the report names it.
@@ -165,10 +217,25 @@ pub struct RunReport {
     pub delivered_in_window: u64,
     pub publish_rate: f64,
     pub deliver_rate: f64,
+    /// Publish → deliver (from the stamp in the body).
     pub latency: Latency,
+    /// Publisher confirms (acks) received in the measured window, and per second.
+    pub confirmed_in_window: u64,
+    pub confirm_rate: f64,
+    /// Publish → its `basic.ack` from the broker, each message timed on its own
+    /// (a `multiple` ack settles many at once); `null` without `--confirm`.
+    pub confirm_latency: Option<Latency>,
+    /// Seconds from the first publish to the end of the drain (warm-up included).
+    pub run_s: f64,
+    /// The broker's store counters (fsyncs), read from its log after it stopped;
+    /// `null` when not available (`store_unavailable` says why).
+    pub store: Option<StoreReport>,
+    pub store_unavailable: Option<String>,
     /// Broker CPU (user+system) during the window, ns.
     pub broker_cpu_ns: Option<u64>,
     pub broker_cpu_ns_per_delivered: Option<f64>,
+    /// The same per message confirmed in the window (runs with `--confirm`).
+    pub broker_cpu_ns_per_confirmed: Option<f64>,
     /// Broker CPU cores busy on average during the window.
     pub broker_cpu_cores: Option<f64>,
     pub broker_rss_max_bytes: u64,
@@ -345,10 +412,22 @@ impl RunReport {
             publish_rate: c.published_in_window as f64 / w,
             deliver_rate: c.delivered_in_window as f64 / w,
             latency: d.latency,
+            confirmed_in_window: c.confirmed_in_window,
+            confirm_rate: c.confirmed_in_window as f64 / w,
+            broker_cpu_ns_per_confirmed: d
+                .confirm_latency
+                .as_ref()
+                .and(d.broker_cpu_ns)
+                .map(|n| n as f64 / c.confirmed_in_window.max(1) as f64),
+            confirm_latency: d.confirm_latency,
+            run_s: c.run_s,
+            store: None,
+            store_unavailable: None,
             broker_cpu_ns: d.broker_cpu_ns,
             broker_cpu_ns_per_delivered: d
                 .broker_cpu_ns
-                .map(|n| n as f64 / c.delivered_in_window.max(1) as f64),
+                .filter(|_| c.delivered_in_window > 0)
+                .map(|n| n as f64 / c.delivered_in_window as f64),
             broker_cpu_cores: d.broker_cpu_ns.map(|n| n as f64 / 1e9 / w),
             broker_rss_max_bytes: d.rss_max,
             window_start_s: c.window_start_s,
@@ -394,6 +473,21 @@ impl RunReport {
             cells: Vec::new(),
             notes: d.notes,
             interrupted: d.interrupted,
+        }
+    }
+
+    /// The broker's store counters once it stopped (`Err`: why there are none), over
+    /// this run's length and the messages it confirmed.
+    pub fn attach_store(&mut self, counters: Result<StoreCounters, String>, source: &str) {
+        match counters {
+            Ok(c) => {
+                self.store = Some(StoreReport::of(&c, source, self.run_s, self.confirmed));
+                self.store_unavailable = None;
+            }
+            Err(why) => {
+                self.store = None;
+                self.store_unavailable = Some(why);
+            }
         }
     }
 
@@ -462,6 +556,16 @@ impl RunReport {
             r.window_s += p.window_s;
             r.published_in_window += p.published_in_window;
             r.delivered_in_window += p.delivered_in_window;
+            r.confirmed_in_window += p.confirmed_in_window;
+            r.run_s += p.run_s;
+            if let Some(cl) = &p.confirm_latency {
+                if r.confirm_latency
+                    .as_ref()
+                    .is_none_or(|w| cl.p99_ns >= w.p99_ns)
+                {
+                    r.confirm_latency = Some(cl.clone());
+                }
+            }
             r.tool_cpu_ns += p.tool_cpu_ns;
             broker_cpu = match (broker_cpu, p.broker_cpu_ns) {
                 (Some(a), Some(b)) => Some(a + b),
@@ -511,7 +615,13 @@ impl RunReport {
         let w = r.window_s.max(1e-9);
         r.publish_rate = r.published_in_window as f64 / w;
         r.deliver_rate = r.delivered_in_window as f64 / w;
+        r.confirm_rate = r.confirmed_in_window as f64 / w;
         r.broker_cpu_ns = broker_cpu;
+        r.broker_cpu_ns_per_confirmed = r
+            .confirm_latency
+            .as_ref()
+            .and(broker_cpu)
+            .map(|n| n as f64 / r.confirmed_in_window.max(1) as f64);
         r.broker_cpu_ns_per_delivered =
             broker_cpu.map(|n| n as f64 / r.delivered_in_window.max(1) as f64);
         r.broker_cpu_cores = broker_cpu.map(|n| n as f64 / 1e9 / w);

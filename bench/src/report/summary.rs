@@ -1,12 +1,13 @@
 //! Owns: the final summary table of a run, for a terminal (and the top of the
-//! `--report` page): rates, latency, the spread across subscribers, connections and
+//! `--report` page): rates, latency (delivery, and confirm when publishers confirm),
+//! the broker's fsyncs (or why not), the spread across subscribers, connections and
 //! broker RSS per connection, CPU of broker and tool, pacing, flow control, and how
 //! the slow subscribers ended.
 //! Does not: compute figures (they are in the [`RunReport`]).
 
 use std::fmt::Write as _;
 
-use super::RunReport;
+use super::{Latency, RunReport};
 use crate::stats::{fmt_bytes, fmt_ns, fmt_rate};
 
 impl RunReport {
@@ -26,36 +27,71 @@ impl RunReport {
             self.summary_notes(&mut s);
             return s;
         }
-        let rows: Vec<(&str, String)> = vec![
+        let confirming = self.confirm_latency.is_some();
+        let mut rows: Vec<(&str, String)> = vec![
             ("window", format!("{:.2} s (after warm-up)", self.window_s)),
             ("published/s", fmt_rate(self.publish_rate)),
             ("delivered/s", fmt_rate(self.deliver_rate)),
+        ];
+        if let Some(cl) = &self.confirm_latency {
+            let in_flight = self.config.as_ref().map_or(0, |c| c.confirm);
+            rows.push((
+                "confirmed/s",
+                format!(
+                    "{} ({} acked in the window; at most {in_flight} in flight per publisher)",
+                    fmt_rate(self.confirm_rate),
+                    self.confirmed_in_window
+                ),
+            ));
+            rows.push((
+                "confirm latency",
+                format!("{} (publish → basic.ack)", percentiles(cl)),
+            ));
+        }
+        rows.extend([
             ("published", self.published.to_string()),
             (
                 "delivered",
                 format!("{} (expected {})", self.delivered, self.expected_delivered),
             ),
             (
-                "latency",
-                format!(
-                    "p50 {}  p90 {}  p99 {}  p99.9 {}  max {}{}",
-                    fmt_ns(self.latency.p50_ns),
-                    fmt_ns(self.latency.p90_ns),
-                    fmt_ns(self.latency.p99_ns),
-                    fmt_ns(self.latency.p999_ns),
-                    fmt_ns(self.latency.max_ns),
-                    if self.latency.from_intended_send_time {
-                        "  (from intended send time)"
-                    } else {
-                        ""
-                    }
-                ),
+                if confirming {
+                    "deliver latency"
+                } else {
+                    "latency"
+                },
+                if self.latency.count == 0 && self.delivered_in_window == 0 {
+                    "n/a (nothing delivered in the window)".to_string()
+                } else {
+                    format!(
+                        "{}{}",
+                        percentiles(&self.latency),
+                        if confirming {
+                            " (publish → deliver)"
+                        } else {
+                            ""
+                        }
+                    )
+                },
             ),
+        ]);
+        if confirming || self.store.is_some() {
+            rows.push(("fsyncs", self.store_line()));
+        }
+        rows.extend([
             (
                 "broker CPU",
                 format!(
-                    "{} ns/delivered, {} cores",
+                    "{} ns/delivered, {}{} cores",
                     opt(self.broker_cpu_ns_per_delivered, &|v| format!("{v:.0}")),
+                    if confirming {
+                        format!(
+                            "{} ns/confirmed, ",
+                            opt(self.broker_cpu_ns_per_confirmed, &|v| format!("{v:.0}"))
+                        )
+                    } else {
+                        String::new()
+                    },
                     opt(self.broker_cpu_cores, &|v| format!("{v:.2}"))
                 ),
             ),
@@ -71,13 +107,17 @@ impl RunReport {
             (
                 "tool CPU",
                 format!(
-                    "{:.0} ns/delivered ({:.0} ns/message handled), {:.2} cores",
-                    self.tool_cpu_ns_per_delivered,
+                    "{} ns/delivered ({:.0} ns/message handled), {:.2} cores",
+                    if self.delivered_in_window > 0 {
+                        format!("{:.0}", self.tool_cpu_ns_per_delivered)
+                    } else {
+                        "n/a".into()
+                    },
                     self.tool_cpu_ns_per_message,
                     self.tool_cpu_cores
                 ),
             ),
-        ];
+        ]);
         for (k, v) in rows {
             let _ = writeln!(s, "{k:<16} {v}");
         }
@@ -127,6 +167,32 @@ impl RunReport {
         }
         self.summary_notes(&mut s);
         s
+    }
+
+    /// The fsyncs row: from the broker's store counters, or why there are none.
+    fn store_line(&self) -> String {
+        match (&self.store, &self.store_unavailable) {
+            (Some(st), _) => {
+                let per = st
+                    .confirmed_per_fsync
+                    .map_or("n/a".into(), |v| format!("{v:.1}"));
+                format!(
+                    "{:.0}/s ({} fsyncs, {} commits over {:.1} s of the run, {} shards; {per} \
+                     confirmed msgs per fsync; {} written{}) [{}]",
+                    st.fsyncs_per_s,
+                    st.fsyncs,
+                    st.commits,
+                    st.over_s,
+                    st.shards,
+                    fmt_bytes(st.bytes_written),
+                    st.bytes_written_per_confirmed
+                        .map_or(String::new(), |b| format!(", {b:.0} B per confirmed msg")),
+                    st.source
+                )
+            }
+            (None, Some(why)) => format!("n/a ({why})"),
+            (None, None) => "n/a".into(),
+        }
     }
 
     fn summary_notes(&self, s: &mut String) {
@@ -297,4 +363,21 @@ impl RunReport {
             );
         }
     }
+}
+
+/// `p50 … p90 … p99 … p99.9 … max …` of a latency.
+fn percentiles(l: &Latency) -> String {
+    format!(
+        "p50 {}  p90 {}  p99 {}  p99.9 {}  max {}{}",
+        fmt_ns(l.p50_ns),
+        fmt_ns(l.p90_ns),
+        fmt_ns(l.p99_ns),
+        fmt_ns(l.p999_ns),
+        fmt_ns(l.max_ns),
+        if l.from_intended_send_time {
+            "  (from intended send time)"
+        } else {
+            ""
+        }
+    )
 }

@@ -1,10 +1,11 @@
 //! Owns: running one [`Plan`] — subscribers connected and bound (by the [`Fleet`],
 //! with bounded concurrency) before any publisher starts, the run's [`Pacer`]
-//! (closed loop for `--rate 0` unless `--open-loop`), warm-up, the measured window,
-//! the per-second [`Sampler`], stopping the publishers, draining in-flight
-//! deliveries, disconnecting everyone, broker RSS before the subscribers connect,
-//! after the set-up and `--settle` seconds after the last disconnect — and gathering
-//! it all into a [`RunReport`].
+//! (closed loop for `--rate 0` unless `--open-loop`), warm-up, the measured window
+//! (both cut short once every publisher is done, e.g. at `--max-messages`), the
+//! confirms acked in it and their latency, the per-second [`Sampler`], stopping the
+//! publishers, draining in-flight deliveries, disconnecting everyone, broker RSS
+//! before the subscribers connect, after the set-up and `--settle` seconds after the
+//! last disconnect — and gathering it all into a [`RunReport`].
 //! Does not: build plans (the scenarios do) or format results (`report`).
 
 use std::sync::atomic::Ordering;
@@ -32,6 +33,28 @@ pub async fn wait(secs: f64, intr: &watch::Receiver<bool>) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(Duration::from_secs_f64(secs.max(0.0))) => false,
         _ = intr.changed() => true,
+    }
+}
+
+/// Sleeps `secs` like [`wait`], but returns as soon as every task of `publishers`
+/// (if there are any) has ended; `true` when interrupted.
+async fn wait_while_publishing<T>(
+    secs: f64,
+    intr: &watch::Receiver<bool>,
+    publishers: &[tokio::task::JoinHandle<T>],
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
+    loop {
+        if !publishers.is_empty() && publishers.iter().all(|t| t.is_finished()) {
+            return false;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        if wait(left.as_secs_f64().min(0.05), intr).await {
+            return true;
+        }
     }
 }
 
@@ -84,6 +107,7 @@ pub async fn execute(
     let client = fleet::choose(opts.subscriber_client, &plan.subs)?;
     let n_subs = plan.subs.len();
     let n_pubs = plan.pubs.len();
+    let n_confirming = plan.pubs.iter().filter(|p| p.confirm > 0).count();
     let rss_now = || broker.usage().map(|u| u.rss).filter(|&r| r > 0);
     let rss_baseline = rss_now();
     // Subscribers first, so no message is published before every queue is bound.
@@ -126,8 +150,9 @@ pub async fn execute(
         .map(|q| QueueProbe::new(&url, q));
     let sampler = Sampler::start(Arc::clone(&shared), broker, t_start, probe, opts.quiet);
 
-    let mut was_interrupted = wait(opts.warmup_s, interrupted).await;
+    let mut was_interrupted = wait_while_publishing(opts.warmup_s, interrupted, &pub_tasks).await;
     let p0 = shared.published.load(Ordering::Relaxed);
+    let k0 = shared.confirms.delivered();
     let (f0, s0) = (shared.fast.delivered(), shared.slow.delivered());
     let b0 = broker.usage();
     let c0 = broker.tool_cpu_ns();
@@ -135,12 +160,13 @@ pub async fn execute(
     let window_start_s = t_start.elapsed().as_secs_f64();
     shared.measuring.store(true, Ordering::Relaxed);
     if !was_interrupted {
-        was_interrupted = wait(opts.duration_s, interrupted).await;
+        was_interrupted = wait_while_publishing(opts.duration_s, interrupted, &pub_tasks).await;
     }
     shared.measuring.store(false, Ordering::Relaxed);
     let window = w0.elapsed().as_secs_f64();
     let window_end_s = t_start.elapsed().as_secs_f64();
     let p1 = shared.published.load(Ordering::Relaxed);
+    let k1 = shared.confirms.delivered();
     let (f1, s1) = (shared.fast.delivered(), shared.slow.delivered());
     let b1 = broker.usage();
     let c1 = broker.tool_cpu_ns();
@@ -173,6 +199,7 @@ pub async fn execute(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let run_s = t_start.elapsed().as_secs_f64();
     shared.stop_consumers.store(true, Ordering::Relaxed);
     let client_name = fleet.client_name();
     let (setup_s, concurrency) = (fleet.setup_s, fleet.concurrency);
@@ -214,6 +241,8 @@ pub async fn execute(
     let fixed_rate = opts.rate > 0;
     let fast = group_report(&subs, false, &shared.fast, w.fast, window, fixed_rate);
     let slow = group_report(&subs, true, &shared.slow, w.slow, window, fixed_rate);
+    let confirm_latency =
+        (n_confirming > 0).then(|| Latency::from_hist(&shared.confirms.total(), fixed_rate));
     let mut hist = shared.fast.total();
     hist.add(shared.slow.total())
         .map_err(|x| format!("merging latency histograms: {x}"))?;
@@ -259,8 +288,11 @@ pub async fn execute(
                 window_end_s,
                 published_in_window: p1 - p0,
                 delivered_in_window: (f1 + s1) - (f0 + s0),
+                confirmed_in_window: k1 - k0,
+                run_s,
             },
             latency: Latency::from_hist(&hist, fixed_rate),
+            confirm_latency,
             hist,
             fast,
             slow,

@@ -3,15 +3,17 @@
 //! them ([`Opts`], typed queue arguments in [`args`]) and what a run is made of: a
 //! [`Plan`] of subscribers and publishers ([`subscriber`] on sluice's client, or the
 //! lean [`wire`] client for thousands of connections, connected by the [`fleet`];
-//! [`publisher`]), run by the [`harness`] (warm-up, measured window, per-second
-//! samples from [`sampler`], drain, disconnect, broker RSS before and after),
-//! optionally after a [`calibrate`] run that measures the publishers' maximum rate;
-//! `--rate 0` publishers are held a bounded number of messages per subscriber ahead
+//! [`publisher`], whose confirms [`confirms`] times), run by the [`harness`] (warm-up,
+//! measured window — ended early once every publisher reached `--max-messages` —,
+//! per-second samples from [`sampler`], drain, disconnect, broker RSS before and
+//! after), optionally after a [`calibrate`] run that measures the publishers' maximum
+//! rate; `--rate 0` publishers are held a bounded number of messages per subscriber ahead
 //! of their subscribers ([`pacing`], closed loop) unless `--open-loop`.
 //! Does not: assert speed, or know which broker it drives (any AMQP 0-9-1 broker).
 
 pub mod args;
 pub mod calibrate;
+pub mod confirms;
 pub mod fanout;
 pub mod fleet;
 pub mod flow;

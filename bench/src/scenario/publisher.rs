@@ -2,13 +2,14 @@
 //! stamped bodies (round-robin over the run's routing keys with `--topics`, each
 //! topic numbered on its own) as fast as allowed (closed loop: no more than `--max-ahead` past
 //! the subscribers, waiting on the run's [`Pacer`](super::pacing), and counting the
-//! time it waited) or on a fixed schedule, keep N confirms in
-//! flight, retry a publish that timed out under flow control, and report what the
-//! client saw of flow control (time held, waits, timeouts, `channel.flow` stops,
-//! `connection.blocked`) and of backpressure (time waiting for the socket).
-//! Does not: consume, or measure latency (subscribers do, from the stamp).
+//! time it waited) or on a fixed schedule, keep at most N confirms in flight
+//! (waiting for room *before* stamping a message, so the stamp is its send time; the
+//! [`confirms`](super::confirms) collector times each confirm), retry a publish that
+//! timed out under flow control, and report what the client saw of flow control
+//! (time held, waits, timeouts, `channel.flow` stops, `connection.blocked`) and of
+//! backpressure (time waiting for the socket).
+//! Does not: consume, or measure delivery latency (subscribers do, from the stamp).
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,10 +20,17 @@ use sluice::client::{
 };
 use sluice::protocol::ShortStr;
 
+use super::confirms::Tracker;
 use super::pacing::PubPacing;
 use super::setup::connect;
 use super::{PubResult, PubSpec};
 use crate::stats::{BodyMaker, Shared};
+
+/// A publisher's confirms in flight.
+type Confirms = Tracker<Confirmation>;
+
+/// How long a publisher waits for its last confirms once it stopped publishing.
+const SETTLE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Connects a publisher's channel (confirm mode when asked).
 pub async fn prepare_pub(url: &str, spec: &PubSpec) -> Result<(Connection, Channel), ClientError> {
@@ -46,19 +54,21 @@ pub async fn run_pub(
     let mut res = PubResult::default();
     let t0 = Instant::now();
     let returns = ch.take_returns();
-    let (r, ch) = if spec.rate > 0 {
+    let mut confirms: Option<Confirms> = (spec.confirm > 0)
+        .then(|| Tracker::new(Arc::clone(&shared), spec.id as usize, spec.confirm));
+    let (r, ch, confirms) = if spec.rate > 0 {
         let handle = tokio::runtime::Handle::current();
         let sh = Arc::clone(&shared);
         let joined = tokio::task::spawn_blocking(move || {
             let mut res = PubResult::default();
-            let r = paced_pub(&handle, &sh, &spec, &ch, &mut res);
-            (ch, res, r)
+            let r = paced_pub(&handle, &sh, &spec, &ch, confirms.as_mut(), &mut res);
+            (ch, confirms, res, r)
         })
         .await;
         match joined {
-            Ok((c, r2, r)) => {
+            Ok((c, t, r2, r)) => {
                 res = r2;
-                (r, c)
+                (r, c, t)
             }
             Err(_) => {
                 res.error = Some("publisher thread failed".into());
@@ -66,17 +76,33 @@ pub async fn run_pub(
             }
         }
     } else {
-        let r = fast_pub(&shared, &mut pacing, &spec, &ch, &mut res).await;
-        (r, ch)
+        let r = fast_pub(
+            &shared,
+            &mut pacing,
+            &spec,
+            &ch,
+            confirms.as_mut(),
+            &mut res,
+        )
+        .await;
+        (r, ch, confirms)
     };
+    if let Err(e) = r {
+        res.error = Some(e.to_string());
+    }
+    if let Some(t) = confirms {
+        let (settled, why) = t.finish(SETTLE_LIMIT).await;
+        res.confirmed = settled.acked;
+        res.nacked = settled.nacked;
+        if let Some(why) = why {
+            res.error.get_or_insert(why);
+        }
+    }
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     res.run_ms = ms(t0.elapsed());
     res.pacing_wait_ms = ms(pacing.waited);
     res.pacing_waits = pacing.waits;
     res.pacing_released_at_s = pacing.released_at;
-    if let Err(e) = r {
-        res.error = Some(e.to_string());
-    }
     let flow = ch.flow_stats();
     res.flow_held_ms = ms(flow.held);
     res.send_blocked_ms = ms(flow.backpressure);
@@ -109,43 +135,40 @@ enum Sent {
     TimedOut,
 }
 
+/// Publishes one message stamped `sent_ns` (with confirms, after `Tracker::room`
+/// said there is room for it).
+#[allow(clippy::too_many_arguments)]
 async fn publish_one(
     ch: &Channel,
     spec: &PubSpec,
     key: &ShortStr,
     props: &Bytes,
     body: Bytes,
-    inflight: &mut VecDeque<Confirmation>,
+    sent_ns: u64,
+    confirms: Option<&mut Confirms>,
     res: &mut PubResult,
 ) -> Result<Sent, ClientError> {
-    let r = if spec.confirm > 0 {
-        while inflight.len() >= spec.confirm {
-            if let Some(c) = inflight.pop_front() {
-                if c.await? {
-                    res.confirmed += 1;
-                } else {
-                    res.nacked += 1;
-                }
-            }
+    let r = match confirms {
+        Some(t) => ch
+            .basic_publish_confirmed(
+                spec.exchange.clone(),
+                key.clone(),
+                spec.mandatory,
+                props.clone(),
+                body,
+            )
+            .await
+            .map(|c| t.track(sent_ns, c)),
+        None => {
+            ch.basic_publish(
+                spec.exchange.clone(),
+                key.clone(),
+                spec.mandatory,
+                props.clone(),
+                body,
+            )
+            .await
         }
-        ch.basic_publish_confirmed(
-            spec.exchange.clone(),
-            key.clone(),
-            spec.mandatory,
-            props.clone(),
-            body,
-        )
-        .await
-        .map(|c| inflight.push_back(c))
-    } else {
-        ch.basic_publish(
-            spec.exchange.clone(),
-            key.clone(),
-            spec.mandatory,
-            props.clone(),
-            body,
-        )
-        .await
     };
     match r {
         Ok(()) => {
@@ -155,26 +178,6 @@ async fn publish_one(
         Err(ClientError::FlowControlTimeout { .. }) => Ok(Sent::TimedOut),
         Err(e) => Err(e),
     }
-}
-
-async fn settle(
-    inflight: &mut VecDeque<Confirmation>,
-    res: &mut PubResult,
-) -> Result<(), ClientError> {
-    while let Some(c) = inflight.pop_front() {
-        let ok = tokio::time::timeout(Duration::from_secs(10), c)
-            .await
-            .map_err(|_| ClientError::UnexpectedReply {
-                expected: "publisher confirm within 10 s",
-                got: "nothing",
-            })??;
-        if ok {
-            res.confirmed += 1;
-        } else {
-            res.nacked += 1;
-        }
-    }
-    Ok(())
 }
 
 /// The routing keys in turn, each with its own sequence numbers.
@@ -210,11 +213,11 @@ async fn fast_pub(
     pacing: &mut PubPacing,
     spec: &PubSpec,
     ch: &Channel,
+    mut confirms: Option<&mut Confirms>,
     res: &mut PubResult,
 ) -> Result<(), ClientError> {
     let mut maker = BodyMaker::new(spec.size);
     let props = props_for(spec);
-    let mut inflight = VecDeque::new();
     let mut counted = 0u64;
     let mut n = 0u64;
     let mut topics = Topics::new(&spec.routing_keys);
@@ -225,13 +228,30 @@ async fn fast_pub(
         pacing
             .admit(i, || shared.stopped(), || shared.since_start_s())
             .await;
+        if let Some(t) = confirms.as_deref_mut() {
+            if !t.room(|| shared.stopped()).await {
+                break;
+            }
+        }
         if shared.stopped() {
             break;
         }
-        // Stamped after any wait: latency counts from the actual send.
+        // Stamped after any wait (pacing, room for a confirm): latency counts from
+        // the actual send.
         let (key, seq) = topics.current();
-        let body = maker.make(shared.now_ns(), seq, spec.id);
-        match publish_one(ch, spec, key, &props, body, &mut inflight, res).await? {
+        let now = shared.now_ns();
+        let body = maker.make(now, seq, spec.id);
+        let sent = publish_one(
+            ch,
+            spec,
+            key,
+            &props,
+            body,
+            now,
+            confirms.as_deref_mut(),
+            res,
+        );
+        match sent.await? {
             Sent::Yes => {
                 n += 1;
                 topics.sent();
@@ -250,23 +270,24 @@ async fn fast_pub(
     shared
         .published
         .fetch_add(res.published - counted, Ordering::Relaxed);
-    settle(&mut inflight, res).await
+    Ok(())
 }
 
 /// Fixed-rate publishing on its own thread, paced with `thread::sleep` (tens of
 /// microseconds of slack, where the tokio timer has a millisecond), stamping each
 /// message with its *intended* send time so latency includes any delay in sending —
-/// flow control included (no coordinated omission).
+/// flow control and waiting for room for a confirm included (no coordinated
+/// omission); confirm latency counts from the same intended time.
 fn paced_pub(
     handle: &tokio::runtime::Handle,
     shared: &Shared,
     spec: &PubSpec,
     ch: &Channel,
+    mut confirms: Option<&mut Confirms>,
     res: &mut PubResult,
 ) -> Result<(), ClientError> {
     let mut maker = BodyMaker::new(spec.size);
     let props = props_for(spec);
-    let mut inflight = VecDeque::new();
     let interval_ns = 1_000_000_000 / spec.rate.max(1);
     let start_ns = shared.now_ns();
     let mut n = 0u64;
@@ -278,9 +299,15 @@ fn paced_pub(
         if intended > now {
             std::thread::sleep(Duration::from_nanos(intended - now));
         }
+        if let Some(t) = confirms.as_deref_mut() {
+            if !handle.block_on(t.room(|| shared.stopped())) {
+                break;
+            }
+        }
         let (key, seq) = topics.current();
         let body = maker.make(intended, seq, spec.id);
-        let sent = publish_one(ch, spec, key, &props, body, &mut inflight, res);
+        let confirms = confirms.as_deref_mut();
+        let sent = publish_one(ch, spec, key, &props, body, intended, confirms, res);
         match handle.block_on(sent)? {
             Sent::Yes => {
                 n += 1;
@@ -298,5 +325,5 @@ fn paced_pub(
     shared
         .published
         .fetch_add(res.published - counted, Ordering::Relaxed);
-    handle.block_on(settle(&mut inflight, res))
+    Ok(())
 }

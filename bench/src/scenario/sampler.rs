@@ -1,4 +1,5 @@
-//! Owns: the once-a-second [`Sample`] of a run — rates, p99 (all, fast, slow), the
+//! Owns: the once-a-second [`Sample`] of a run — rates, p99 (all, fast, slow),
+//! confirms per second and their p99 (publish → `basic.ack`), the
 //! broker's RSS from /proc, and the depth of the run's shared queue read by a passive
 //! `queue.declare` on a connection of its own — and the live line on stderr.
 //! Does not: decide the run's phases (the harness starts and stops it).
@@ -87,18 +88,20 @@ impl Sampler {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
-            let (mut lp, mut lf, mut ls) = (0u64, 0u64, 0u64);
+            let (mut lp, mut lf, mut ls, mut lk) = (0u64, 0u64, 0u64, 0u64);
             let mut last = Instant::now();
             loop {
                 tick.tick().await;
                 let p = shared.published.load(Ordering::Relaxed);
                 let f = shared.fast.delivered();
                 let s = shared.slow.delivered();
+                let k = shared.confirms.delivered();
                 let dt = last.elapsed().as_secs_f64().max(1e-6);
                 last = Instant::now();
                 let fast_h = shared.fast.take_interval();
                 let mut all_h = fast_h.clone();
                 let _ = all_h.add(shared.slow.take_interval());
+                let confirm_h = shared.confirms.take_interval();
                 let rss = if inproc {
                     crate::broker::process_usage(std::process::id()).map_or(0, |u| u.rss)
                 } else {
@@ -120,6 +123,8 @@ impl Sampler {
                     slow_delivered_per_s: (s - ls) as f64 / dt,
                     broker_rss: rss,
                     queue_messages,
+                    confirmed_per_s: (k - lk) as f64 / dt,
+                    confirm_p99_ns: p99(&confirm_h),
                 };
                 if !quiet {
                     eprintln!("{}", live_line(&sample));
@@ -127,7 +132,7 @@ impl Sampler {
                 if let Ok(mut v) = out.lock() {
                     v.push(sample);
                 }
-                (lp, lf, ls) = (p, f, s);
+                (lp, lf, ls, lk) = (p, f, s, k);
             }
         });
         Sampler { task, samples }
@@ -153,6 +158,17 @@ fn live_line(s: &Sample) -> String {
         },
         fmt_bytes(s.broker_rss)
     );
+    if s.confirmed_per_s > 0.0 {
+        line.push_str(&format!(
+            "  confirmed {:>8}/s  confirm p99 {:>9}",
+            fmt_rate(s.confirmed_per_s),
+            if s.confirm_p99_ns == 0 {
+                "-".into()
+            } else {
+                fmt_ns(s.confirm_p99_ns)
+            }
+        ));
+    }
     if let Some(q) = s.queue_messages {
         line.push_str(&format!("  queue {q:>8} msgs"));
     }

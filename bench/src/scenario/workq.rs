@@ -1,5 +1,5 @@
 //! Owns: the `workq` scenario: P publishers → one shared named queue ← C consumers
-//! (each message delivered once, to one of them).
+//! (each message delivered once, to one of them; with none, the queue fills).
 //! The queue's depth is sampled each second.
 //! Does not: bind anything (publishes go through the default exchange).
 
@@ -28,7 +28,8 @@ pub fn plan(opts: &Opts, queue: &str) -> Plan {
         pubs,
         pacing: super::pacing::Reference::Total,
         pacing_scale: 1,
-        fanout_factor: 1,
+        // No consumer: nothing is delivered (the queue fills).
+        fanout_factor: u64::from(opts.consumers > 0),
         probe_queue: Some(queue.into()),
         notes: Vec::new(),
     }

@@ -2,8 +2,9 @@
 //! (hdrhistogram, nanoseconds), kept apart for fast and throttled subscribers and
 //! sharded by subscriber slot so thousands of subscribers on two threads seldom share
 //! a lock; each subscriber's own small histogram ([`subhist`]) for the per-subscriber
-//! spread; the per-second [`Sample`] — and the message stamp (intended send time,
-//! sequence, publisher) every body starts with.
+//! spread; publisher-confirm counters and latencies (publish → `basic.ack`), kept
+//! like a group's with one shard per publisher; the per-second [`Sample`] — and the
+//! message stamp (intended send time, sequence, publisher) every body starts with.
 //! Does not: talk to the broker or decide what a scenario does.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -124,6 +125,11 @@ pub struct Sample {
     /// Ready messages in the run's shared queue (passive `queue.declare` on a separate
     /// connection); `null` for runs without one, or when the probe got no answer.
     pub queue_messages: Option<u64>,
+    /// Publisher confirms (`basic.ack`) received per second in this interval.
+    pub confirmed_per_s: f64,
+    /// p99 confirm latency (publish → `basic.ack`) of this interval (ns; 0 when
+    /// nothing was confirmed).
+    pub confirm_p99_ns: u64,
 }
 
 /// Shards of the run's shared counters and histograms: subscribers record into the
@@ -158,7 +164,8 @@ struct Hists {
     interval: Histogram<u64>,
 }
 
-/// Counters and histograms of one group of subscribers (fast or slow).
+/// Counters and histograms of one group of subscribers (fast or slow), or of the
+/// publishers' confirms (`delivered` then counts acks; one shard per publisher).
 pub struct Group {
     pub delivered: Counter,
     hists: Vec<Mutex<Hists>>,
@@ -241,6 +248,9 @@ pub struct Shared {
     pub fast: Group,
     /// Subscribers throttled to `--slow-rate`.
     pub slow: Group,
+    /// Publisher confirms: acks received, and confirm latency (publish → `basic.ack`)
+    /// while measuring.
+    pub confirms: Group,
     /// Publishers stop when set.
     pub stop: AtomicBool,
     /// Consumers stop when set.
@@ -257,6 +267,7 @@ impl Shared {
             published: AtomicU64::new(0),
             fast: Group::new(),
             slow: Group::new(),
+            confirms: Group::new(),
             stop: AtomicBool::new(false),
             stop_consumers: AtomicBool::new(false),
             measuring: AtomicBool::new(false),
