@@ -21,7 +21,7 @@ use crate::store::definitions;
 use crate::store::definitions_writer::{self, DefinitionsWriter};
 use crate::store::quota::DiskBoard;
 use crate::store::recovery::RecoveredShard;
-use crate::store::shard_store::{self, Group, ShardStore, COMPACT_MAX_LIVE};
+use crate::store::shard_store::{self, Group, ShardStore, Spare, COMPACT_MAX_LIVE};
 
 use super::inbox::ConfirmDone;
 use super::{Shard, State};
@@ -303,36 +303,81 @@ fn change_vhost(change: &DirectoryChange) -> usize {
     }
 }
 
-/// The file a group goes to: the active segment's, created for a new segment.
-fn group_file(shard: &Shard, group: &Group) -> std::io::Result<Rc<tokio_uring::fs::File>> {
-    let mut store = shard.store.borrow_mut();
-    if !group.new_file {
-        if let Some(f) = &store.active_file {
-            return Ok(Rc::clone(f));
+/// The file a group goes to: the active segment's, created for a new segment. The open
+/// and the directory sync are io_uring operations too: a shard never blocks on the disk.
+async fn group_file(shard: &Shard, group: &Group) -> std::io::Result<Rc<tokio_uring::fs::File>> {
+    let (path, dir) = {
+        let store = shard.store.borrow();
+        if !group.new_file {
+            if let Some(f) = &store.active_file {
+                return Ok(Rc::clone(f));
+            }
         }
+        (store.segment_path(group.segment), store.dir().to_path_buf())
+    };
+    if !dir.exists() {
+        std::fs::create_dir_all(&dir)?;
     }
-    let path = store.segment_path(group.segment);
-    std::fs::create_dir_all(store.dir())?;
-    let file = std::fs::OpenOptions::new()
+    if group.recycle {
+        // The spare becomes this segment and is overwritten from its start.
+        tokio_uring::fs::rename(dir.join(shard_store::SPARE), &path).await?;
+        shard.store.borrow_mut().spare = Spare::None;
+    }
+    let file = tokio_uring::fs::OpenOptions::new()
         .create(true)
         .write(true)
-        .truncate(false)
-        .open(&path)?;
+        .open(&path)
+        .await?;
     if group.new_file {
         // The new file's name must survive a power cut as well as its contents.
-        crate::store::sync_dir(store.dir())?;
+        let handle = tokio_uring::fs::File::open(&dir).await?;
+        handle.sync_all().await?;
+        let _ = handle.close().await;
     }
-    let file = Rc::new(tokio_uring::fs::File::from_std(file));
-    store.active_file = Some(Rc::clone(&file));
+    let file = Rc::new(file);
+    shard.store.borrow_mut().active_file = Some(Rc::clone(&file));
     Ok(file)
 }
 
-/// Writes and syncs one group, then releases its confirms, deletes the segments it
-/// freed and lets the next group go.
+/// Gives a deleted segment's file back: it becomes the spare if there is none (see
+/// [`Spare`]), otherwise it is removed.
+async fn retire_segment(shard: &Shard, number: u32, bytes: u64) {
+    let (path, spare_path, keep) = {
+        let mut store = shard.store.borrow_mut();
+        let keep = store.spare == Spare::None;
+        if keep {
+            store.spare = Spare::Busy;
+        }
+        (
+            store.segment_path(number),
+            store.dir().join(shard_store::SPARE),
+            keep,
+        )
+    };
+    let result = if keep {
+        let r = tokio_uring::fs::rename(&path, &spare_path).await;
+        shard.store.borrow_mut().spare = if r.is_ok() {
+            Spare::Ready(bytes)
+        } else {
+            Spare::None
+        };
+        r
+    } else {
+        tokio_uring::fs::remove_file(&path).await
+    };
+    if let Err(e) = result {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(target: "sluice::ops", "cannot retire {}: {e}", path.display());
+        }
+    }
+}
+
+/// Writes and syncs one group, then releases its confirms, lets the next group go and
+/// deletes the segments it freed.
 async fn write_group(shard: Rc<Shard>, group: Group, confirms: Vec<ConfirmDone>) {
     let path = shard.store.borrow().segment_path(group.segment);
     if !group.data.is_empty() {
-        let file = match group_file(&shard, &group) {
+        let file = match group_file(&shard, &group).await {
             Ok(f) => f,
             Err(e) => fail(&path, &e),
         };
@@ -353,14 +398,8 @@ async fn write_group(shard: Rc<Shard>, group: Group, confirms: Vec<ConfirmDone>)
             st.outbox.confirm(done.channel.shard, done);
         }
     }
-    let dir = shard.store.borrow().dir().to_path_buf();
-    for number in dead {
-        let path = dir.join(shard_store::segment_name(number));
-        if let Err(e) = std::fs::remove_file(&path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(target: "sluice::ops", "cannot delete {}: {e}", path.display());
-            }
-        }
-    }
     shard.flush();
+    for (number, bytes) in dead {
+        retire_segment(&shard, number, bytes).await;
+    }
 }

@@ -93,7 +93,7 @@ fn put_binding(out: &mut BytesMut, tag: u8, vhost: &str, b: &DurableBinding) {
 /// the change touches only durable objects (the caller knows the directory before it is
 /// applied); non-durable changes write nothing.
 pub fn encode_change(out: &mut BytesMut, vhost: &str, change: &DirectoryChange) {
-    record::append(out, |o| match change {
+    record::append(out, 0, |o| match change {
         DirectoryChange::DeclareExchange { def, .. } => {
             o.put_u8(EXCHANGE);
             put_str(o, vhost);
@@ -348,7 +348,7 @@ impl Definitions {
             encode_change(&mut out, vhost, &change);
         }
         for ((vhost, name), q) in &self.queues {
-            record::append(&mut out, |o| {
+            record::append(&mut out, 0, |o| {
                 o.put_u8(QUEUE);
                 put_str(o, vhost);
                 put_short(o, name);
@@ -359,16 +359,16 @@ impl Definitions {
         }
         for (vhost, list) in &self.bindings {
             for b in list {
-                record::append(&mut out, |o| put_binding(o, BIND, vhost, b));
+                record::append(&mut out, 0, |o| put_binding(o, BIND, vhost, b));
             }
         }
         for (vhost, list) in &self.exchange_bindings {
             for b in list {
-                record::append(&mut out, |o| put_binding(o, BIND_EXCHANGE, vhost, b));
+                record::append(&mut out, 0, |o| put_binding(o, BIND_EXCHANGE, vhost, b));
             }
         }
         let floor = self.next_queue_id;
-        record::append(&mut out, |o| {
+        record::append(&mut out, 0, |o| {
             o.put_u8(QUEUE_ID_FLOOR);
             o.put_u64(floor);
         });
@@ -484,7 +484,7 @@ pub fn load(data_dir: &Path) -> std::io::Result<Loaded> {
         next_queue_id: 1,
         ..Definitions::default()
     };
-    let mut records = record::Records::new(data);
+    let mut records = record::Records::new(data, 0);
     let mut truncated = None;
     for payload in records.by_ref() {
         if let Err(e) = definitions.replay(payload) {
@@ -528,7 +528,7 @@ mod tests {
 
     fn replay_all(log: &BytesMut) -> Definitions {
         let mut d = Definitions::default();
-        for p in record::Records::new(log.clone().freeze()) {
+        for p in record::Records::new(log.clone().freeze(), 0) {
             d.replay(p).expect("replays");
         }
         d

@@ -1,32 +1,52 @@
 //! Owns: the on-disk record format shared by message segments and the definitions log —
-//! framing (`[u32 length][u32 crc32c][payload]`, little-endian), checksums, and reading
-//! a file's records back with the point where a torn or corrupt tail begins.
+//! framing (`[u32 length][u32 file][u32 crc32c][payload]`, little-endian), checksums, and
+//! reading a file's records back with the point where a torn or corrupt tail begins.
 //!
 //! Does not: know what a payload means (segments and definitions encode their own).
 //!
 //! # Invariants
-//! - `length` counts the payload only; the checksum covers the payload only.
+//! - `length` counts the payload only; the checksum covers the file id and the payload.
+//! - `file` is the number of the segment the record was written for (0 in the
+//!   definitions log). Segment files are recycled (renamed and overwritten from the
+//!   start), so what follows the last record written is old data: every write to a
+//!   recycled file ends with an end mark (a header of length 0, this file's number and
+//!   checksum 0) that the next write overwrites, and an intact record of the file's
+//!   previous life carries another file number. Reading ends at either as at the end
+//!   of a file — neither is damage.
 //! - A record is never longer than [`MAX_RECORD`]; a length above it is corruption.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 /// Bytes of the header in front of each payload.
-pub const HEADER: usize = 8;
+pub const HEADER: usize = 12;
 
 /// The largest payload a record may have: a message of the largest allowed size plus
 /// its routing facts and properties.
 pub const MAX_RECORD: usize = 256 << 20;
 
-/// Appends one record (header and payload) to `out`. `payload` is written by `fill`
-/// after the header, so no payload is copied twice.
-pub fn append(out: &mut BytesMut, fill: impl FnOnce(&mut BytesMut)) {
+fn checksum(file: u32, payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&file.to_le_bytes()), payload)
+}
+
+/// Appends the end mark of file `file` (see the module doc): not a record, and not
+/// counted in the file's length; the next write starts where it starts.
+pub fn append_end_mark(out: &mut BytesMut, file: u32) {
+    out.put_u32_le(0);
+    out.put_u32_le(file);
+    out.put_u32_le(0);
+}
+
+/// Appends one record (header and payload) of file `file` to `out`. `payload` is
+/// written by `fill` after the header, so no payload is copied twice.
+pub fn append(out: &mut BytesMut, file: u32, fill: impl FnOnce(&mut BytesMut)) {
     let start = out.len();
-    out.put_u64_le(0);
+    out.put_bytes(0, HEADER);
     fill(out);
     let payload_len = out.len() - start - HEADER;
-    let crc = crc32c::crc32c(&out[start + HEADER..]);
+    let crc = checksum(file, &out[start + HEADER..]);
     out[start..start + 4].copy_from_slice(&(payload_len as u32).to_le_bytes());
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&file.to_le_bytes());
+    out[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Why a file's records stop before its end.
@@ -58,17 +78,30 @@ impl std::fmt::Display for Damage {
 /// The records of one file's contents, in order.
 pub struct Records {
     data: Bytes,
+    file: u32,
     at: usize,
     damage: Option<(usize, Damage)>,
+    /// Reading ended at an intact record of the file's previous life.
+    stale: bool,
 }
 
 impl Records {
-    pub fn new(data: Bytes) -> Records {
+    /// The records of file `file` in `data`.
+    pub fn new(data: Bytes, file: u32) -> Records {
         Records {
             data,
+            file,
             at: 0,
             damage: None,
+            stale: false,
         }
+    }
+
+    /// Whether reading ended before the end of the data at an end mark or a record of
+    /// an earlier use of a recycled file (a clean end: nothing written for this file
+    /// follows).
+    pub fn ended_at_stale(&self) -> bool {
+        self.stale
     }
 
     /// Where reading stopped on damage, and why. `None` while records are good or the
@@ -87,7 +120,7 @@ impl Iterator for Records {
     type Item = Bytes;
 
     fn next(&mut self) -> Option<Bytes> {
-        if self.damage.is_some() || self.at == self.data.len() {
+        if self.damage.is_some() || self.stale || self.at == self.data.len() {
             return None;
         }
         let left = self.data.len() - self.at;
@@ -105,8 +138,12 @@ impl Iterator for Records {
             );
         }
         let head = &self.data[self.at..self.at + HEADER];
-        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
-        let stored = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+        let (len, file, stored) = (word(0), word(4), word(8));
+        if len == 0 && file == self.file && stored == 0 {
+            self.stale = true;
+            return None;
+        }
         if len == 0 || len as usize > MAX_RECORD {
             return fail(self, Damage::BadLength(len));
         }
@@ -117,9 +154,13 @@ impl Iterator for Records {
         let payload = self
             .data
             .slice(self.at + HEADER..self.at + HEADER + len as usize);
-        let computed = crc32c::crc32c(&payload);
+        let computed = checksum(file, &payload);
         if computed != stored {
             return fail(self, Damage::Checksum { stored, computed });
+        }
+        if file != self.file {
+            self.stale = true;
+            return None;
         }
         self.at += wanted;
         Some(payload)
@@ -133,7 +174,7 @@ mod tests {
     fn file(payloads: &[&[u8]]) -> BytesMut {
         let mut out = BytesMut::new();
         for p in payloads {
-            append(&mut out, |o| o.put_slice(p));
+            append(&mut out, 7, |o| o.put_slice(p));
         }
         out
     }
@@ -141,7 +182,7 @@ mod tests {
     #[test]
     fn records_read_back_in_order() {
         let data = file(&[b"one", b"two", b"three"]).freeze();
-        let mut r = Records::new(data.clone());
+        let mut r = Records::new(data.clone(), 7);
         let got: Vec<Bytes> = r.by_ref().collect();
         assert_eq!(got, vec![&b"one"[..], &b"two"[..], &b"three"[..]]);
         assert!(r.damage().is_none());
@@ -152,7 +193,7 @@ mod tests {
     fn a_torn_tail_stops_at_the_last_good_record() {
         let full = file(&[b"one", b"two"]);
         let cut = full.len() - 2;
-        let mut r = Records::new(full.freeze().slice(..cut));
+        let mut r = Records::new(full.freeze().slice(..cut), 7);
         assert_eq!(r.by_ref().count(), 1);
         let (at, damage) = r.damage().cloned().expect("damage");
         assert_eq!(at, HEADER + 3);
@@ -164,7 +205,7 @@ mod tests {
         let mut data = file(&[b"one", b"two"]);
         let last = data.len() - 1;
         data[last] ^= 0x10;
-        let mut r = Records::new(data.freeze());
+        let mut r = Records::new(data.freeze(), 7);
         assert_eq!(r.by_ref().count(), 1);
         assert!(matches!(
             r.damage().map(|d| &d.1),
@@ -173,10 +214,46 @@ mod tests {
     }
 
     #[test]
+    fn a_recycled_file_ends_cleanly_at_its_previous_life() {
+        // File 3's old records, overwritten at the start by file 7's.
+        let mut old = BytesMut::new();
+        for p in [&b"old-one"[..], b"old-two", b"old-three"] {
+            append(&mut old, 3, |o| o.put_slice(p));
+        }
+        let new = file(&[b"new"]);
+        old[..new.len()].copy_from_slice(&new);
+        // The new record is shorter than the old first one: what follows it is the rest
+        // of that record (damage); a record-aligned overwrite ends at an old record.
+        let mut aligned = file(&[b"new-one"]);
+        let mut rest = BytesMut::new();
+        append(&mut rest, 3, |o| o.put_slice(b"old-two"));
+        aligned.extend_from_slice(&rest);
+        let mut r = Records::new(aligned.freeze(), 7);
+        assert_eq!(r.by_ref().count(), 1);
+        assert!(r.ended_at_stale());
+        assert!(r.damage().is_none());
+        assert_eq!(r.good_len(), HEADER + 7);
+        let mut r = Records::new(old.clone().freeze(), 7);
+        assert_eq!(r.by_ref().count(), 1);
+        assert!(
+            r.damage().is_some(),
+            "without an end mark the old fragment is damage"
+        );
+        // With the end mark every write to a recycled file carries, it ends cleanly.
+        let mut marked = file(&[b"new"]);
+        append_end_mark(&mut marked, 7);
+        old[..marked.len()].copy_from_slice(&marked);
+        let mut r = Records::new(old.freeze(), 7);
+        assert_eq!(r.by_ref().count(), 1);
+        assert!(r.ended_at_stale() && r.damage().is_none());
+        assert_eq!(r.good_len(), HEADER + 3);
+    }
+
+    #[test]
     fn zero_fill_is_a_bad_length() {
         let mut data = file(&[b"one"]);
         data.put_bytes(0, 32);
-        let mut r = Records::new(data.freeze());
+        let mut r = Records::new(data.freeze(), 7);
         assert_eq!(r.by_ref().count(), 1);
         assert_eq!(r.damage().map(|d| &d.1), Some(&Damage::BadLength(0)));
     }

@@ -100,18 +100,22 @@ pub fn segment_files(dir: &Path) -> std::io::Result<Vec<(u32, PathBuf)>> {
     Ok(out)
 }
 
-/// Reads one segment file, truncating it at the first damaged record.
-fn read_segment(path: &Path) -> std::io::Result<(Bytes, Vec<Bytes>)> {
+/// Reads segment `number`, cutting it at the first damaged record (logged) or at the
+/// end of what was written for it in a recycled file (silently).
+fn read_segment(path: &Path, number: u32) -> std::io::Result<(Bytes, Vec<Bytes>)> {
     let data = Bytes::from(std::fs::read(path)?);
-    let mut records = Records::new(data.clone());
+    let mut records = Records::new(data.clone(), number);
     let payloads: Vec<Bytes> = records.by_ref().collect();
-    if let Some((at, damage)) = records.damage().cloned() {
+    let at = records.good_len();
+    if let Some((_, damage)) = records.damage() {
         StoreEvent::Truncated {
             path: path.display().to_string(),
             offset: at as u64,
             reason: damage.to_string(),
         }
         .emit();
+    }
+    if at < data.len() {
         let f = std::fs::OpenOptions::new().write(true).open(path)?;
         f.set_len(at as u64)?;
         f.sync_all()?;
@@ -135,11 +139,13 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
     let mut delivered: HashMap<QueueId, u64> = HashMap::new();
     let mut segments = Vec::new();
     for (number, path) in segment_files(dir)? {
-        let (data, payloads) = read_segment(&path)?;
+        let (data, payloads) = read_segment(&path, number)?;
         segments.push(SegmentInfo {
             number,
             size: data.len() as u64,
             live: 0,
+            entries: 0,
+            recycled_len: 0,
         });
         for payload in payloads {
             let logged = match message_log::decode(payload) {
@@ -158,6 +164,9 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
                     body,
                 } => {
                     let index = messages.len();
+                    if let Some(s) = segments.last_mut() {
+                        s.entries += queues.len() as u64;
+                    }
                     let mut kept = false;
                     for (queue, seq) in queues {
                         if known(queue) {

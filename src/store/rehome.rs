@@ -134,7 +134,7 @@ pub fn rehome(
                 let Some(Some(parts)) = read.messages.get(e.message) else {
                     continue;
                 };
-                record::append(&mut out.0, |o| {
+                record::append(&mut out.0, out.1, |o| {
                     message_log::put_parts(
                         o,
                         &[(*queue, e.seq)],
@@ -152,7 +152,7 @@ pub fn rehome(
                 }
             }
             if let Some(&upto) = delivered.get(queue) {
-                record::append(&mut out.0, |o| {
+                record::append(&mut out.0, out.1, |o| {
                     message_log::put_pairs(o, true, &[(*queue, upto)])
                 });
             }

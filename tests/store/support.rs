@@ -459,6 +459,11 @@ pub fn segments(data: &Path, shard: usize) -> Vec<(u64, PathBuf)> {
     for e in entries {
         let e = e.expect("read_dir entry");
         let name = e.file_name().to_string_lossy().into_owned();
+        if name == "spare" {
+            // A deleted segment kept to be overwritten as the next one (no records of
+            // its own); its bytes count in tree_bytes.
+            continue;
+        }
         let n = name
             .strip_suffix(".seg")
             .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
