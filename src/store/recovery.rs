@@ -124,6 +124,24 @@ fn read_segment(path: &Path, number: u32) -> std::io::Result<(Bytes, Vec<Bytes>)
     Ok((data, payloads))
 }
 
+/// The last exchange and routing key copied out of a segment buffer, reused while
+/// the next messages have the same ones.
+#[derive(Default)]
+struct LastNames([Option<ShortStr>; 2]);
+
+impl LastNames {
+    fn copy(&mut self, name: &ShortStr, slot: usize) -> ShortStr {
+        if let Some(last) = &self.0[slot] {
+            if last.as_bytes() == name.as_bytes() {
+                return last.clone();
+            }
+        }
+        let copied = ShortStr::new(Bytes::copy_from_slice(name.as_bytes())).unwrap_or_default();
+        self.0[slot] = Some(copied.clone());
+        copied
+    }
+}
+
 /// A live entry while reading: its message (index into the shard's messages), the
 /// segment it is in.
 struct Live {
@@ -138,6 +156,7 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
     let mut live: HashMap<QueueId, BTreeMap<u64, Live>> = HashMap::new();
     let mut delivered: HashMap<QueueId, u64> = HashMap::new();
     let mut segments = Vec::new();
+    let mut names = LastNames::default();
     for (number, path) in segment_files(dir)? {
         let (data, payloads) = read_segment(&path, number)?;
         segments.push(SegmentInfo {
@@ -180,11 +199,12 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
                             );
                         }
                     }
-                    // Copied out of the file's buffer, so one surviving message does not
-                    // keep a whole segment in memory.
+                    // Copied out of the file's buffer (a slice would keep the whole
+                    // segment in memory); runs of one exchange and routing key share
+                    // one copy.
                     messages.push(kept.then(|| MessageParts {
-                        exchange,
-                        routing_key,
+                        exchange: names.copy(&exchange, 0),
+                        routing_key: names.copy(&routing_key, 1),
                         properties: Bytes::copy_from_slice(&properties),
                         body: Bytes::copy_from_slice(&body),
                     }));
