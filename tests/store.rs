@@ -23,7 +23,9 @@
 //!   "store overfull", MST-1008) with a bounded overshoot and releases them (MST-1009)
 //!   once consumers ack; segment GC brings the files back to about one segment per shard;
 //! - `compaction`: an old message nobody consumes is copied forward, so it does not keep
-//!   the segments after it;
+//!   the segments after it; recycled segment files bring nothing of their past back;
+//! - `eviction`: under memory pressure bodies leave memory and come back, in order, for
+//!   consumers and `basic.get`;
 //! - `shards`: restarting with `--shards 1` after `--shards 2` and back, and 1 → 2: the
 //!   queues re-home (MST-1007 with the exact moved count) and keep their messages;
 //! - `lines`: the recovery lines (MST-1004/1005/1006), the shutdown line MST-1003, and
@@ -61,6 +63,8 @@ mod compaction;
 mod crash;
 #[path = "store/disk.rs"]
 mod disk;
+#[path = "store/eviction.rs"]
+mod eviction;
 #[path = "store/lines.rs"]
 mod lines;
 #[path = "store/restart.rs"]

@@ -228,6 +228,7 @@ struct ShardSection {
 struct StoreSection {
     segment_size: Option<u64>,
     fsync: Option<bool>,
+    page_out_fraction: Option<f64>,
 }
 
 fn set<T>(slot: &mut T, value: Option<T>) {
@@ -309,6 +310,7 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
     if let Some(s) = file.store {
         set(&mut config.store.segment_size, s.segment_size);
         set(&mut config.store.fsync, s.fsync);
+        set(&mut config.store.page_out_fraction, s.page_out_fraction);
     }
     apply_policies(config, policies)
 }

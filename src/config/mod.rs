@@ -98,13 +98,17 @@ pub struct Config {
 }
 
 /// `[store]`: the persistent message store under `data_dir`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct StoreConfig {
     /// A segment file rolls over once it holds this many bytes.
     pub segment_size: u64,
     /// fdatasync every group commit before its confirms go out. Off, confirms follow
     /// the write alone: a crash of the process loses nothing, a power cut may.
     pub fsync: bool,
+    /// Above this fraction of the memory high watermark, shards release the bodies of
+    /// persistent messages on durable queues (they are on disk) and read them back as
+    /// they are delivered. 0 = never.
+    pub page_out_fraction: f64,
 }
 
 /// A configuration problem, naming where it came from.
@@ -188,6 +192,7 @@ impl Default for Config {
             store: StoreConfig {
                 segment_size: 64 << 20,
                 fsync: true,
+                page_out_fraction: 0.5,
             },
         }
     }
@@ -290,6 +295,12 @@ impl Config {
         }
         if self.store.segment_size < 4096 {
             return invalid("store.segment_size", "must be at least 4096 bytes".into());
+        }
+        if !(0.0..=1.0).contains(&self.store.page_out_fraction) {
+            return invalid(
+                "store.page_out_fraction",
+                "must be between 0 and 1 (a fraction of memory.high_watermark)".into(),
+            );
         }
         if self.shard.tick.is_zero() {
             return invalid("shard.tick_ms", "must be at least 1 ms".into());

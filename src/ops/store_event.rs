@@ -60,6 +60,15 @@ pub enum StoreEvent {
         offset: u64,
         reason: String,
     },
+    /// MST-1012: memory is short: the bodies of a durable queue's persistent messages
+    /// were released from memory (they are read back from disk when delivered).
+    Evicted {
+        vhost: String,
+        queue: String,
+        messages: u64,
+        bytes: u64,
+        on_disk_only: u64,
+    },
     /// MST-1011: a store write or sync failed; the broker stops (what it confirmed
     /// next might not be on disk).
     Failed { path: String, error: String },
@@ -78,6 +87,7 @@ impl StoreEvent {
             StoreEvent::Underfull { .. } => "MST-1009",
             StoreEvent::Truncated { .. } => "MST-1010",
             StoreEvent::Failed { .. } => "MST-1011",
+            StoreEvent::Evicted { .. } => "MST-1012",
         }
     }
 
@@ -160,6 +170,19 @@ impl fmt::Display for StoreEvent {
             } => write!(
                 f,
                 "{code} : Store record truncated : {path} at offset {offset} : {reason}"
+            ),
+            StoreEvent::Evicted {
+                vhost,
+                queue,
+                messages,
+                bytes,
+                on_disk_only,
+            } => write!(
+                f,
+                "[vh({vhost})/qu({queue})] {code} : Evicted : {} messages, {} bytes released from memory : {} on disk only",
+                thousands(*messages),
+                thousands(*bytes),
+                thousands(*on_disk_only)
             ),
             StoreEvent::Failed { path, error } => {
                 write!(f, "{code} : Store failed : {path} : {error} : stopping")

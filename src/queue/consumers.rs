@@ -278,6 +278,7 @@ impl Queue {
     pub fn can_dispatch(&self) -> bool {
         !self.ready.is_empty()
             && !self.condemned
+            && !self.head_evicted()
             && match self.pick {
                 Pick::Single => self.consumers.first().is_some_and(has_credit),
                 Pick::Rotation | Pick::Priority => self.consumers.iter().any(has_credit),
@@ -338,6 +339,11 @@ impl Queue {
         // totals are applied once after the loop.
         let (mut gone, mut gone_bytes) = (0u64, 0u64);
         while sent < budget && !H::is_empty(&self.ready) {
+            if self.head_evicted() {
+                // Its body is on disk only: the shard reads it back, then dispatches.
+                self.page_in_wanted = true;
+                break;
+            }
             // Next consumer with credit, starting at the rotation point.
             let Some(found) = next(&self.consumers, pick) else {
                 break;

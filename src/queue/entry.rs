@@ -33,6 +33,9 @@ pub struct Entry {
     /// `x-max-priority` (no property: 0). Always 0 in a plain queue. Fits in the
     /// record's padding.
     pub priority: u8,
+    /// The message's body was released from memory (it is on disk): `msg` is a
+    /// placeholder until it is read back (`queue::paging`). Also in the padding.
+    pub evicted: bool,
 }
 
 impl Entry {
@@ -52,6 +55,7 @@ impl Entry {
             expires_at,
             redelivered: false,
             priority: 0,
+            evicted: false,
         }
     }
 

@@ -29,6 +29,7 @@ pub mod consumers;
 pub mod entry;
 pub mod features;
 pub mod limits;
+pub mod paging;
 pub mod ready;
 
 use std::collections::BTreeMap;
@@ -140,6 +141,10 @@ pub struct Queue {
     /// Messages that died here, for the shard to dead-letter. Only filled when the queue
     /// has a dead-letter exchange.
     dead: Vec<(LocalMessage, Reason)>,
+    /// Ready entries whose bodies are evicted (`paging`).
+    evicted: u64,
+    /// Dispatch stopped at an evicted head: the shard should read bodies back.
+    pub page_in_wanted: bool,
 }
 
 impl Queue {
@@ -180,6 +185,8 @@ impl Queue {
             condemned: false,
             in_dirty_list: false,
             dead: Vec::new(),
+            evicted: 0,
+            page_in_wanted: false,
         }
     }
 
@@ -243,7 +250,8 @@ impl Queue {
     ) {
         let start = out.len();
         let mut take = |e: &Entry| {
-            if e.persistent && out.len() - start < limit {
+            // An evicted entry's message is a placeholder: it stays where it is.
+            if e.persistent && !e.evicted && out.len() - start < limit {
                 out.push((e.seq, LocalMessage::clone(&e.msg)));
             }
         };
@@ -386,6 +394,9 @@ impl Queue {
         if entry.persistent {
             self.persistent -= 1;
         }
+        if entry.evicted {
+            self.evicted -= 1;
+        }
     }
 
     /// Drops expired messages from the head (TTL is applied at the head, as RabbitMQ does).
@@ -485,6 +496,12 @@ impl Queue {
         self.last_used = now;
         if let Some(channel) = from {
             self.note_getter(channel, now);
+        }
+        if self.head_evicted() {
+            // The shard reads the head back before it asks (`shard::persist`); a
+            // placeholder is never handed out.
+            self.page_in_wanted = true;
+            return None;
         }
         let entry = self.pop_ready(now)?;
         if no_ack {
@@ -617,6 +634,7 @@ impl Queue {
             });
         }
         self.ready.clear();
+        self.evicted = 0;
         self.ready_bytes = 0;
         self.persistent = self.unacked.values().filter(|e| e.persistent).count() as u64;
         u32::try_from(n).unwrap_or(u32::MAX)

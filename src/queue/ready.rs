@@ -276,6 +276,21 @@ impl ReadyList {
         }
     }
 
+    /// A plain list's one FIFO (`None` for a priority queue).
+    pub fn plain(&self) -> Option<&VecDeque<Entry>> {
+        self.levels.is_none().then_some(&self.fifo)
+    }
+
+    /// [`ReadyList::plain`], mutable. Entries may be changed in place, never reordered,
+    /// added or removed through it.
+    pub fn plain_mut(&mut self) -> Option<&mut VecDeque<Entry>> {
+        if self.levels.is_none() {
+            Some(&mut self.fifo)
+        } else {
+            None
+        }
+    }
+
     /// Visits every ready entry (level by level in a priority queue).
     pub fn for_each(&self, mut f: impl FnMut(&Entry)) {
         self.fifo.iter().for_each(&mut f);

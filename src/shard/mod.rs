@@ -17,6 +17,7 @@ pub mod flow;
 pub mod handler;
 pub mod inbox;
 pub mod memory;
+pub mod paging;
 pub mod persist;
 pub mod placement;
 pub mod policy;
@@ -147,6 +148,9 @@ pub struct State {
     /// Confirms of publishes that entered durable queues this turn: they go out once
     /// the group sealed at the turn's end is on disk (`persist`).
     pub held_confirms: Vec<ConfirmDone>,
+    /// Home queues with evicted entries (`paging`), and those being read back now.
+    pub evicting: Vec<QueueId>,
+    pub paging_in: Vec<QueueId>,
     /// Home queues the slow-consumer policy deleted, with when (kept one rate window).
     pub slow_deleted: Vec<(QueueId, Instant)>,
     /// The watermark's hysteresis (evaluated by the coordinating shard only).
@@ -180,6 +184,10 @@ pub struct Shard {
     pub definitions: RefCell<Option<crate::store::definitions_writer::DefinitionsWriter>>,
     /// Store sizes and the disk-quota alarms.
     pub disk: Arc<crate::store::quota::DiskBoard>,
+    /// What evicted entries point at instead of their message (`paging`).
+    pub placeholder: crate::model::message::LocalMessage,
+    /// No eviction pass before this.
+    pub next_eviction: Cell<Instant>,
 }
 
 impl Shard {
@@ -212,6 +220,8 @@ impl Shard {
             memory_alarm: false,
             store_alarms: Vec::new(),
             held_confirms: Vec::new(),
+            evicting: Vec::new(),
+            paging_in: Vec::new(),
             slow_deleted: Vec::new(),
             watermark: Watermark::new(memory.high, memory.low),
             arrivals: arrivals::Arrivals::default(),
@@ -231,6 +241,8 @@ impl Shard {
             store: RefCell::new(persistence.store),
             definitions: RefCell::new(persistence.definitions),
             disk: persistence.disk,
+            placeholder: paging::placeholder(),
+            next_eviction: Cell::new(now),
         }
     }
 

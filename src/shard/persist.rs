@@ -255,6 +255,7 @@ impl Shard {
     /// vhosts' store alarms to this shard's publishers. Each tick.
     pub fn store_tick(self: &Rc<Self>) {
         self.compact_store(self.clock.now());
+        self.paging_tick(self.clock.now());
         let bytes = self.store.borrow().disk_bytes();
         self.disk.post(usize::from(self.id), bytes);
         if self.id == 0 {

@@ -232,6 +232,11 @@ impl State {
         if consumes && self.slow_deleted(qid, now, &shard.config) {
             return QueueReply::SlowConsumerClosed;
         }
+        if matches!(req, QueueRequest::Get { .. })
+            && self.queues.get(&qid).is_some_and(|q| q.head_evicted())
+        {
+            self.read_back_now(shard, qid);
+        }
         let Some(q) = self.queues.get_mut(&qid) else {
             return QueueReply::Gone;
         };

@@ -17,6 +17,7 @@
 pub mod definitions;
 pub mod definitions_writer;
 pub mod message_log;
+pub mod page;
 pub mod quota;
 pub mod record;
 pub mod recovery;

@@ -62,8 +62,9 @@ pub struct RecoveredEntry {
 pub struct RecoveredShard {
     /// Segment files, oldest first, with their live entries.
     pub segments: Vec<SegmentInfo>,
-    /// `(queue, first seq, segment, live)` runs for the shard store.
-    pub runs: Vec<(QueueId, u64, u32, u64)>,
+    /// `(queue, first seq, segment, live, offset of the first record)` runs for the
+    /// shard store.
+    pub runs: Vec<(QueueId, u64, u32, u64, u64)>,
     /// Each queue's entries in sequence order.
     pub queues: BTreeMap<QueueId, Vec<RecoveredEntry>>,
     /// The messages the entries point at (one per message record, shared by the queues
@@ -102,10 +103,17 @@ pub fn segment_files(dir: &Path) -> std::io::Result<Vec<(u32, PathBuf)>> {
 
 /// Reads segment `number`, cutting it at the first damaged record (logged) or at the
 /// end of what was written for it in a recycled file (silently).
-fn read_segment(path: &Path, number: u32) -> std::io::Result<(Bytes, Vec<Bytes>)> {
+fn read_segment(path: &Path, number: u32) -> std::io::Result<(Bytes, Vec<(u64, Bytes)>)> {
     let data = Bytes::from(std::fs::read(path)?);
     let mut records = Records::new(data.clone(), number);
-    let payloads: Vec<Bytes> = records.by_ref().collect();
+    let mut payloads = Vec::new();
+    loop {
+        let at = records.good_len() as u64;
+        match records.next() {
+            Some(p) => payloads.push((at, p)),
+            None => break,
+        }
+    }
     let at = records.good_len();
     if let Some((_, damage)) = records.damage() {
         StoreEvent::Truncated {
@@ -147,6 +155,7 @@ impl LastNames {
 struct Live {
     message: usize,
     segment: u32,
+    offset: u64,
 }
 
 /// Reads shard directory `dir`, keeping the entries of the queues `known` says exist.
@@ -166,7 +175,7 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
             entries: 0,
             recycled_len: 0,
         });
-        for payload in payloads {
+        for (record_at, payload) in payloads {
             let logged = match message_log::decode(payload) {
                 Ok(l) => l,
                 Err(e) => {
@@ -195,6 +204,7 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
                                 Live {
                                     message: index,
                                     segment: number,
+                                    offset: record_at,
                                 },
                             );
                         }
@@ -236,8 +246,10 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
         for (seq, l) in entries {
             *live_per_segment.entry(l.segment).or_default() += 1;
             match out.runs.last_mut() {
-                Some(run) if run.0 == queue && run.2 == l.segment => run.3 += 1,
-                _ => out.runs.push((queue, seq, l.segment, 1)),
+                Some(run) if run.0 == queue && run.2 == l.segment && run.4 <= l.offset => {
+                    run.3 += 1
+                }
+                _ => out.runs.push((queue, seq, l.segment, 1, l.offset)),
             }
             list.push(RecoveredEntry {
                 seq,

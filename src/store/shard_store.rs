@@ -85,6 +85,16 @@ struct Run {
     first_seq: u64,
     segment: u32,
     live: u64,
+    /// Where the run's first record starts in its segment (a page-in reads from here).
+    offset: u64,
+}
+
+/// Where reading a queue's evicted entries back starts: a segment and a record-aligned
+/// offset in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadAt {
+    pub segment: u32,
+    pub offset: u64,
 }
 
 /// The file name of segment `number`.
@@ -115,6 +125,8 @@ pub struct Group {
     pub new_file: bool,
     /// The new segment's file is the spare, renamed.
     pub recycle: bool,
+    /// The highest sequence number of each queue written in this group.
+    pub upto: IdMap<QueueId, u64>,
 }
 
 /// A shard's store.
@@ -126,6 +138,11 @@ pub struct ShardStore {
     /// The active segment's open file, once opened.
     pub active_file: Option<Rc<tokio_uring::fs::File>>,
     runs: IdMap<QueueId, VecDeque<Run>>,
+    /// Per queue, every entry up to this sequence number is on disk (written in a
+    /// committed group): only those may be evicted from memory.
+    committed_seq: IdMap<QueueId, u64>,
+    /// Per queue, where the last page-in stopped.
+    cursors: IdMap<QueueId, (u64, ReadAt)>,
     /// Entries copied forward out of a compacted segment: (queue, seq) → the segment
     /// holding the copy. Checked before `runs`, whose segments they left.
     relocated: IdMap<QueueId, BTreeMap<u64, u32>>,
@@ -155,7 +172,7 @@ impl ShardStore {
         segment_size: u64,
         fsync: bool,
         segments: Vec<SegmentInfo>,
-        runs: Vec<(QueueId, u64, u32, u64)>,
+        runs: Vec<(QueueId, u64, u32, u64, u64)>,
     ) -> ShardStore {
         let spare = match std::fs::metadata(dir.join(SPARE)) {
             Ok(m) if m.is_file() => Spare::Ready(m.len()),
@@ -168,6 +185,8 @@ impl ShardStore {
             segments: segments.into(),
             active_file: None,
             runs: IdMap::default(),
+            committed_seq: IdMap::default(),
+            cursors: IdMap::default(),
             relocated: IdMap::default(),
             staged: Vec::new(),
             staged_copies: 0,
@@ -180,11 +199,12 @@ impl ShardStore {
             compact_after: None,
             stats: StoreStats::default(),
         };
-        for (queue, first_seq, segment, live) in runs {
+        for (queue, first_seq, segment, live, offset) in runs {
             store.runs.entry(queue).or_default().push_back(Run {
                 first_seq,
                 segment,
                 live,
+                offset,
             });
         }
         store
@@ -296,7 +316,9 @@ impl ShardStore {
         let mut out = BytesMut::new();
         let staged = std::mem::take(&mut self.staged);
         let copies = std::mem::take(&mut self.staged_copies);
+        let mut upto: IdMap<QueueId, u64> = IdMap::default();
         for (i, (msg, queues)) in staged.iter().enumerate() {
+            let at = offset + out.len() as u64;
             out.reserve(record::HEADER + message_log::message_len(queues.len(), msg));
             record::append(&mut out, segment, |o| {
                 message_log::put_message(o, queues, msg)
@@ -309,12 +331,16 @@ impl ShardStore {
                         .insert(seq, segment);
                     self.count_in(segment, 1);
                 } else {
-                    self.add_live(queue, seq, segment);
+                    self.add_live(queue, seq, segment, at);
+                    let u = upto.entry(queue).or_default();
+                    *u = (*u).max(seq);
                 }
             }
         }
         drop(staged);
         for queue in std::mem::take(&mut self.deleted) {
+            self.committed_seq.remove(&queue);
+            self.cursors.remove(&queue);
             if let Some(runs) = self.runs.remove(&queue) {
                 for run in runs {
                     self.count_out(run.segment, run.live);
@@ -368,6 +394,7 @@ impl ShardStore {
             offset,
             new_file,
             recycle,
+            upto,
         })
     }
 
@@ -382,6 +409,54 @@ impl ShardStore {
         if let Some(s) = self.segments.iter_mut().find(|s| s.number == segment) {
             s.live = s.live.saturating_sub(n);
         }
+    }
+
+    /// Every entry of `queue` up to `seq` is on disk.
+    pub fn mark_committed(&mut self, queue: QueueId, seq: u64) {
+        let c = self.committed_seq.entry(queue).or_default();
+        *c = (*c).max(seq);
+    }
+
+    /// The highest sequence number of `queue` known to be on disk (0: none).
+    pub fn committed_seq(&self, queue: QueueId) -> u64 {
+        self.committed_seq.get(&queue).copied().unwrap_or(0)
+    }
+
+    /// Whether `(queue, seq)` was copied forward by compaction (such entries are not
+    /// evicted: reading them back would need their exact place).
+    pub fn is_relocated(&self, queue: QueueId, seq: u64) -> bool {
+        self.relocated
+            .get(&queue)
+            .is_some_and(|m| m.contains_key(&seq))
+    }
+
+    /// Where to start reading `queue`'s entries from `seq` on: where the last page-in
+    /// stopped, if that is in the run holding `seq` and not past its record, otherwise
+    /// the start of that run.
+    pub fn read_from(&self, queue: QueueId, seq: u64) -> Option<ReadAt> {
+        let runs = self.runs.get(&queue)?;
+        let at = runs
+            .partition_point(|r| r.first_seq <= seq)
+            .checked_sub(1)?;
+        let run = runs.get(at)?;
+        let start = ReadAt {
+            segment: run.segment,
+            offset: run.offset,
+        };
+        match self.cursors.get(&queue) {
+            Some(&(below, c))
+                if c.segment == run.segment && c.offset > run.offset && below <= seq =>
+            {
+                Some(c)
+            }
+            _ => Some(start),
+        }
+    }
+
+    /// A page-in of `queue` read up to `at`, having passed every record of it with a
+    /// sequence number below `below`.
+    pub fn set_cursor(&mut self, queue: QueueId, below: u64, at: ReadAt) {
+        self.cursors.insert(queue, (below, at));
     }
 
     /// The oldest segment, when compacting it is worth it: it holds a few live entries
@@ -463,7 +538,7 @@ impl ShardStore {
         true
     }
 
-    fn add_live(&mut self, queue: QueueId, seq: u64, segment: u32) {
+    fn add_live(&mut self, queue: QueueId, seq: u64, segment: u32, offset: u64) {
         let runs = self.runs.entry(queue).or_default();
         match runs.back_mut() {
             Some(run) if run.segment == segment => run.live += 1,
@@ -471,6 +546,7 @@ impl ShardStore {
                 first_seq: seq,
                 segment,
                 live: 1,
+                offset,
             }),
         }
         self.count_in(segment, 1);
@@ -508,6 +584,9 @@ impl ShardStore {
     /// segments that can be deleted, oldest first (never the active one).
     pub fn committed(&mut self, group: &Group) -> Vec<(u32, u64)> {
         self.in_flight = false;
+        for (&queue, &seq) in &group.upto {
+            self.mark_committed(queue, seq);
+        }
         self.stats.commits += 1;
         self.stats.bytes += group.data.len() as u64;
         if self.fsync {

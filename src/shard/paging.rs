@@ -1,0 +1,242 @@
+//! Owns: eviction on a shard — when message memory is above `store.page_out_fraction`
+//! of the memory high watermark, releasing the bodies of persistent ready entries of
+//! durable queues that are on disk (`Queue::evict`), and reading them back, a chunk of
+//! a segment at a time through io_uring, as the queue's head comes near them (or at
+//! once, with a plain read, for `basic.get`).
+//!
+//! Does not: decide which entries may go (`queue::paging`) or where they are
+//! (`store::shard_store::read_from`, `store::page`).
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::model::ids::QueueId;
+use crate::model::message::{BodyChunks, LocalMessage, Message};
+use crate::ops::store_event::StoreEvent;
+use crate::store::page::{self, Scan};
+use crate::store::shard_store::ReadAt;
+
+use super::{Shard, State};
+
+/// Ready entries a queue keeps in memory at its head.
+const KEEP: usize = 1024;
+/// Read back when fewer than this many entries are in memory before the evicted block.
+const LOW: usize = 256;
+/// Entries one read-back asks for.
+const BATCH: usize = 1024;
+/// Bytes read from a segment at a time (more for a larger record).
+const CHUNK: usize = 1 << 20;
+/// Chunks one read-back task reads at most.
+const CHUNKS_PER_TASK: usize = 8;
+/// Eviction passes are at least this far apart.
+const PASS_GAP: Duration = Duration::from_secs(1);
+
+/// The shared placeholder evicted entries point at: an empty message.
+pub fn placeholder() -> LocalMessage {
+    Rc::new(Message::new(
+        "".into(),
+        "".into(),
+        Bytes::new(),
+        BodyChunks::new(),
+        0,
+    ))
+}
+
+impl Shard {
+    /// Each tick: an eviction pass when memory is short (at most every second), and
+    /// read-backs for queues whose head comes near their evicted entries.
+    pub fn paging_tick(self: &Rc<Self>, now: Instant) {
+        let fraction = self.config.store.page_out_fraction;
+        let limit = (self.memory.high as f64 * fraction) as u64;
+        if fraction > 0.0 && self.memory.used() > limit && self.next_eviction.get() <= now {
+            self.next_eviction.set(now + PASS_GAP);
+            self.evict_pass();
+        }
+        let wanted: Vec<(QueueId, Vec<u64>)> = {
+            let mut st = self.state.borrow_mut();
+            let st = &mut *st;
+            st.evicting
+                .retain(|q| st.queues.get(q).is_some_and(|q| q.evicted_count() > 0));
+            st.evicting
+                .iter()
+                .filter(|q| !st.paging_in.contains(q))
+                .filter_map(|q| {
+                    let plan = st.queues.get(q)?.page_in_plan(LOW, BATCH);
+                    (!plan.is_empty()).then_some((*q, plan))
+                })
+                .collect()
+        };
+        for (queue, seqs) in wanted {
+            self.state.borrow_mut().paging_in.push(queue);
+            tokio_uring::spawn(read_back(Rc::clone(self), queue, seqs));
+        }
+    }
+
+    fn evict_pass(&self) {
+        let mut st = self.state.borrow_mut();
+        let st = &mut *st;
+        let store = self.store.borrow();
+        for (id, q) in st.queues.iter_mut() {
+            if !q.can_evict() || q.ready_count() <= KEEP {
+                continue;
+            }
+            let committed = store.committed_seq(*id);
+            let (n, bytes) = q.evict(KEEP, committed, &self.placeholder, |seq| {
+                !store.is_relocated(*id, seq)
+            });
+            if n > 0 {
+                StoreEvent::Evicted {
+                    vhost: q.vhost.clone(),
+                    queue: q.name.to_string(),
+                    messages: n,
+                    bytes,
+                    on_disk_only: q.evicted_count(),
+                }
+                .emit();
+                if !st.evicting.contains(id) {
+                    st.evicting.push(*id);
+                }
+            }
+        }
+    }
+}
+
+/// Puts what a chunk gave back into the queue; returns the sequence numbers still
+/// wanted.
+fn apply(st: &mut State, queue: QueueId, scan: Scan, mut wanted: Vec<u64>) -> Vec<u64> {
+    if let Some(q) = st.queues.get_mut(&queue) {
+        for (seq, parts) in scan.found {
+            q.page_in(seq, Rc::new(parts.build()));
+            if let Ok(i) = wanted.binary_search(&seq) {
+                wanted.remove(i);
+            }
+        }
+        if q.has_consumers() {
+            st.mark_dirty(queue);
+        }
+    }
+    wanted
+}
+
+/// Bytes to read at `at` so that at least one whole record is in the chunk.
+fn chunk_len(first_record_len: Option<u32>) -> usize {
+    match first_record_len {
+        Some(n) => CHUNK.max(crate::store::record::HEADER + n as usize),
+        None => CHUNK,
+    }
+}
+
+/// Reads evicted entries `wanted` (sorted) of `queue` back from its segments.
+async fn read_back(shard: Rc<Shard>, queue: QueueId, mut wanted: Vec<u64>) {
+    let mut len = CHUNK;
+    let mut last: Option<ReadAt> = None;
+    for _ in 0..CHUNKS_PER_TASK {
+        let Some(&first) = wanted.first() else {
+            break;
+        };
+        let Some(at) = shard.store.borrow().read_from(queue, first) else {
+            break;
+        };
+        if last == Some(at) && len == CHUNK {
+            // Nothing more to find where the store says to look.
+            break;
+        }
+        last = Some(at);
+        let path = shard.store.borrow().segment_path(at.segment);
+        let Ok(file) = tokio_uring::fs::File::open(&path).await else {
+            break;
+        };
+        let (res, buf) = file.read_at(Vec::with_capacity(len), at.offset).await;
+        let _ = file.close().await;
+        let Ok(n) = res else {
+            break;
+        };
+        let chunk = Bytes::from(buf);
+        let first_len = chunk
+            .get(..4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let scan = page::scan(chunk, at.segment, queue, &wanted, n < len);
+        if scan.consumed == 0 && !scan.segment_done {
+            len = chunk_len(first_len);
+            continue;
+        }
+        len = CHUNK;
+        let advanced = ReadAt {
+            segment: at.segment,
+            offset: at.offset + scan.consumed as u64,
+        };
+        if scan.max_seen > 0 {
+            shard
+                .store
+                .borrow_mut()
+                .set_cursor(queue, scan.max_seen + 1, advanced);
+        }
+        wanted = apply(&mut shard.state.borrow_mut(), queue, scan, wanted);
+    }
+    shard.state.borrow_mut().paging_in.retain(|q| *q != queue);
+    shard.flush();
+}
+
+impl State {
+    /// Reads the evicted head of `queue` back at once, with plain reads (for
+    /// `basic.get`, which answers now).
+    pub fn read_back_now(&mut self, shard: &Shard, queue: QueueId) {
+        use std::os::unix::fs::FileExt;
+        let Some(mut wanted) = self
+            .queues
+            .get(&queue)
+            .map(|q| q.page_in_plan(usize::MAX, BATCH))
+        else {
+            return;
+        };
+        let mut len = CHUNK;
+        let mut last = None;
+        for _ in 0..CHUNKS_PER_TASK * 4 {
+            let Some(&first) = wanted.first() else {
+                return;
+            };
+            let Some(at) = shard.store.borrow().read_from(queue, first) else {
+                return;
+            };
+            if last == Some(at) && len == CHUNK {
+                return;
+            }
+            last = Some(at);
+            let path = shard.store.borrow().segment_path(at.segment);
+            let Ok(file) = std::fs::File::open(&path) else {
+                return;
+            };
+            let mut buf = vec![0u8; len];
+            let Ok(n) = file.read_at(&mut buf, at.offset) else {
+                return;
+            };
+            buf.truncate(n);
+            let chunk = Bytes::from(buf);
+            let first_len = chunk
+                .get(..4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            let scan = page::scan(chunk, at.segment, queue, &wanted, n < len);
+            if scan.consumed == 0 && !scan.segment_done {
+                len = chunk_len(first_len);
+                continue;
+            }
+            len = CHUNK;
+            if scan.max_seen > 0 {
+                let advanced = ReadAt {
+                    segment: at.segment,
+                    offset: at.offset + scan.consumed as u64,
+                };
+                shard
+                    .store
+                    .borrow_mut()
+                    .set_cursor(queue, scan.max_seen + 1, advanced);
+            }
+            wanted = apply(self, queue, scan, wanted);
+            if self.queues.get(&queue).is_none_or(|q| !q.head_evicted()) {
+                return;
+            }
+        }
+    }
+}
