@@ -44,13 +44,19 @@ impl Persistence {
         definitions_bytes: u64,
         disk: Arc<DiskBoard>,
     ) -> Persistence {
-        let store = ShardStore::new(
+        let mut store = ShardStore::new(
             shard_store::shard_dir(&config.data_dir, usize::from(shard)),
             config.store.segment_size,
             config.store.fsync,
             std::mem::take(&mut recovered.segments),
             std::mem::take(&mut recovered.runs),
         );
+        // Everything recovered is on disk (and may be evicted again).
+        for (queue, entries) in &recovered.queues {
+            if let Some(last) = entries.last() {
+                store.mark_committed(*queue, last.seq);
+            }
+        }
         disk.post(usize::from(shard), store.disk_bytes());
         let definitions = (shard == 0).then(|| {
             disk.post_definitions(definitions_bytes);
