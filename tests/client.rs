@@ -24,9 +24,16 @@ use tokio::time::timeout;
 const LIMIT: Duration = Duration::from_secs(10);
 
 fn broker() -> (sluice::server::Broker, String) {
+    // Each in-process broker gets its own data dir (a data dir takes one broker).
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let data_dir =
+        std::env::temp_dir().join(format!("sluice-client-test-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
     let config = Config {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         shards: 2,
+        data_dir,
         ..Config::default()
     };
     let broker = sluice::server::start(config).expect("broker starts");

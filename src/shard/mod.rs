@@ -184,8 +184,9 @@ pub struct Shard {
     pub definitions: RefCell<Option<crate::store::definitions_writer::DefinitionsWriter>>,
     /// Store sizes and the disk-quota alarms.
     pub disk: Arc<crate::store::quota::DiskBoard>,
-    /// What evicted entries point at instead of their message (`paging`).
-    pub placeholder: crate::model::message::LocalMessage,
+    /// What evicted entries point at instead of their message (`paging`); made at the
+    /// first eviction.
+    pub placeholder: std::cell::OnceCell<crate::model::message::LocalMessage>,
     /// No eviction pass before this.
     pub next_eviction: Cell<Instant>,
 }
@@ -241,7 +242,7 @@ impl Shard {
             store: RefCell::new(persistence.store),
             definitions: RefCell::new(persistence.definitions),
             disk: persistence.disk,
-            placeholder: paging::placeholder(),
+            placeholder: std::cell::OnceCell::new(),
             next_eviction: Cell::new(now),
         }
     }

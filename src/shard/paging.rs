@@ -83,7 +83,8 @@ impl Shard {
                 continue;
             }
             let committed = store.committed_seq(*id);
-            let (n, bytes) = q.evict(KEEP, committed, &self.placeholder, |seq| {
+            let placeholder = self.placeholder.get_or_init(placeholder);
+            let (n, bytes) = q.evict(KEEP, committed, placeholder, |seq| {
                 !store.is_relocated(*id, seq)
             });
             if n > 0 {
