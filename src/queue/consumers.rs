@@ -338,12 +338,9 @@ impl Queue {
         // No-ack dispatches leave the queue's entries but stay held until written; their
         // totals are applied once after the loop.
         let (mut gone, mut gone_bytes) = (0u64, 0u64);
+        // An evicted head (its body on disk only) ends the loop: `pop_ready_by` stops
+        // there and the shard reads it back.
         while sent < budget && !H::is_empty(&self.ready) {
-            if self.head_evicted() {
-                // Its body is on disk only: the shard reads it back, then dispatches.
-                self.page_in_wanted = true;
-                break;
-            }
             // Next consumer with credit, starting at the rotation point.
             let Some(found) = next(&self.consumers, pick) else {
                 break;

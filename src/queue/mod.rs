@@ -246,18 +246,21 @@ impl Queue {
         &self,
         range: std::ops::Range<u64>,
         limit: usize,
-        out: &mut Vec<(u64, LocalMessage)>,
+        out: &mut Vec<(u64, LocalMessage, bool)>,
     ) {
         let start = out.len();
-        let mut take = |e: &Entry| {
+        // With whether it was delivered (awaiting ack, or returned): its copy must keep
+        // the delivered mark.
+        let mut take = |e: &Entry, delivered: bool| {
             // An evicted entry's message is a placeholder: it stays where it is.
             if e.persistent && !e.evicted && out.len() - start < limit {
-                out.push((e.seq, LocalMessage::clone(&e.msg)));
+                out.push((e.seq, LocalMessage::clone(&e.msg), delivered));
             }
         };
-        self.ready.for_each_in(range.clone(), &mut take);
+        self.ready
+            .for_each_in(range.clone(), |e| take(e, e.redelivered));
         for e in self.unacked.range(range).map(|(_, e)| e) {
-            take(e);
+            take(e, true);
         }
     }
 
@@ -497,12 +500,8 @@ impl Queue {
         if let Some(channel) = from {
             self.note_getter(channel, now);
         }
-        if self.head_evicted() {
-            // The shard reads the head back before it asks (`shard::persist`); a
-            // placeholder is never handed out.
-            self.page_in_wanted = true;
-            return None;
-        }
+        // An evicted head is never handed out (`pop_ready` stops at it; the shard reads
+        // it back before it asks, `shard::paging`).
         let entry = self.pop_ready(now)?;
         if no_ack {
             self.counters.consumed += 1;
@@ -553,6 +552,16 @@ impl Queue {
     #[inline(always)]
     fn pop_ready_by<H: Head>(&mut self, now: Instant) -> Option<Entry> {
         loop {
+            if self.evicted > 0
+                && self
+                    .ready
+                    .front()
+                    .is_some_and(|e| e.evicted && !e.is_expired(now))
+            {
+                // Its body is on disk only (an expired one may still be dropped).
+                self.page_in_wanted = true;
+                return None;
+            }
             let entry = self.take_head_by::<H>()?;
             if entry.is_expired(now) {
                 self.counters.expired += 1;

@@ -497,3 +497,47 @@ fn single_active_consumer_fails_over_in_registration_order() {
     q.remove_consumers_where(|t| t.consumer == 2);
     assert_eq!(q.single_active().map(|c| c.key), Some(third));
 }
+
+#[test]
+fn an_evicted_entry_behind_expired_ones_is_never_handed_out() {
+    let t0 = Instant::now();
+    let mut s = settings(Some(100));
+    s.stored = true;
+    s.durable = true;
+    let mut q = Queue::new(
+        QueueId(1),
+        0,
+        "/".into(),
+        "q".into(),
+        s,
+        QueueLimits::new(Duration::from_secs(5)),
+        t0,
+    );
+    q.enqueue(persistent_msg(b"a"), t0);
+    q.enqueue(persistent_msg(b"b"), t0);
+    let t50 = t0 + Duration::from_millis(50);
+    for _ in 0..10 {
+        q.enqueue(persistent_msg(b"later"), t50);
+    }
+    let placeholder = persistent_msg(b"");
+    let (n, _) = q.evict(2, u64::MAX, &placeholder, |_| true);
+    assert_eq!(n, 10);
+    // The two loaded entries expire; the head is then evicted and not expired.
+    let t120 = t0 + Duration::from_millis(120);
+    assert!(q.get(t120, true, None).is_none());
+    assert!(q.page_in_wanted);
+    assert_eq!(
+        q.ready_count(),
+        10,
+        "the expired two went, the evicted ten wait"
+    );
+    assert!(q.page_in(3, persistent_msg(b"later")));
+    let (e, _) = q.get(t120, true, None).expect("read back");
+    assert_eq!((e.seq, e.evicted, e.msg.body_size()), (3, false, 5));
+    // Once expired, an evicted entry is dropped without being read back.
+    assert!(q
+        .get(t50 + Duration::from_millis(101), true, None)
+        .is_none());
+    assert_eq!(q.ready_count(), 0);
+    assert_eq!(q.evicted_count(), 0);
+}

@@ -123,10 +123,27 @@ fn apply(st: &mut State, queue: QueueId, scan: Scan, mut wanted: Vec<u64>) -> Ve
 
 /// Bytes to read at `at` so that at least one whole record is in the chunk.
 fn chunk_len(first_record_len: Option<u32>) -> usize {
+    use crate::store::record::{HEADER, MAX_RECORD};
     match first_record_len {
-        Some(n) => CHUNK.max(crate::store::record::HEADER + n as usize),
+        Some(n) => CHUNK.max(HEADER + (n as usize).min(MAX_RECORD)),
         None => CHUNK,
     }
+}
+
+/// Where the next read of `queue` may start after a chunk read from `at`: past the
+/// chunk's whole records, for every sequence number above those seen in it — or, when
+/// it held none of the queue's records, for `first` (the one looked for) and above.
+fn advance(shard: &Shard, queue: QueueId, at: ReadAt, scan: &Scan, first: u64) {
+    let below = if scan.max_seen > 0 {
+        scan.max_seen + 1
+    } else {
+        first
+    };
+    let next = ReadAt {
+        segment: at.segment,
+        offset: at.offset + scan.consumed as u64,
+    };
+    shard.store.borrow_mut().set_cursor(queue, below, next);
 }
 
 /// Reads evicted entries `wanted` (sorted) of `queue` back from its segments.
@@ -164,16 +181,7 @@ async fn read_back(shard: Rc<Shard>, queue: QueueId, mut wanted: Vec<u64>) {
             continue;
         }
         len = CHUNK;
-        let advanced = ReadAt {
-            segment: at.segment,
-            offset: at.offset + scan.consumed as u64,
-        };
-        if scan.max_seen > 0 {
-            shard
-                .store
-                .borrow_mut()
-                .set_cursor(queue, scan.max_seen + 1, advanced);
-        }
+        advance(&shard, queue, at, &scan, first);
         wanted = apply(&mut shard.state.borrow_mut(), queue, scan, wanted);
     }
     shard.state.borrow_mut().paging_in.retain(|q| *q != queue);
@@ -194,7 +202,9 @@ impl State {
         };
         let mut len = CHUNK;
         let mut last = None;
-        for _ in 0..CHUNKS_PER_TASK * 4 {
+        // At most a few chunks: this read blocks the shard (a `basic.get` must answer
+        // now); a consumer's read-back is asynchronous.
+        for _ in 0..CHUNKS_PER_TASK {
             let Some(&first) = wanted.first() else {
                 return;
             };
@@ -224,16 +234,7 @@ impl State {
                 continue;
             }
             len = CHUNK;
-            if scan.max_seen > 0 {
-                let advanced = ReadAt {
-                    segment: at.segment,
-                    offset: at.offset + scan.consumed as u64,
-                };
-                shard
-                    .store
-                    .borrow_mut()
-                    .set_cursor(queue, scan.max_seen + 1, advanced);
-            }
+            advance(shard, queue, at, &scan, first);
             wanted = apply(self, queue, scan, wanted);
             if self.queues.get(&queue).is_none_or(|q| !q.head_evicted()) {
                 return;

@@ -152,7 +152,23 @@ impl Shard {
         if let Some(group) = group {
             let confirms = std::mem::take(&mut self.state.borrow_mut().held_confirms);
             tokio_uring::spawn(write_group(Rc::clone(self), group, confirms));
+            return;
         }
+        // Confirms held with nothing left to write (a parked publish whose message was
+        // staged in an earlier turn): once no group is being written, every earlier
+        // group is on disk, so they may go.
+        if self.store.borrow().in_flight {
+            return;
+        }
+        let mut st = self.state.borrow_mut();
+        if st.held_confirms.is_empty() {
+            return;
+        }
+        for done in std::mem::take(&mut st.held_confirms) {
+            st.outbox.confirm(done.channel.shard, done);
+        }
+        drop(st);
+        self.flush_soon();
     }
 
     /// Records the durable ones among `changes` (judged before they are applied) and
@@ -243,8 +259,14 @@ impl Shard {
                 };
                 found.clear();
                 q.persistent_in(range, COMPACT_MAX_LIVE as usize, &mut found);
-                for (seq, msg) in &found {
-                    copied += u64::from(store.relocate(queue, *seq, msg, segment));
+                for (seq, msg, delivered) in &found {
+                    if store.relocate(queue, *seq, msg, segment) {
+                        copied += 1;
+                        if *delivered {
+                            // The delivered mark may be in the segment that goes.
+                            crate::model::journal::delivered(queue, *seq);
+                        }
+                    }
                 }
             }
             // Entries the queues no longer hold are gone records not yet sealed: try
@@ -316,8 +338,10 @@ async fn group_file(shard: &Shard, group: &Group) -> std::io::Result<Rc<tokio_ur
     let (path, dir) = {
         let store = shard.store.borrow();
         if !group.new_file {
-            if let Some(f) = &store.active_file {
-                return Ok(Rc::clone(f));
+            if let Some((number, f)) = &store.active_file {
+                if *number == group.segment {
+                    return Ok(Rc::clone(f));
+                }
             }
         }
         (store.segment_path(group.segment), store.dir().to_path_buf())
@@ -335,14 +359,13 @@ async fn group_file(shard: &Shard, group: &Group) -> std::io::Result<Rc<tokio_ur
         .write(true)
         .open(&path)
         .await?;
-    if group.new_file {
-        // The new file's name must survive a power cut as well as its contents.
-        let handle = tokio_uring::fs::File::open(&dir).await?;
-        handle.sync_all().await?;
-        let _ = handle.close().await;
-    }
+    // A file opened for the first time may be new: its name must survive a power cut
+    // as well as its contents (once per segment).
+    let handle = tokio_uring::fs::File::open(&dir).await?;
+    handle.sync_all().await?;
+    let _ = handle.close().await;
     let file = Rc::new(file);
-    shard.store.borrow_mut().active_file = Some(Rc::clone(&file));
+    shard.store.borrow_mut().active_file = Some((group.segment, Rc::clone(&file)));
     Ok(file)
 }
 

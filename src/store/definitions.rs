@@ -314,6 +314,16 @@ impl Definitions {
                     routing_key: r.shortstr("routing key").map_err(bad)?,
                     arguments: r.table("arguments").map_err(bad)?,
                 };
+                // A binding recorded after its queue's deletion (planned while the delete
+                // waited for its fsync) binds nothing; a later queue of the same name
+                // must not inherit it.
+                if tag == BIND
+                    && !self
+                        .queues
+                        .contains_key(&(vhost.clone(), binding.destination.clone()))
+                {
+                    return Ok(());
+                }
                 let list = if matches!(tag, BIND | UNBIND) {
                     self.bindings.entry(vhost).or_default()
                 } else {
@@ -485,20 +495,24 @@ pub fn load(data_dir: &Path) -> std::io::Result<Loaded> {
         ..Definitions::default()
     };
     let mut records = record::Records::new(data, 0);
-    let mut truncated = None;
-    for payload in records.by_ref() {
-        if let Err(e) = definitions.replay(payload) {
-            truncated = Some((0, e.to_string()));
+    loop {
+        let at = records.good_len();
+        let Some(payload) = records.next() else {
             break;
+        };
+        // A record that passed its checksum but does not decode (written by a newer
+        // sluice, say) is skipped with a warning; the ones after it still count.
+        if let Err(e) = definitions.replay(payload) {
+            tracing::warn!(
+                target: "sluice::ops",
+                "{}: definition record at offset {at} skipped: {e}",
+                path.display()
+            );
         }
     }
-    if truncated.is_none() {
-        if let Some((at, damage)) = records.damage() {
-            truncated = Some((*at, damage.to_string()));
-        }
-    } else {
-        truncated = truncated.map(|(_, why)| (records.good_len(), why));
-    }
+    let truncated = records
+        .damage()
+        .map(|(at, damage)| (*at, damage.to_string()));
     Ok(Loaded {
         definitions,
         truncated,

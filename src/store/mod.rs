@@ -146,23 +146,13 @@ pub fn open(
             "durable definitions of vhost {vhost:?} are not loaded: the vhost is not configured"
         );
     }
-    // Every defined queue: its vhost and name (for the log) and its home now.
+    // Every defined queue: its vhost and name (for the log) and its home now — also
+    // those of a vhost this run does not load: their messages stay counted on disk
+    // (never collected, carried along by a re-homing) until the vhost is back.
     let mut queues: HashMap<QueueId, (String, String, usize)> = HashMap::new();
-    for change in &changes {
-        if let DirectoryChange::DeclareQueue { vhost, meta } = change {
-            let vhost_name = directory
-                .vhost(*vhost)
-                .map(|v| v.name.clone())
-                .unwrap_or_default();
-            queues.insert(
-                meta.queue.id,
-                (
-                    vhost_name,
-                    meta.name.to_string(),
-                    usize::from(meta.queue.home),
-                ),
-            );
-        }
+    for ((vhost, name), q) in &defs.queues {
+        let home = usize::from(home_shard(vhost, name.as_bytes(), shards));
+        queues.insert(q.id, (vhost.clone(), name.to_string(), home));
     }
     let segment_size = config.store.segment_size;
     let recorded = rehome::recorded_shards(data_dir).map_err(fail)?;

@@ -77,14 +77,18 @@ pub fn recorded_shards(data_dir: &Path) -> std::io::Result<Option<usize>> {
 /// Writes `store.meta` for `shards` into `dir` and syncs it.
 pub fn write_meta(dir: &Path, shards: usize) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let path = dir.join(META);
-    let mut f = std::fs::File::create(&path)?;
-    writeln!(
-        f,
-        "# written by sluice; the shard count these segments are laid out for"
-    )?;
-    writeln!(f, "shards = {shards}")?;
-    f.sync_all()?;
+    // Written beside it and renamed over it: a crash never leaves it empty.
+    let tmp = dir.join(format!("{META}.tmp"));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        writeln!(
+            f,
+            "# written by sluice; the shard count these segments are laid out for"
+        )?;
+        writeln!(f, "shards = {shards}")?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, dir.join(META))?;
     super::sync_dir(dir)
 }
 

@@ -135,8 +135,8 @@ pub struct ShardStore {
     segment_size: u64,
     pub fsync: bool,
     segments: VecDeque<SegmentInfo>,
-    /// The active segment's open file, once opened.
-    pub active_file: Option<Rc<tokio_uring::fs::File>>,
+    /// The active segment's open file, once opened, with its segment number.
+    pub active_file: Option<(u32, Rc<tokio_uring::fs::File>)>,
     runs: IdMap<QueueId, VecDeque<Run>>,
     /// Per queue, every entry up to this sequence number is on disk (written in a
     /// committed group): only those may be evicted from memory.
@@ -281,6 +281,7 @@ impl ShardStore {
         journal::swap(&mut self.scratch);
         let mut new_file = false;
         let mut recycle = false;
+        let was_recycled_active = self.recycled_active;
         let roll = match self.segments.back() {
             None => true,
             Some(s) => s.size >= self.segment_size,
@@ -380,6 +381,18 @@ impl ShardStore {
             }
         }
         self.scratch.delivered = delivered;
+        if new_file && out.is_empty() {
+            // Nothing to write after all (the group only dropped a deleted queue's
+            // entries): the new segment is not started, and its file not taken.
+            if let Some(s) = self.segments.pop_back() {
+                if recycle {
+                    self.spare = Spare::Ready(s.recycled_len);
+                }
+            }
+            self.recycled_active = was_recycled_active;
+            new_file = false;
+            recycle = false;
+        }
         if let Some(s) = self.segments.back_mut() {
             s.size += out.len() as u64;
         }
@@ -406,7 +419,9 @@ impl ShardStore {
     }
 
     fn count_out(&mut self, segment: u32, n: u64) {
-        if let Some(s) = self.segments.iter_mut().find(|s| s.number == segment) {
+        // Segments are in number order.
+        let at = self.segments.partition_point(|s| s.number < segment);
+        if let Some(s) = self.segments.get_mut(at).filter(|s| s.number == segment) {
             s.live = s.live.saturating_sub(n);
         }
     }
@@ -747,6 +762,34 @@ mod tests {
         let mut r = record::Records::new(g.data.clone(), g.segment);
         assert_eq!(r.by_ref().count(), 1);
         assert!(r.ended_at_stale());
+    }
+
+    #[test]
+    fn a_group_with_nothing_to_write_does_not_start_a_segment() {
+        let mut s = store(4096);
+        let big = msg(&[6u8; 5000]);
+        s.stage(QueueId(1), 1, &big);
+        let g = s.seal().expect("g");
+        s.committed(&g);
+        s.stage(QueueId(2), 1, &big);
+        let g = s.seal().expect("g");
+        assert_eq!((g.segment, g.new_file), (2, true));
+        s.committed(&g);
+        s.spare = Spare::Ready(9_000);
+        // Queue 1 is deleted with its ready entry: nothing to write, segment 2 is full.
+        s.queue_deleted(QueueId(1));
+        journal::gone(QueueId(1), 1);
+        let g = s.seal().expect("the deletion");
+        assert!(g.data.is_empty() && !g.new_file && !g.recycle);
+        assert_eq!(s.spare, Spare::Ready(9_000), "the spare is not taken");
+        s.committed(&g);
+        // The next write starts segment 3, in a file of its own.
+        s.stage(QueueId(2), 2, &big);
+        let g = s.seal().expect("g");
+        assert_eq!(
+            (g.segment, g.offset, g.new_file, g.recycle),
+            (3, 0, true, true)
+        );
     }
 
     #[test]

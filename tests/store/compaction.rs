@@ -11,7 +11,8 @@ use crate::support::*;
 
 store_tests!(
     an_old_message_does_not_pin_the_segments_after_it,
-    recycled_segments_bring_nothing_back
+    recycled_segments_bring_nothing_back,
+    a_copied_delivered_message_comes_back_redelivered
 );
 
 const SEGMENT: u64 = 65_536;
@@ -120,6 +121,50 @@ async fn recycled_segments_bring_nothing_back() {
     assert_series(&got, q, 1000..1024, SIZE, |_| false);
     let damage = texts_with(&broker, "MST-1010");
     assert!(damage.is_empty(), "recovery reported damage: {damage:?}");
+    conn.close().await;
+    stop(&mut broker);
+}
+
+/// `[store] segment_size = 65536`. Two durable queues on one shard: `held` gets message
+/// 0, which a channel takes with `basic.get` and never acks; `busy` then gets 1 MiB that
+/// is consumed and acked, so compaction copies `held`'s message forward and the old
+/// segments go (at most 2 remain). After kill -9 and a restart, message 0 comes back
+/// with redelivered=true: the copy keeps the delivered mark of the segment it left.
+async fn a_copied_delivered_message_comes_back_redelivered() {
+    let node = Node::new(Some(&format!("[store]\nsegment_size = {SEGMENT}\n")));
+    let mut broker = node.start(SHARDS);
+    let qs = queues_on("store-mark", SHARDS, 2);
+    let (held, busy) = (&qs[0], &qs[1]);
+    let shard = home(held, SHARDS);
+    let conn = broker.connect().await;
+    let mut p = Publisher::open(&conn).await;
+    declare_durable(&p.ch, held).await;
+    declare_durable(&p.ch, busy).await;
+    p.publish("", held, persistent(), &body(held, 0, SIZE))
+        .await;
+    p.wait_all().await;
+    let getter = conn.channel().await;
+    let (_, _, b) = getter.get(held, false).await.expect("basic.get-ok");
+    assert_eq!(b, body(held, 0, SIZE));
+    for i in 0..256 {
+        p.publish("", busy, persistent(), &body(busy, i, SIZE))
+            .await;
+        if i % 8 == 7 {
+            p.wait_all().await;
+        }
+    }
+    p.wait_all().await;
+    let got = drain(&conn, busy).await;
+    assert_eq!(got.len(), 256);
+    let compacted = eventually(Duration::from_secs(10), || async {
+        segments(node.data(), shard).len() <= 2
+    })
+    .await;
+    assert!(compacted, "no compaction: {}", disk_report(node.data()));
+    crash(&mut broker, &node, SHARDS);
+    let conn = broker.connect().await;
+    let got = drain(&conn, held).await;
+    assert_series(&got, held, 0..1, SIZE, |_| true);
     conn.close().await;
     stop(&mut broker);
 }

@@ -9,7 +9,8 @@ use crate::support::*;
 
 store_tests!(
     bodies_leave_memory_and_come_back_in_order,
-    recovered_messages_are_evicted_and_read_back
+    recovered_messages_are_evicted_and_read_back,
+    sparse_records_are_found_however_far_apart
 );
 
 const SIZE: usize = 4096;
@@ -110,6 +111,63 @@ async fn recovered_messages_are_evicted_and_read_back() {
     let conn = broker.connect().await;
     let got = drain(&conn, q).await;
     assert_series(&got, q, 0..COUNT, SIZE, |_| false);
+    conn.close().await;
+    stop(&mut broker);
+}
+
+/// `[memory] high_watermark = 8 MiB`, `page_out_fraction = 0.05` (evict above about
+/// 400 KB). Two durable queues on one shard: `sparse` gets 1,024 persistent 1 KiB
+/// messages, then 40 more, each followed by two 700 KB messages to `busy` that are
+/// consumed and acked at once — so the records of `sparse`'s last 40 lie more than a
+/// read-back chunk (1 MiB) apart in the segments. Once MST-1012 says those 40 are on
+/// disk only, a consumer of `sparse` receives all 1,064 in order, intact (a read-back
+/// that found nothing of its queue in a chunk once stalled there for ever).
+async fn sparse_records_are_found_however_far_apart() {
+    const DENSE: u64 = 1024;
+    const SPARSE: u64 = 40;
+    const SMALL: usize = 1024;
+    const BIG: usize = 700 * 1024;
+    let node = Node::new(Some(
+        "[memory]\nhigh_watermark = 8388608\nreport_interval_ms = 100\n\
+         [store]\npage_out_fraction = 0.05\n",
+    ));
+    let mut broker = node.start(SHARDS);
+    let qs = queues_on("store-sparse", SHARDS, 2);
+    let (sparse, busy) = (&qs[0], &qs[1]);
+    let conn = broker.connect().await;
+    let mut p = Publisher::open(&conn).await;
+    declare_durable(&p.ch, sparse).await;
+    declare_durable(&p.ch, busy).await;
+    for i in 0..DENSE {
+        p.publish("", sparse, persistent(), &body(sparse, i, SMALL))
+            .await;
+    }
+    p.wait_all().await;
+    for i in DENSE..DENSE + SPARSE {
+        p.publish("", sparse, persistent(), &body(sparse, i, SMALL))
+            .await;
+        p.publish("", busy, persistent(), &body(busy, 2 * i, BIG))
+            .await;
+        p.publish("", busy, persistent(), &body(busy, 2 * i + 1, BIG))
+            .await;
+        p.wait_all().await;
+        let got = drain(&conn, busy).await;
+        assert_eq!(got.len(), 2);
+    }
+    let line = format!("[vh(/)/qu({sparse})] MST-1012 : Evicted");
+    let all_evicted = eventually(Duration::from_secs(10), || async {
+        texts_with(&broker, &line)
+            .last()
+            .is_some_and(|l| l.ends_with(&format!(": {SPARSE} on disk only")))
+    })
+    .await;
+    assert!(
+        all_evicted,
+        "the {SPARSE} sparse entries were not evicted: {:?}",
+        texts_with(&broker, "MST-1012")
+    );
+    let got = drain(&conn, sparse).await;
+    assert_series(&got, sparse, 0..DENSE + SPARSE, SMALL, |_| false);
     conn.close().await;
     stop(&mut broker);
 }
