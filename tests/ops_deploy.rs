@@ -42,8 +42,14 @@ impl Sluice {
         let mut child = cmd.spawn().expect("spawn sluice");
         let logs = Arc::new(Mutex::new(Vec::new()));
         for pipe in [
-            child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-            child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
         ]
         .into_iter()
         .flatten()
@@ -125,7 +131,9 @@ impl Drop for Sluice {
 fn recv(socket: &UnixDatagram, timeout: Duration) -> String {
     socket.set_read_timeout(Some(timeout)).expect("timeout");
     let mut buf = [0u8; 4096];
-    let n = socket.recv(&mut buf).expect("a notification within the deadline");
+    let n = socket
+        .recv(&mut buf)
+        .expect("a notification within the deadline");
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
@@ -142,7 +150,9 @@ fn ready_then_stopping(socket: &UnixDatagram, notify_socket: &str) {
         "{ready:?}"
     );
     assert!(
-        lines.iter().any(|l| l.starts_with("STATUS=ready: 2 shards")),
+        lines
+            .iter()
+            .any(|l| l.starts_with("STATUS=ready: 2 shards")),
         "{ready:?}"
     );
     // Readiness follows BRK-1004 (every shard accepts): a full handshake succeeds now.
@@ -169,8 +179,8 @@ fn systemd_notify_on_a_path_socket() {
 fn systemd_notify_on_an_abstract_socket() {
     use std::os::linux::net::SocketAddrExt;
     let name = unique("sluice-notify-abstract");
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-        .expect("abstract name");
+    let addr =
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract name");
     let socket = UnixDatagram::bind_addr(&addr).expect("bind abstract socket");
     ready_then_stopping(&socket, &format!("@{name}"));
 }
@@ -217,7 +227,12 @@ fn json_line(broker: &Sluice, code: &str) -> serde_json::Value {
 #[test]
 fn json_log_lines_carry_their_parts_as_fields() {
     let mut broker = Sluice::start(
-        &["--log-format", "json", "--log-level", "info,sluice::ops=debug"],
+        &[
+            "--log-format",
+            "json",
+            "--log-level",
+            "info,sluice::ops=debug",
+        ],
         &[],
     );
     json_line(&broker, "BRK-1004");
@@ -272,8 +287,8 @@ fn json_log_lines_carry_their_parts_as_fields() {
     let status = broker.wait_exit(Duration::from_secs(10));
     assert!(status.success(), "exit {status}");
     for line in broker.logs() {
-        let value: serde_json::Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        let value: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
         assert!(value.is_object(), "{line}");
         assert!(value["timestamp"].is_string(), "{line}");
     }

@@ -81,10 +81,11 @@ impl Cli {
             config.log_level = level.clone();
         }
         if let Some(format) = &self.log_format {
-            config.log_format = LogFormat::parse(format).map_err(|reason| ConfigError::Invalid {
-                key: "--log-format".to_owned(),
-                reason,
-            })?;
+            config.log_format =
+                LogFormat::parse(format).map_err(|reason| ConfigError::Invalid {
+                    key: "--log-format".to_owned(),
+                    reason,
+                })?;
         }
         let limit = |flag: &str, text: &str| {
             MemoryLimit::parse(text).map_err(|reason| ConfigError::Invalid {

@@ -271,8 +271,8 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         set(&mut config.data_dir, b.data_dir.map(Into::into));
         set(&mut config.log_level, b.log_level);
         if let Some(format) = b.log_format {
-            config.log_format = super::LogFormat::parse(&format)
-                .map_err(|e| format!("broker.log_format: {e}"))?;
+            config.log_format =
+                super::LogFormat::parse(&format).map_err(|e| format!("broker.log_format: {e}"))?;
         }
     }
     if let Some(a) = file.auth {

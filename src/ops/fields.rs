@@ -173,12 +173,10 @@ impl StoreEvent {
             },
             StoreEvent::QueueRecovered { vhost, queue, .. }
             | StoreEvent::Evicted { vhost, queue, .. } => LogFields::queue(code, vhost, queue),
-            StoreEvent::Overfull { vhost, .. } | StoreEvent::Underfull { vhost, .. } => {
-                LogFields {
-                    vhost: Some(vhost),
-                    ..LogFields::code(code)
-                }
-            }
+            StoreEvent::Overfull { vhost, .. } | StoreEvent::Underfull { vhost, .. } => LogFields {
+                vhost: Some(vhost),
+                ..LogFields::code(code)
+            },
         }
     }
 }
