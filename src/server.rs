@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::config::{Config, ConfigError};
 use crate::ops::event::OpsEvent;
+use crate::ops::notify;
 use crate::shard::inbox::{self, ShardMsg};
 use crate::shard::memory::MemoryBoard;
 use crate::shard::runtime::{self, RecoveredSeed, ShardSeed};
@@ -127,7 +128,18 @@ pub fn abort_on_panic() {
     }));
 }
 
-/// Starts all shards and returns once every one accepts connections.
+/// The systemd status line sent with `READY=1`.
+fn ready_status(config: &Config, addresses: &[std::net::SocketAddr]) -> String {
+    let listening: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
+    format!(
+        "ready: {} shards, listening on {}",
+        config.shards,
+        listening.join(", ")
+    )
+}
+
+/// Starts all shards and returns once every one accepts connections; then tells systemd
+/// (`READY=1`, when `$NOTIFY_SOCKET` is set).
 pub fn start(config: Config) -> Result<Broker, StartError> {
     check_cores(&config).map_err(StartError::Config)?;
     let config = Arc::new(config);
@@ -205,6 +217,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         OpsEvent::BrokerListening { addr: *addr }.emit();
     }
     OpsEvent::BrokerReady.emit();
+    notify::ready(&ready_status(&config, &addresses));
     Ok(Broker {
         threads,
         peers,
@@ -217,6 +230,7 @@ impl Broker {
     /// Asks every shard to close its connections (320) and stop, then joins them.
     pub fn shutdown(self) {
         OpsEvent::BrokerShuttingDown.emit();
+        notify::stopping("shutting down: closing connections (320 CONNECTION_FORCED)");
         for shard in 0..self.peers.len() {
             self.peers.send(shard as u16, ShardMsg::Shutdown);
         }

@@ -244,6 +244,7 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .fmt_fields(sluice::ops::log::TextFields)
         .init();
     let (soft, hard) = raise_open_file_limit();
     if let Err(e) = cli.check() {

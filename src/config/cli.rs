@@ -10,7 +10,7 @@ use clap::Parser;
 
 use crate::policy::watermark::MemoryLimit;
 
-use super::{parse_core_list, Config, ConfigError};
+use super::{parse_core_list, Config, ConfigError, LogFormat};
 
 /// sluice — an AMQP 0-9-1 broker for heavy topic fan-out, one io_uring event loop per core.
 #[derive(Parser, Debug, Clone, Default)]
@@ -39,6 +39,11 @@ pub struct Cli {
     /// Log filter: error, warn, info, debug, trace, or a tracing directive [default: info].
     #[arg(long = "log-level", value_name = "LEVEL")]
     pub log_level: Option<String>,
+
+    /// Log output: `text` (one line per event) or `json` (one object per line, the
+    /// parts of operational lines as their own fields) [default: text].
+    #[arg(long = "log-format", value_name = "FORMAT", value_parser = LogFormat::NAMES)]
+    pub log_format: Option<String>,
 
     /// Message memory above which every publisher is blocked: bytes, a fraction of the
     /// machine's memory (0.4), a percentage (40%) or a size (512MiB) [default: 0.4].
@@ -74,6 +79,13 @@ impl Cli {
         }
         if let Some(level) = &self.log_level {
             config.log_level = level.clone();
+        }
+        if let Some(format) = &self.log_format {
+            config.log_format =
+                LogFormat::parse(format).map_err(|reason| ConfigError::Invalid {
+                    key: "--log-format".to_owned(),
+                    reason,
+                })?;
         }
         let limit = |flag: &str, text: &str| {
             MemoryLimit::parse(text).map_err(|reason| ConfigError::Invalid {

@@ -170,6 +170,7 @@ struct BrokerSection {
     pin_cores: Option<String>,
     data_dir: Option<String>,
     log_level: Option<String>,
+    log_format: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -269,6 +270,10 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         }
         set(&mut config.data_dir, b.data_dir.map(Into::into));
         set(&mut config.log_level, b.log_level);
+        if let Some(format) = b.log_format {
+            config.log_format =
+                super::LogFormat::parse(&format).map_err(|e| format!("broker.log_format: {e}"))?;
+        }
     }
     if let Some(a) = file.auth {
         if let Some(users) = a.users {

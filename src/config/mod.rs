@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::ops::log::LogFormat;
 pub use cli::Cli;
 pub use policy::Policies;
 
@@ -84,6 +85,8 @@ pub struct Config {
     pub pin_cores: Option<Vec<usize>>,
     pub data_dir: PathBuf,
     pub log_level: String,
+    /// `text` or `json` (`--log-format`, `[broker] log_format`).
+    pub log_format: LogFormat,
     pub vhosts: Vec<String>,
     pub users: Vec<User>,
     /// Users that may only connect from loopback addresses.
@@ -160,6 +163,7 @@ impl Default for Config {
             pin_cores: None,
             data_dir: PathBuf::from("./sluice-data"),
             log_level: "info".to_owned(),
+            log_format: LogFormat::Text,
             vhosts: vec!["/".to_owned()],
             users: vec![User {
                 name: "guest".to_owned(),

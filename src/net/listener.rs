@@ -32,12 +32,18 @@ pub fn bind_all(
     Ok((per_shard, bound))
 }
 
+/// The accept backlog asked for per listening socket (one per shard and address). The
+/// kernel caps it at `net.core.somaxconn`, so that sysctl decides (4096 by default since
+/// Linux 5.4); asking for less would cap what an operator sets for reconnect storms of
+/// tens of thousands of clients (deploy/README.md).
+const LISTEN_BACKLOG: i32 = 65_535;
+
 fn bind_one(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     socket.bind(&addr.into())?;
-    socket.listen(1024)?;
+    socket.listen(LISTEN_BACKLOG)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
 }

@@ -9,6 +9,8 @@
 use std::fmt;
 use std::net::SocketAddr;
 
+use tracing::Level;
+
 /// One operational event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OpsEvent {
@@ -68,6 +70,9 @@ pub enum OpsEvent {
     FileLimit { soft_was: u64, soft: u64, hard: u64 },
     /// BRK-1012: a panic; the process aborts (a half-alive broker is worse than none).
     Panic { thread: String, message: String },
+    /// BRK-1013: a systemd notification (`$NOTIFY_SOCKET`) could not be sent; logged
+    /// once, the broker goes on.
+    NotifyFailed { socket: String, error: String },
     /// CON-1005: accepting failed (out of file descriptors, usually); summed per report.
     AcceptFailed {
         shard: u16,
@@ -209,6 +214,7 @@ impl OpsEvent {
             OpsEvent::MemoryReport { .. } => "BRK-1010",
             OpsEvent::FileLimit { .. } => "BRK-1011",
             OpsEvent::Panic { .. } => "BRK-1012",
+            OpsEvent::NotifyFailed { .. } => "BRK-1013",
             OpsEvent::AcceptFailed { .. } => "CON-1005",
             OpsEvent::ReadingSuspended { .. } => "CON-1003",
             OpsEvent::ReadingResumed { .. } => "CON-1004",
@@ -224,11 +230,12 @@ impl OpsEvent {
         }
     }
 
-    /// Writes the event to the log at the level its kind deserves.
+    /// Writes the event to the log at the level its kind deserves, with its parts as
+    /// fields ([`super::fields`]).
     pub fn emit(&self) {
-        match self {
+        let level = match self {
             OpsEvent::ChannelCreate { .. } | OpsEvent::ChannelClose { reason: None, .. } => {
-                tracing::debug!(target: "sluice::ops", "{self}");
+                Level::DEBUG
             }
             OpsEvent::MemoryAlarmSet { .. }
             | OpsEvent::QueueDiscarded { .. }
@@ -237,10 +244,12 @@ impl OpsEvent {
             | OpsEvent::SlowConsumerDetected(_)
             | OpsEvent::SlowConsumerPredicted(_)
             | OpsEvent::SlowConsumerExempt(_)
-            | OpsEvent::AcceptFailed { .. } => tracing::warn!(target: "sluice::ops", "{self}"),
-            OpsEvent::Panic { .. } => tracing::error!(target: "sluice::ops", "{self}"),
-            _ => tracing::info!(target: "sluice::ops", "{self}"),
-        }
+            | OpsEvent::NotifyFailed { .. }
+            | OpsEvent::AcceptFailed { .. } => Level::WARN,
+            OpsEvent::Panic { .. } => Level::ERROR,
+            _ => Level::INFO,
+        };
+        super::fields::emit(level, &self.fields(), self);
     }
 }
 
@@ -366,6 +375,10 @@ impl fmt::Display for OpsEvent {
             OpsEvent::Panic { thread, message } => {
                 write!(f, "{code} : Panic in thread {thread} : {message} : aborting")
             }
+            OpsEvent::NotifyFailed { socket, error } => write!(
+                f,
+                "{code} : systemd notification failed : NOTIFY_SOCKET={socket} : {error} : not retried, the broker goes on"
+            ),
             OpsEvent::AcceptFailed {
                 shard,
                 error,

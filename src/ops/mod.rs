@@ -1,6 +1,11 @@
-//! Owns: operational events ([`event::OpsEvent`]) and how they reach the log.
+//! Owns: operational events ([`event::OpsEvent`]) and how they reach the log — their
+//! structured parts ([`fields`]), the output format ([`log`]) — and the systemd readiness
+//! notifications ([`notify`]).
 //!
 //! Does not: decide when an event happens (the shard does) or keep cross-shard state.
 
 pub mod event;
+pub mod fields;
+pub mod log;
+pub mod notify;
 pub mod store_event;

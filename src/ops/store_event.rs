@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use tracing::Level;
+
 use super::event::thousands;
 
 /// One store event.
@@ -91,15 +93,14 @@ impl StoreEvent {
         }
     }
 
-    /// Logs the event at its level.
+    /// Logs the event at its level, with its parts as fields ([`super::fields`]).
     pub fn emit(&self) {
-        match self {
-            StoreEvent::Overfull { .. } | StoreEvent::Truncated { .. } => {
-                tracing::warn!(target: "sluice::ops", "{self}")
-            }
-            StoreEvent::Failed { .. } => tracing::error!(target: "sluice::ops", "{self}"),
-            _ => tracing::info!(target: "sluice::ops", "{self}"),
-        }
+        let level = match self {
+            StoreEvent::Overfull { .. } | StoreEvent::Truncated { .. } => Level::WARN,
+            StoreEvent::Failed { .. } => Level::ERROR,
+            _ => Level::INFO,
+        };
+        super::fields::emit(level, &self.fields(), self);
     }
 }
 

@@ -119,19 +119,36 @@ pub fn available_memory() -> u64 {
             0
         }
     };
-    let cgroup = [
-        "/sys/fs/cgroup/memory.max",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    ]
-    .iter()
-    .filter_map(|p| std::fs::read_to_string(p).ok())
-    .filter_map(|t| t.trim().parse::<u64>().ok())
-    .min();
+    let cgroup = cgroup_limit(&|path| std::fs::read_to_string(path).ok());
     match (ram, cgroup) {
         (0, Some(c)) => c,
         (r, Some(c)) if c < r => c,
         (r, _) => r,
     }
+}
+
+/// The memory limit of this process's cgroup, bytes, if any: the smallest `memory.max`
+/// on the path from its own cgroup v2 group (`/proc/self/cgroup`, e.g.
+/// `/system.slice/sluice.service`, where systemd's `MemoryMax=` lands) up to the root, or
+/// the cgroup v1 `memory.limit_in_bytes`. `read` reads a file.
+fn cgroup_limit(read: &dyn Fn(&str) -> Option<String>) -> Option<u64> {
+    let parse = |text: String| text.trim().parse::<u64>().ok();
+    let mut limits = Vec::new();
+    let own = read("/proc/self/cgroup").and_then(|text| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_owned()))
+    });
+    let mut dir = own.unwrap_or_default();
+    loop {
+        let trimmed = dir.trim_end_matches('/');
+        limits.extend(read(&format!("/sys/fs/cgroup{trimmed}/memory.max")).and_then(parse));
+        match trimmed.rfind('/') {
+            Some(at) => dir = trimmed[..at].to_owned(),
+            None => break,
+        }
+    }
+    limits.extend(read("/sys/fs/cgroup/memory/memory.limit_in_bytes").and_then(parse));
+    limits.into_iter().min()
 }
 
 #[cfg(test)]
@@ -152,5 +169,38 @@ mod tests {
         assert_eq!(board.used(), 50);
         assert_eq!(board.sum().messages, 60);
         assert!(available_memory() > 0);
+    }
+
+    #[test]
+    fn cgroup_limit_is_the_smallest_on_the_way_up() {
+        let files = |path: &str| -> Option<String> {
+            match path {
+                "/proc/self/cgroup" => Some("0::/system.slice/sluice.service\n".into()),
+                "/sys/fs/cgroup/system.slice/sluice.service/memory.max" => {
+                    Some("8589934592\n".into())
+                }
+                "/sys/fs/cgroup/system.slice/memory.max" => Some("max\n".into()),
+                _ => None,
+            }
+        };
+        assert_eq!(cgroup_limit(&files), Some(8 << 30));
+        let slice = |path: &str| -> Option<String> {
+            match path {
+                "/proc/self/cgroup" => Some("0::/system.slice/sluice.service\n".into()),
+                "/sys/fs/cgroup/system.slice/sluice.service/memory.max" => Some("max".into()),
+                "/sys/fs/cgroup/system.slice/memory.max" => Some("4294967296".into()),
+                _ => None,
+            }
+        };
+        assert_eq!(cgroup_limit(&slice), Some(4 << 30));
+        let container = |path: &str| -> Option<String> {
+            match path {
+                "/proc/self/cgroup" => Some("0::/\n".into()),
+                "/sys/fs/cgroup/memory.max" => Some("1073741824".into()),
+                _ => None,
+            }
+        };
+        assert_eq!(cgroup_limit(&container), Some(1 << 30));
+        assert_eq!(cgroup_limit(&|_: &str| None), None);
     }
 }
