@@ -43,6 +43,7 @@
 
 pub mod client;
 pub mod config;
+pub mod http;
 pub mod model;
 pub mod net;
 pub mod ops;

@@ -443,6 +443,10 @@ impl BrokerUnderTest {
         if cli.log_level.is_none() {
             config.log_level = "warn".into();
         }
+        // The embedded broker runs the management listener only when asked to.
+        if cli.http_listen.is_none() {
+            config.http.listen = None;
+        }
         let broker = sluice::server::start(config).map_err(|e| e.to_string())?;
         let addr = *broker
             .addresses

@@ -68,6 +68,8 @@ pub enum OpsEvent {
     FileLimit { soft_was: u64, soft: u64, hard: u64 },
     /// BRK-1012: a panic; the process aborts (a half-alive broker is worse than none).
     Panic { thread: String, message: String },
+    /// BRK-1013: the management listener (metrics and HTTP API) is bound.
+    ManagementListening { addr: SocketAddr },
     /// CON-1005: accepting failed (out of file descriptors, usually); summed per report.
     AcceptFailed {
         shard: u16,
@@ -209,6 +211,7 @@ impl OpsEvent {
             OpsEvent::MemoryReport { .. } => "BRK-1010",
             OpsEvent::FileLimit { .. } => "BRK-1011",
             OpsEvent::Panic { .. } => "BRK-1012",
+            OpsEvent::ManagementListening { .. } => "BRK-1013",
             OpsEvent::AcceptFailed { .. } => "CON-1005",
             OpsEvent::ReadingSuspended { .. } => "CON-1003",
             OpsEvent::ReadingResumed { .. } => "CON-1004",
@@ -365,6 +368,9 @@ impl fmt::Display for OpsEvent {
             }
             OpsEvent::Panic { thread, message } => {
                 write!(f, "{code} : Panic in thread {thread} : {message} : aborting")
+            }
+            OpsEvent::ManagementListening { addr } => {
+                write!(f, "{code} : Management listening on http://{addr}")
             }
             OpsEvent::AcceptFailed {
                 shard,

@@ -1,0 +1,318 @@
+//! The management listener against a child broker: `/metrics` parsed as OpenMetrics, the
+//! management API's queues, connection close (320), purge, delete, and basic auth.
+
+mod common;
+
+use amqprs::channel::BasicQosArguments;
+use common::http::{self, parse_openmetrics, value};
+use common::{bounded, next_delivery, unique, Broker, Event};
+
+const USERS: &str = r#"
+[auth]
+users = [
+  { name = "guest", password = "guest", tags = ["administrator"] },
+  { name = "watcher", password = "w", tags = [] },
+]
+"#;
+
+/// A queue holding `n` messages, with a consumer holding 2 of them unacked (prefetch 2).
+async fn queue_with_consumer(
+    broker: &Broker,
+    n: usize,
+) -> (
+    common::Conn,
+    common::Chan,
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<amqprs::channel::ConsumerMessage>,
+) {
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let queue = unique("httpq");
+    ch.declare_queue(&queue).await;
+    for i in 0..n {
+        ch.publish("", &queue, format!("m{i}").as_bytes()).await;
+    }
+    ch.wait_message_count(&queue, n as u32).await;
+    ch.basic_qos(BasicQosArguments::new(0, 2, false))
+        .await
+        .expect("basic.qos");
+    let (_, mut rx) = ch.consume_manual(&queue).await;
+    next_delivery(&mut rx).await;
+    next_delivery(&mut rx).await;
+    (conn, ch, queue, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_parse_and_show_a_queue() {
+    let broker = Broker::start(2);
+    bounded(async {
+        let (_conn, _ch, queue, _rx) = queue_with_consumer(&broker, 5).await;
+        let port = broker.http_port();
+        let resp = tokio::task::spawn_blocking(move || http::get(port, "/metrics"))
+            .await
+            .expect("scrape");
+        assert_eq!(resp.status, 200, "{}", resp.body);
+        assert!(
+            resp.headers
+                .get("content-type")
+                .is_some_and(|c| c.starts_with("application/openmetrics-text")),
+            "{:?}",
+            resp.headers
+        );
+        let samples = parse_openmetrics(&resp.body);
+        let q = [("vhost", "/"), ("queue", queue.as_str())];
+        let v = |name: &str| {
+            value(&samples, name, &q).unwrap_or_else(|| panic!("no {name} for {queue}"))
+        };
+        // Eventually consistent only in the unacked count's settle, which is done:
+        // the consumer received both deliveries before the scrape.
+        assert_eq!(v("sluice_queue_messages_ready"), 3.0);
+        assert_eq!(v("sluice_queue_messages_unacked"), 2.0);
+        assert_eq!(v("sluice_queue_consumers"), 1.0);
+        assert_eq!(v("sluice_queue_messages_published_total"), 5.0);
+        assert_eq!(v("sluice_queue_messages_delivered_total"), 2.0);
+        assert!(v("sluice_queue_messages_bytes") >= 10.0);
+        assert!(v("sluice_queue_oldest_message_age_seconds") >= 0.0);
+        let total = |name: &str| -> f64 {
+            samples.iter().filter(|s| s.name == name).map(|s| s.value).sum()
+        };
+        assert_eq!(total("sluice_shard_connections"), 1.0);
+        assert_eq!(total("sluice_shard_channels"), 1.0);
+        assert!(total("sluice_shard_bytes_read_total") > 0.0);
+        assert!(value(&samples, "sluice_process_resident_memory_bytes", &[]).is_some_and(|v| v > 0.0));
+        assert!(value(&samples, "sluice_memory_high_watermark_bytes", &[]).is_some_and(|v| v > 0.0));
+        assert!(value(&samples, "sluice_build_info", &[("version", env!("CARGO_PKG_VERSION"))]).is_some());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_aggregate_per_vhost() {
+    let broker = Broker::start_with_config(2, "[http]\nper_queue_metrics = false\n");
+    bounded(async {
+        let (_conn, _ch, _queue, _rx) = queue_with_consumer(&broker, 4).await;
+        let port = broker.http_port();
+        let resp = tokio::task::spawn_blocking(move || http::get(port, "/metrics"))
+            .await
+            .expect("scrape");
+        let samples = parse_openmetrics(&resp.body);
+        assert!(samples.iter().all(|s| !s.labels.contains_key("queue")));
+        assert_eq!(
+            value(&samples, "sluice_queue_messages_ready", &[("vhost", "/")]),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&samples, "sluice_vhost_queues", &[("vhost", "/")]),
+            Some(1.0)
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_queues_show_depth_and_consumers() {
+    let broker = Broker::start(2);
+    bounded(async {
+        let (_conn, _ch, queue, _rx) = queue_with_consumer(&broker, 5).await;
+        let port = broker.http_port();
+        let q = queue.clone();
+        let (list, one, overview) = tokio::task::spawn_blocking(move || {
+            (
+                http::get(port, "/api/queues"),
+                http::get(port, &format!("/api/queues/%2F/{q}")),
+                http::get(port, "/api/overview"),
+            )
+        })
+        .await
+        .expect("requests");
+        assert_eq!(list.status, 200, "{}", list.body);
+        let list = list.json();
+        let entry = list
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e["name"] == queue.as_str()))
+            .unwrap_or_else(|| panic!("{queue} not in {list}"));
+        assert_eq!(entry["vhost"], "/");
+        assert_eq!(entry["messages"], 5);
+        assert_eq!(entry["messages_ready"], 3);
+        assert_eq!(entry["messages_unacknowledged"], 2);
+        assert_eq!(entry["consumers"], 1);
+        assert!(entry["home_shard"].is_u64());
+        assert_eq!(one.status, 200, "{}", one.body);
+        assert_eq!(one.json()["messages_ready"], 3);
+        let overview = overview.json();
+        assert_eq!(overview["object_totals"]["connections"], 1);
+        assert_eq!(overview["object_totals"]["consumers"], 1);
+        assert_eq!(overview["queue_totals"]["messages"], 5);
+        let missing = tokio::task::spawn_blocking(move || http::get(port, "/api/queues/%2F/nope"))
+            .await
+            .expect("request");
+        assert_eq!(missing.status, 404);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_lists_exchanges_bindings_connections_channels_consumers() {
+    let broker = Broker::start(2);
+    bounded(async {
+        let (_conn, ch, queue, _rx) = queue_with_consumer(&broker, 3).await;
+        ch.queue_bind(amqprs::channel::QueueBindArguments::new(
+            &queue,
+            "amq.topic",
+            "a.#",
+        ))
+        .await
+        .expect("bind");
+        let port = broker.http_port();
+        let r = tokio::task::spawn_blocking(move || {
+            [
+                "exchanges",
+                "bindings",
+                "connections",
+                "channels",
+                "consumers",
+            ]
+            .map(|p| http::get(port, &format!("/api/{p}")).json())
+        })
+        .await
+        .expect("requests");
+        let [exchanges, bindings, connections, channels, consumers] = r;
+        assert!(exchanges.as_array().is_some_and(|a| a
+            .iter()
+            .any(|e| e["name"] == "amq.topic" && e["type"] == "topic")));
+        assert!(bindings
+            .as_array()
+            .is_some_and(|a| a.iter().any(|b| b["source"] == "amq.topic"
+                && b["destination"] == queue.as_str()
+                && b["routing_key"] == "a.#")));
+        assert_eq!(connections.as_array().map(Vec::len), Some(1));
+        assert_eq!(connections[0]["user"], "guest");
+        assert_eq!(channels.as_array().map(Vec::len), Some(1));
+        assert_eq!(channels[0]["prefetch_count"], 2);
+        assert_eq!(consumers.as_array().map(Vec::len), Some(1));
+        assert_eq!(consumers[0]["queue"]["name"], queue.as_str());
+        assert_eq!(consumers[0]["ack_required"], true);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_connection_closes_it_with_320() {
+    let broker = Broker::start(2);
+    bounded(async {
+        let mut conn = broker.connect().await;
+        let _ch = conn.channel().await;
+        let port = broker.http_port();
+        let connections = tokio::task::spawn_blocking(move || http::get(port, "/api/connections"))
+            .await
+            .expect("list")
+            .json();
+        let name = connections[0]["name"].as_str().expect("name").to_owned();
+        let path = format!(
+            "/api/connections/{}",
+            percent_encoding::utf8_percent_encode(&name, percent_encoding::NON_ALPHANUMERIC)
+        );
+        let resp = tokio::task::spawn_blocking(move || {
+            http::request(port, "DELETE", &path, Some(("guest", "guest")))
+        })
+        .await
+        .expect("delete");
+        assert_eq!(resp.status, 204, "{}", resp.body);
+        match common::next_event(&mut conn.events).await {
+            Event::ConnectionClose { code, text } => {
+                assert_eq!(code, 320);
+                assert!(text.contains("Closed via management API"), "{text}");
+            }
+            other => panic!("expected connection.close, got {other:?}"),
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_empties_a_queue_and_delete_removes_it() {
+    let broker = Broker::start(2);
+    bounded(async {
+        let conn = broker.connect().await;
+        let ch = conn.channel().await;
+        let queue = unique("purgeq");
+        ch.declare_queue(&queue).await;
+        for _ in 0..7 {
+            ch.publish("", &queue, b"x").await;
+        }
+        ch.wait_message_count(&queue, 7).await;
+        let port = broker.http_port();
+        let q = queue.clone();
+        let resp = tokio::task::spawn_blocking(move || {
+            http::request(
+                port,
+                "DELETE",
+                &format!("/api/queues/%2F/{q}/contents"),
+                Some(("guest", "guest")),
+            )
+        })
+        .await
+        .expect("purge");
+        assert_eq!(resp.status, 204, "{}", resp.body);
+        assert_eq!(ch.message_count(&queue).await, 0);
+        let q = queue.clone();
+        let resp = tokio::task::spawn_blocking(move || {
+            http::request(
+                port,
+                "DELETE",
+                &format!("/api/queues/%2F/{q}"),
+                Some(("guest", "guest")),
+            )
+        })
+        .await
+        .expect("delete");
+        assert_eq!(resp.status, 204, "{}", resp.body);
+        let q = queue.clone();
+        let after =
+            tokio::task::spawn_blocking(move || http::get(port, &format!("/api/queues/%2F/{q}")))
+                .await
+                .expect("get");
+        assert_eq!(after.status, 404);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_is_required_and_changes_need_an_administrator() {
+    let broker = Broker::start_with_config(1, USERS);
+    bounded(async {
+        let conn = broker.connect().await;
+        let ch = conn.channel().await;
+        let queue = unique("authq");
+        ch.declare_queue(&queue).await;
+        ch.publish("", &queue, b"x").await;
+        ch.wait_message_count(&queue, 1).await;
+        let port = broker.http_port();
+        let q = queue.clone();
+        let statuses = tokio::task::spawn_blocking(move || {
+            let purge = format!("/api/queues/%2F/{q}/contents");
+            [
+                http::request(port, "GET", "/api/queues", None),
+                http::request(port, "GET", "/metrics", None),
+                http::request(port, "GET", "/api/queues", Some(("guest", "wrong"))),
+                http::request(port, "GET", "/api/queues", Some(("watcher", "w"))),
+                http::request(port, "DELETE", &purge, Some(("watcher", "w"))),
+            ]
+            .map(|r| {
+                if r.status == 401 {
+                    assert!(r.headers.contains_key("www-authenticate"));
+                }
+                r.status
+            })
+        })
+        .await
+        .expect("requests");
+        assert_eq!(statuses, [401, 401, 401, 200, 403]);
+        assert_eq!(
+            ch.message_count(&queue).await,
+            1,
+            "the refused purge did nothing"
+        );
+    })
+    .await;
+}
