@@ -316,3 +316,130 @@ async fn auth_is_required_and_changes_need_an_administrator() {
     })
     .await;
 }
+
+/// Scrape time with many queues (run by hand, preferably with `--release`:
+/// `cargo test --release --test http -- --ignored --nocapture scrape_of_many_queues`).
+/// Prints the time; asserts only that every queue is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore]
+async fn scrape_of_many_queues() {
+    const QUEUES: usize = 10_000;
+    let broker = Broker::start(4);
+    common::bounded_for(std::time::Duration::from_secs(300), async {
+        let conn = broker.connect().await;
+        let mut tasks = Vec::new();
+        for part in 0..8 {
+            let ch = conn.channel().await;
+            tasks.push(tokio::spawn(async move {
+                for i in (part..QUEUES).step_by(8) {
+                    ch.declare_queue(&format!("many-{i}")).await;
+                    ch.publish("", &format!("many-{i}"), b"x").await;
+                }
+                ch
+            }));
+        }
+        for t in tasks {
+            let ch = t.await.expect("declare task");
+            ch.wait_message_count("many-0", 1).await;
+        }
+        let port = broker.http_port();
+        let (samples, metrics_time, api_time) = tokio::task::spawn_blocking(move || {
+            let _warm = http::get(port, "/metrics");
+            let t = std::time::Instant::now();
+            let m = http::get(port, "/metrics");
+            let metrics_time = t.elapsed();
+            let t = std::time::Instant::now();
+            let a = http::get(port, "/api/queues");
+            let api_time = t.elapsed();
+            assert_eq!(a.json().as_array().map(Vec::len), Some(QUEUES));
+            (parse_openmetrics(&m.body), metrics_time, api_time)
+        })
+        .await
+        .expect("scrape");
+        let ready = samples
+            .iter()
+            .filter(|s| s.name == "sluice_queue_messages_ready")
+            .count();
+        assert_eq!(ready, QUEUES);
+        println!(
+            "{QUEUES} queues: GET /metrics {metrics_time:?} ({} samples), GET /api/queues {api_time:?}",
+            samples.len()
+        );
+    })
+    .await;
+}
+
+/// Runs `sluicectl --server 127.0.0.1:PORT ARGS...`; returns (success, stdout, stderr).
+fn sluicectl(port: u16, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluicectl"))
+        .arg("--server")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(args)
+        .output()
+        .expect("run sluicectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluicectl_lists_and_acts() {
+    let broker = Broker::start(2);
+    bounded(async {
+        let (_conn, _ch, queue, _rx) = queue_with_consumer(&broker, 5).await;
+        let port = broker.http_port();
+        let q = queue.clone();
+        let (table, json, purge, after) = tokio::task::spawn_blocking(move || {
+            let table = sluicectl(port, &["queues"]);
+            let json = sluicectl(port, &["--json", "queues"]);
+            let purge = sluicectl(port, &["purge", &q]);
+            let after = sluicectl(port, &["--json", "queues"]);
+            (table, json, purge, after)
+        })
+        .await
+        .expect("sluicectl");
+        assert!(table.0, "{}", table.2);
+        let lines: Vec<&str> = table.1.lines().collect();
+        let header: Vec<&str> = lines[0].split_whitespace().collect();
+        assert_eq!(
+            header,
+            [
+                "vhost",
+                "name",
+                "shard",
+                "ready",
+                "unacked",
+                "bytes",
+                "consumers",
+                "flow_blocked",
+                "slow_policy",
+                "predicted_s"
+            ]
+        );
+        let row: Vec<&str> = lines
+            .iter()
+            .find(|l| l.contains(queue.as_str()))
+            .expect("queue row")
+            .split_whitespace()
+            .collect();
+        assert_eq!(row[0], "/");
+        assert_eq!(row[1], queue);
+        assert_eq!((row[3], row[4], row[6]), ("3", "2", "1"));
+        // Columns are aligned: every field of the header starts where the row's does.
+        let at = |line: &str, field: &str| line.find(field).expect("field");
+        let row_line = lines
+            .iter()
+            .find(|l| l.contains(queue.as_str()))
+            .expect("row");
+        assert_eq!(at(lines[0], "name"), at(row_line, queue.as_str()));
+        assert!(json.0, "{}", json.2);
+        let parsed: serde_json::Value = serde_json::from_str(&json.1).expect("JSON");
+        assert_eq!(parsed[0]["messages_ready"], 3);
+        assert!(purge.0, "{}", purge.2);
+        let parsed: serde_json::Value = serde_json::from_str(&after.1).expect("JSON");
+        assert_eq!(parsed[0]["messages_ready"], 0);
+    })
+    .await;
+}
