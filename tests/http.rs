@@ -79,6 +79,7 @@ async fn metrics_parse_and_show_a_queue() {
         assert_eq!(total("sluice_shard_connections"), 1.0);
         assert_eq!(total("sluice_shard_channels"), 1.0);
         assert!(total("sluice_shard_bytes_read_total") > 0.0);
+        assert!(total("sluice_shard_cpu_seconds_total") > 0.0);
         assert!(value(&samples, "sluice_process_resident_memory_bytes", &[]).is_some_and(|v| v > 0.0));
         assert!(value(&samples, "sluice_memory_high_watermark_bytes", &[]).is_some_and(|v| v > 0.0));
         assert!(value(&samples, "sluice_build_info", &[("version", env!("CARGO_PKG_VERSION"))]).is_some());
@@ -440,6 +441,35 @@ async fn sluicectl_lists_and_acts() {
         assert!(purge.0, "{}", purge.2);
         let parsed: serde_json::Value = serde_json::from_str(&after.1).expect("JSON");
         assert_eq!(parsed[0]["messages_ready"], 0);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluicectl_top_orders_by_size_without_predictions() {
+    let broker = Broker::start(2);
+    bounded(async {
+        let conn = broker.connect().await;
+        let ch = conn.channel().await;
+        let small = unique("top-small");
+        let big = unique("top-big");
+        for (q, n) in [(&small, 1), (&big, 4)] {
+            ch.declare_queue(q).await;
+            for _ in 0..n {
+                ch.publish("", q, b"0123456789").await;
+            }
+            ch.wait_message_count(q, n).await;
+        }
+        let port = broker.http_port();
+        let (ok, out, err) =
+            tokio::task::spawn_blocking(move || sluicectl(port, &["top", "--iterations", "1"]))
+                .await
+                .expect("sluicectl top");
+        assert!(ok, "{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with("vhost"), "{out}");
+        let pos = |q: &str| lines.iter().position(|l| l.contains(q)).expect("row");
+        assert!(pos(&big) < pos(&small), "{out}");
     })
     .await;
 }

@@ -56,6 +56,19 @@ enum Command {
         #[arg(long, default_value = "/")]
         vhost: String,
     },
+    /// Queues refreshed every interval, like `top`: soonest predicted slow-consumer
+    /// breach first, then the largest.
+    Top {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many refreshes (default: until interrupted).
+        #[arg(long)]
+        iterations: Option<u64>,
+        /// Rows shown.
+        #[arg(long, default_value_t = 40)]
+        rows: usize,
+    },
     /// Delete a queue.
     DeleteQueue {
         queue: String,
@@ -154,20 +167,61 @@ fn table(items: &[Value], columns: &[(&str, &str)]) -> String {
     out
 }
 
+const QUEUE_COLUMNS: &[(&str, &str)] = &[
+    ("vhost", "vhost"),
+    ("name", "name"),
+    ("shard", "home_shard"),
+    ("ready", "messages_ready"),
+    ("unacked", "messages_unacknowledged"),
+    ("bytes", "message_bytes"),
+    ("consumers", "consumers"),
+    ("flow_blocked", "flow/blocked"),
+    ("slow_policy", "slow_consumer/policy"),
+    ("predicted_s", "slow_consumer/predicted_seconds"),
+];
+
+/// Orders queues for `top`: a predicted breach first (soonest first), then by bytes held.
+fn top_order(a: &Value, b: &Value) -> std::cmp::Ordering {
+    let predicted = |v: &Value| v["slow_consumer"]["predicted_seconds"].as_f64();
+    let bytes = |v: &Value| v["message_bytes"].as_u64().unwrap_or(0);
+    match (predicted(a), predicted(b)) {
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => bytes(b).cmp(&bytes(a)),
+    }
+}
+
+fn top(args: &Args, interval: f64, iterations: Option<u64>, rows: usize) -> Result<String, String> {
+    let pause = Duration::from_secs_f64(interval.max(0.1));
+    let mut n = 0u64;
+    loop {
+        let reply = request(args, "GET", "/api/queues")?;
+        if reply.status != 200 {
+            return Err(format!("GET /api/queues: {} {}", reply.status, reply.body));
+        }
+        let mut queues: Vec<Value> = serde_json::from_str(&reply.body)
+            .map_err(|e| format!("bad JSON from the broker: {e}"))?;
+        queues.sort_by(top_order);
+        queues.truncate(rows);
+        let clear = if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+            "\x1b[2J\x1b[H"
+        } else {
+            ""
+        };
+        print!("{clear}{}", table(&queues, QUEUE_COLUMNS));
+        let _ = std::io::stdout().flush();
+        n += 1;
+        if iterations.is_some_and(|max| n >= max) {
+            return Ok(String::new());
+        }
+        std::thread::sleep(pause);
+    }
+}
+
 fn columns(command: &Command) -> &'static [(&'static str, &'static str)] {
     match command {
-        Command::Queues => &[
-            ("vhost", "vhost"),
-            ("name", "name"),
-            ("shard", "home_shard"),
-            ("ready", "messages_ready"),
-            ("unacked", "messages_unacknowledged"),
-            ("bytes", "message_bytes"),
-            ("consumers", "consumers"),
-            ("flow_blocked", "flow/blocked"),
-            ("slow_policy", "slow_consumer/policy"),
-            ("predicted_s", "slow_consumer/predicted_seconds"),
-        ],
+        Command::Queues => QUEUE_COLUMNS,
         Command::Connections => &[
             ("name", "name"),
             ("user", "user"),
@@ -210,6 +264,11 @@ fn columns(command: &Command) -> &'static [(&'static str, &'static str)] {
 
 fn run(args: &Args) -> Result<String, String> {
     let (method, path) = match &args.command {
+        Command::Top {
+            interval,
+            iterations,
+            rows,
+        } => return top(args, *interval, *iterations, *rows),
         Command::Overview => ("GET", "/api/overview".to_owned()),
         Command::Queues => ("GET", "/api/queues".to_owned()),
         Command::Connections => ("GET", "/api/connections".to_owned()),

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 use crate::protocol::ShortStr;
 use crate::shard::inbox::{ControlOk, ControlRequest, ShardMsg};
-use crate::shard::observe::{ObserveReply, ObserveRequest, QueueView, ShardView};
+use crate::shard::observe::{ObserveReply, ObserveRequest, QueueView, ShardView, Want};
 
 use super::{error, respond, unavailable, Context, HttpResponse};
 
@@ -43,19 +43,19 @@ pub async fn get(ctx: &Context, path: &[&str], _query: &str) -> HttpResponse {
         ["exchanges"] | ["exchanges", _] => exchanges(ctx, path.get(1).copied()).await,
         ["bindings"] | ["bindings", _] => bindings(ctx, path.get(1).copied()).await,
         ["connections"] => {
-            listing(ctx, false, |s| {
+            listing(ctx, CONNECTIONS, |s| {
                 s.connections.iter().map(connection_json).collect()
             })
             .await
         }
         ["channels"] => {
-            listing(ctx, false, |s| {
+            listing(ctx, CONNECTIONS, |s| {
                 s.channels.iter().map(channel_json).collect()
             })
             .await
         }
         ["consumers"] => {
-            listing(ctx, true, |s| {
+            listing(ctx, CONSUMERS, |s| {
                 s.consumers.iter().map(consumer_json).collect()
             })
             .await
@@ -73,12 +73,28 @@ pub async fn delete(ctx: &Context, path: &[&str]) -> HttpResponse {
     }
 }
 
+const QUEUES: Want = Want {
+    queues: true,
+    connections: false,
+    consumers: false,
+};
+const CONNECTIONS: Want = Want {
+    queues: false,
+    connections: true,
+    consumers: false,
+};
+const CONSUMERS: Want = Want {
+    queues: false,
+    connections: false,
+    consumers: true,
+};
+
 async fn listing(
     ctx: &Context,
-    consumers: bool,
+    want: Want,
     each: impl Fn(&ShardView) -> Vec<Value>,
 ) -> HttpResponse {
-    let Some(shards) = ctx.snapshots(consumers).await else {
+    let Some(shards) = ctx.snapshots(want).await else {
         return unavailable();
     };
     let all: Vec<Value> = shards.iter().flat_map(each).collect();
@@ -150,7 +166,7 @@ pub fn queue_json(q: &QueueView) -> Value {
 }
 
 async fn overview(ctx: &Context) -> HttpResponse {
-    let Some(shards) = ctx.snapshots(true).await else {
+    let Some(shards) = ctx.snapshots(QUEUES).await else {
         return unavailable();
     };
     let exchanges = ctx
@@ -167,17 +183,17 @@ async fn overview(ctx: &Context) -> HttpResponse {
         deliver += q.counters.delivered;
         ack += q.counters.consumed;
     }
-    let count = |f: fn(&ShardView) -> usize| shards.iter().map(f).sum::<usize>();
+    let count = |f: fn(&ShardView) -> u64| shards.iter().map(f).sum::<u64>();
     ok_json(&json!({
         "management_version": env!("CARGO_PKG_VERSION"),
         "product_name": "sluice",
         "product_version": env!("CARGO_PKG_VERSION"),
         "node": node(ctx),
         "object_totals": {
-            "connections": count(|s| s.connections.len()),
-            "channels": count(|s| s.channels.len()),
-            "queues": count(|s| s.queues.len()),
-            "consumers": count(|s| s.consumers.len()),
+            "connections": count(|s| s.connection_count),
+            "channels": count(|s| s.channel_count),
+            "queues": count(|s| s.queue_count),
+            "consumers": count(|s| s.consumer_count),
             "exchanges": exchanges,
         },
         "queue_totals": {
@@ -202,7 +218,7 @@ async fn overview(ctx: &Context) -> HttpResponse {
 }
 
 async fn queues(ctx: &Context, vhost: Option<&str>) -> HttpResponse {
-    let Some(shards) = ctx.snapshots(false).await else {
+    let Some(shards) = ctx.snapshots(QUEUES).await else {
         return unavailable();
     };
     let mut all: Vec<&QueueView> = shards
@@ -215,7 +231,7 @@ async fn queues(ctx: &Context, vhost: Option<&str>) -> HttpResponse {
 }
 
 async fn queue(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
-    let Some(shards) = ctx.snapshots(false).await else {
+    let Some(shards) = ctx.snapshots(QUEUES).await else {
         return unavailable();
     };
     shards

@@ -17,13 +17,14 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
-use crate::shard::observe::{QueueView, ShardView};
+use crate::shard::observe::{QueueView, ShardView, Want};
 
 use super::{respond, unavailable, Context, HttpResponse};
 
 type Labels = Vec<(&'static str, String)>;
 type G = Family<Labels, Gauge<f64, AtomicU64>>;
 type C = Family<Labels, Counter<u64>>;
+type CF = Family<Labels, Counter<f64, AtomicU64>>;
 
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -39,6 +40,12 @@ fn counter(reg: &mut Registry, name: &str, help: &str) -> C {
     f
 }
 
+fn counter_f(reg: &mut Registry, name: &str, help: &str) -> CF {
+    let f = CF::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
 fn set(f: &G, labels: &Labels, v: f64) {
     f.get_or_create(labels).set(v);
 }
@@ -48,7 +55,11 @@ fn add(f: &C, labels: &Labels, v: u64) {
 }
 
 pub async fn scrape(ctx: &Context) -> HttpResponse {
-    let Some(shards) = ctx.snapshots(false).await else {
+    let want = Want {
+        queues: true,
+        ..Want::default()
+    };
+    let Some(shards) = ctx.snapshots(want).await else {
         return unavailable();
     };
     match render(ctx, &shards) {
@@ -311,6 +322,11 @@ fn shard_metrics(ctx: &Context, reg: &mut Registry, shards: &[ShardView]) {
         "shard_publish_inbox_depth",
         "Publish batches waiting in the shard's bounded inbox",
     );
+    let cpu = counter_f(
+        reg,
+        "shard_cpu_seconds",
+        "CPU time of the shard's thread; its rate is the event loop's busy fraction",
+    );
     let read = counter(reg, "shard_bytes_read", "Bytes read from client sockets");
     let written = counter(
         reg,
@@ -319,9 +335,10 @@ fn shard_metrics(ctx: &Context, reg: &mut Registry, shards: &[ShardView]) {
     );
     for s in shards {
         let l = vec![("shard", s.shard.to_string())];
-        set(&connections, &l, s.connections.len() as f64);
-        set(&channels, &l, s.channels.len() as f64);
-        set(&queues, &l, s.queues.len() as f64);
+        set(&connections, &l, s.connection_count as f64);
+        set(&channels, &l, s.channel_count as f64);
+        set(&queues, &l, s.queue_count as f64);
+        cpu.get_or_create(&l).inc_by(s.cpu_seconds);
         if let Some(tx) = ctx.peers.publish.get(usize::from(s.shard)) {
             set(
                 &inbox,

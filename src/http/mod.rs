@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::ops::event::OpsEvent;
 use crate::shard::inbox::{Peers, ShardMsg};
 use crate::shard::memory::MemoryBoard;
-use crate::shard::observe::{ObserveReply, ObserveRequest, ShardView, VhostView};
+use crate::shard::observe::{ObserveReply, ObserveRequest, ShardView, VhostView, Want};
 use crate::store::quota::DiskBoard;
 
 /// How long a request waits for a shard's answer before it is answered 503.
@@ -223,8 +223,8 @@ impl Context {
     }
 
     /// Every shard's snapshot, in shard order.
-    pub async fn snapshots(&self, consumers: bool) -> Option<Vec<ShardView>> {
-        let replies = self.ask_all(ObserveRequest::Snapshot { consumers }).await?;
+    pub async fn snapshots(&self, want: Want) -> Option<Vec<ShardView>> {
+        let replies = self.ask_all(ObserveRequest::Snapshot(want)).await?;
         replies
             .into_iter()
             .map(|r| match r {

@@ -23,17 +23,25 @@ use crate::shard::{Shard, State};
 /// What the operator interfaces ask a shard.
 #[derive(Debug, Clone)]
 pub enum ObserveRequest {
-    /// The shard's home queues, connections, channels and consumers, and counters.
-    Snapshot {
-        /// Include per-consumer detail (`/api/consumers`); off for `/metrics`.
-        consumers: bool,
-    },
+    /// The shard's counters, and the detail asked for.
+    Snapshot(Want),
     /// The exchanges and bindings of every vhost (any replica has them all).
     Directory,
     /// Close the connection with this name (if it is on this shard) with 320.
     CloseConnection { name: String, reason: String },
     /// Purge a home queue.
     Purge { vhost: String, name: String },
+}
+
+/// Which detail a snapshot carries (counts and counters always).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Want {
+    /// Every home queue.
+    pub queues: bool,
+    /// Every connection and channel.
+    pub connections: bool,
+    /// Every consumer (implies the connections' names).
+    pub consumers: bool,
 }
 
 #[derive(Debug)]
@@ -54,8 +62,16 @@ pub struct ShardView {
     pub connections: Vec<ConnView>,
     pub channels: Vec<ChannelView>,
     pub consumers: Vec<ConsumerView>,
+    /// Counts, whatever the detail.
+    pub queue_count: u64,
+    pub connection_count: u64,
+    pub channel_count: u64,
+    pub consumer_count: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// CPU time the shard's thread has used (`CLOCK_THREAD_CPUTIME_ID`): its rate is the
+    /// event loop's busy fraction, since a waiting loop sleeps in the kernel.
+    pub cpu_seconds: f64,
 }
 
 /// A home queue.
@@ -189,11 +205,12 @@ fn text(s: &ShortStr) -> String {
 pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
     let now = shard.clock.now();
     match req {
-        ObserveRequest::Snapshot { consumers } => {
+        ObserveRequest::Snapshot(want) => {
             let st = shard.state.borrow();
-            let mut view = st.snapshot(shard.id, now, consumers);
+            let mut view = st.snapshot(shard.id, now, want);
             view.bytes_read = shard.counters.bytes_read.get();
             view.bytes_written = shard.counters.bytes_written.get();
+            view.cpu_seconds = thread_cpu_seconds();
             ObserveReply::Snapshot(Box::new(view))
         }
         ObserveRequest::Directory => ObserveReply::Directory(shard.state.borrow().directory_view()),
@@ -227,6 +244,19 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
             }
         }
     }
+}
+
+/// CPU time used by the calling thread, seconds.
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 fn queue_view(q: &Queue, home: ShardId, now: Instant) -> QueueView {
@@ -278,17 +308,32 @@ fn phase_name(phase: Phase) -> &'static str {
 }
 
 impl State {
-    /// This shard's home queues, connections and channels (and consumers if asked).
-    fn snapshot(&self, shard: ShardId, now: Instant, with_consumers: bool) -> ShardView {
+    /// This shard's counts, and its home queues, connections, channels and consumers
+    /// as asked.
+    fn snapshot(&self, shard: ShardId, now: Instant, want: Want) -> ShardView {
+        let with_consumers = want.consumers;
         let mut view = ShardView {
             shard,
-            queues: self
+            queue_count: self.queues.len() as u64,
+            connection_count: self.conns.len() as u64,
+            ..ShardView::default()
+        };
+        for (_, c) in self.conns.iter() {
+            view.channel_count += c.channels.len() as u64;
+            for ch in c.channels.values() {
+                view.consumer_count += ch.consumers.len() as u64;
+            }
+        }
+        if want.queues {
+            view.queues = self
                 .queues
                 .values()
                 .map(|q| queue_view(q, shard, now))
-                .collect(),
-            ..ShardView::default()
-        };
+                .collect();
+        }
+        if !(want.connections || want.consumers) {
+            return view;
+        }
         // Queue names by reference, for the consumers (built only when asked).
         let mut queue_names = std::collections::HashMap::new();
         if with_consumers {
