@@ -75,16 +75,19 @@ pub async fn delete(ctx: &Context, path: &[&str]) -> HttpResponse {
 
 const QUEUES: Want = Want {
     queues: true,
+    queues_after: 0,
     connections: false,
     consumers: false,
 };
 const CONNECTIONS: Want = Want {
     queues: false,
+    queues_after: 0,
     connections: true,
     consumers: false,
 };
 const CONSUMERS: Want = Want {
     queues: false,
+    queues_after: 0,
     connections: false,
     consumers: true,
 };

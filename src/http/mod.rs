@@ -222,16 +222,47 @@ impl Context {
         Some(out)
     }
 
-    /// Every shard's snapshot, in shard order.
+    /// Every shard's snapshot, in shard order. Home queues come in chunks
+    /// (`observe::QUEUE_CHUNK`), one shard turn each: the shards with more are asked
+    /// again, all at once, until none has more.
     pub async fn snapshots(&self, want: Want) -> Option<Vec<ShardView>> {
         let replies = self.ask_all(ObserveRequest::Snapshot(want)).await?;
-        replies
+        let mut views: Vec<ShardView> = replies
             .into_iter()
             .map(|r| match r {
                 ObserveReply::Snapshot(v) => Some(*v),
                 _ => None,
             })
-            .collect()
+            .collect::<Option<_>>()?;
+        loop {
+            let pending: Vec<(usize, oneshot::Receiver<ObserveReply>)> = views
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, v)| v.next_queue.take().map(|after| (i, after)))
+                .map(|(i, after)| {
+                    let more = Want {
+                        queues: true,
+                        queues_after: after,
+                        ..Want::default()
+                    };
+                    (i, self.ask(i, ObserveRequest::Snapshot(more)))
+                })
+                .collect();
+            if pending.is_empty() {
+                return Some(views);
+            }
+            let deadline = tokio::time::Instant::now() + SHARD_TIMEOUT;
+            for (i, rx) in pending {
+                match tokio::time::timeout_at(deadline, rx).await.ok()?.ok()? {
+                    ObserveReply::Snapshot(chunk) => {
+                        let view = views.get_mut(i)?;
+                        view.queues.extend(chunk.queues);
+                        view.next_queue = chunk.next_queue;
+                    }
+                    _ => return None,
+                }
+            }
+        }
     }
 
     /// The exchanges and bindings, from shard 0's replica.

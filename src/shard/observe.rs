@@ -33,11 +33,19 @@ pub enum ObserveRequest {
     Purge { vhost: String, name: String },
 }
 
+/// Home queues per snapshot answer: a shard with many queues answers in several turns
+/// (about a millisecond each), with its sockets and inboxes served in between, so a scrape
+/// never stalls deliveries for the time of the whole queue list.
+pub const QUEUE_CHUNK: usize = 1000;
+
 /// Which detail a snapshot carries (counts and counters always).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Want {
-    /// Every home queue.
+    /// Home queues: at most [`QUEUE_CHUNK`], those with ids above `queues_after`, in id
+    /// order; the reply's `next_queue` says where the next request starts.
     pub queues: bool,
+    /// The queue id the previous chunk ended at (0 for the first).
+    pub queues_after: u64,
     /// Every connection and channel.
     pub connections: bool,
     /// Every consumer (implies the connections' names).
@@ -62,6 +70,8 @@ pub struct ShardView {
     pub connections: Vec<ConnView>,
     pub channels: Vec<ChannelView>,
     pub consumers: Vec<ConsumerView>,
+    /// More home queues follow: ask again with `queues_after` = this.
+    pub next_queue: Option<u64>,
     /// Counts, whatever the detail.
     pub queue_count: u64,
     pub connection_count: u64,
@@ -325,9 +335,22 @@ impl State {
             }
         }
         if want.queues {
-            view.queues = self
+            // The next chunk in id order: O(queues) to select, no allocation per queue.
+            let mut ids: Vec<u64> = self
                 .queues
-                .values()
+                .keys()
+                .map(|q| q.0)
+                .filter(|id| *id > want.queues_after)
+                .collect();
+            if ids.len() > QUEUE_CHUNK {
+                ids.select_nth_unstable(QUEUE_CHUNK - 1);
+                ids.truncate(QUEUE_CHUNK);
+                ids.sort_unstable();
+                view.next_queue = ids.last().copied();
+            }
+            view.queues = ids
+                .iter()
+                .filter_map(|id| self.queues.get(&crate::model::ids::QueueId(*id)))
                 .map(|q| queue_view(q, shard, now))
                 .collect();
         }
