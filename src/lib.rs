@@ -26,7 +26,10 @@
 //!   performing the policies (`policy`, `flow`, `memory`).
 //! - [`net`]: per-connection reader and writer tasks over tokio-uring sockets, and the
 //!   read buffer that sizes itself to the traffic (`read_buf`).
-//! - [`server`]: starts N shards and coordinates shutdown.
+//! - [`server`]: starts N shards and the management listener, coordinates shutdown.
+//! - [`http`]: the management listener on its own thread (hyper): Prometheus
+//!   `/metrics`, the RabbitMQ-style management API, basic auth; every figure is asked of
+//!   the shards through their inboxes (`shard::observe`).
 //! - [`config`]: the immutable configuration (defaults, TOML file, CLI).
 //! - [`ops`]: operational events with Qpid-style codes.
 //! - [`client`]: sluice's own async AMQP client (used by the tests and `sluice-bench`).
@@ -43,6 +46,7 @@
 
 pub mod client;
 pub mod config;
+pub mod http;
 pub mod model;
 pub mod net;
 pub mod ops;

@@ -21,6 +21,8 @@ pub enum StartError {
     Store(crate::store::StoreError),
     Bind(std::io::Error),
     Thread(std::io::Error),
+    /// The management listener could not bind.
+    Http(std::net::SocketAddr, std::io::Error),
 }
 
 impl std::fmt::Display for StartError {
@@ -30,6 +32,10 @@ impl std::fmt::Display for StartError {
             StartError::Store(e) => write!(f, "{e}"),
             StartError::Bind(e) => write!(f, "cannot listen: {e}"),
             StartError::Thread(e) => write!(f, "cannot start shard thread: {e}"),
+            StartError::Http(addr, e) => write!(
+                f,
+                "cannot listen for HTTP on {addr}: {e} (set http.listen or --http-listen, or \"off\")"
+            ),
         }
     }
 }
@@ -44,6 +50,8 @@ pub struct Broker {
     _data_dir_lock: crate::store::DataDirLock,
     /// The addresses actually bound (ephemeral ports resolved).
     pub addresses: Vec<std::net::SocketAddr>,
+    /// The management listener, when `http.listen` is not off.
+    http: Option<crate::http::HttpServer>,
 }
 
 /// Checks the core list against the cores this process may use.
@@ -142,6 +150,7 @@ fn ready_status(config: &Config, addresses: &[std::net::SocketAddr]) -> String {
 /// (`READY=1`, when `$NOTIFY_SOCKET` is set).
 pub fn start(config: Config) -> Result<Broker, StartError> {
     check_cores(&config).map_err(StartError::Config)?;
+    let started = std::time::Instant::now();
     let config = Arc::new(config);
     OpsEvent::BrokerStartup {
         version: env!("CARGO_PKG_VERSION"),
@@ -216,6 +225,32 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     for addr in &addresses {
         OpsEvent::BrokerListening { addr: *addr }.emit();
     }
+    // The management listener starts once every shard answers its inbox.
+    let http = match config.http.listen {
+        Some(addr) => {
+            let ctx = crate::http::Context {
+                config: Arc::clone(&config),
+                peers: peers.clone(),
+                memory: Arc::clone(&memory),
+                disk: Arc::clone(&disk),
+                started,
+                amqp: addresses.clone(),
+            };
+            match crate::http::start(addr, ctx) {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    for shard in 0..peers.len() {
+                        peers.send(shard as u16, ShardMsg::Shutdown);
+                    }
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(StartError::Http(addr, e));
+                }
+            }
+        }
+        None => None,
+    };
     OpsEvent::BrokerReady.emit();
     notify::ready(&ready_status(&config, &addresses));
     Ok(Broker {
@@ -223,14 +258,23 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         peers,
         _data_dir_lock: recovered.lock,
         addresses,
+        http,
     })
 }
 
 impl Broker {
+    /// The management listener's bound address, if it runs.
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.http.as_ref().map(|h| h.addr)
+    }
+
     /// Asks every shard to close its connections (320) and stop, then joins them.
-    pub fn shutdown(self) {
+    pub fn shutdown(mut self) {
         OpsEvent::BrokerShuttingDown.emit();
         notify::stopping("shutting down: closing connections (320 CONNECTION_FORCED)");
+        if let Some(http) = self.http.take() {
+            http.stop();
+        }
         for shard in 0..self.peers.len() {
             self.peers.send(shard as u16, ShardMsg::Shutdown);
         }

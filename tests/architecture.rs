@@ -86,6 +86,12 @@ fn dependencies_point_one_way() {
         "session",
         &["protocol", "model", "queue", "policy", "timer"],
     );
+    // The management listener reaches the broker only through shard inboxes and the
+    // boards: never a connection, a queue or a socket of a shard.
+    check_layer(
+        "http",
+        &["config", "shard", "store", "ops", "protocol", "model"],
+    );
     if src().join("client").is_dir() {
         check_layer("client", &["protocol"]);
     }

@@ -34,6 +34,11 @@ fn broker() -> (sluice::server::Broker, String) {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         shards: 2,
         data_dir,
+        // In-process brokers run side by side: no management listener on a fixed port.
+        http: sluice::config::HttpConfig {
+            listen: None,
+            ..Default::default()
+        },
         ..Config::default()
     };
     let broker = sluice::server::start(config).expect("broker starts");

@@ -31,14 +31,22 @@ impl Sluice {
     fn start(args: &[&str], env: &[(&str, &str)]) -> Sluice {
         let dir = TestDir::new("sluice-ops");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        cmd.args(["--listen", "127.0.0.1:0", "--shards", "2", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args(args)
-            .env_remove("NOTIFY_SOCKET")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.args([
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "off",
+            "--shards",
+            "2",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(args)
+        .env_remove("NOTIFY_SOCKET")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn sluice");
         let logs = Arc::new(Mutex::new(Vec::new()));
         for pipe in [

@@ -353,6 +353,10 @@ impl BrokerUnderTest {
         if let Some(bin) = bin {
             let mut cmd = Command::new(&bin);
             cmd.args(["--listen", "127.0.0.1:0", "--shards", &shards.to_string()]);
+            // Not on the default management port: two tools may run side by side.
+            if !extra.iter().any(|a| a.starts_with("--http-listen")) {
+                cmd.args(["--http-listen", "off"]);
+            }
             if let Some(p) = pin_cores {
                 cmd.args(["--pin-cores", p]);
             }
@@ -442,6 +446,10 @@ impl BrokerUnderTest {
         let mut config = sluice::config::Config::load(&cli).map_err(|e| e.to_string())?;
         if cli.log_level.is_none() {
             config.log_level = "warn".into();
+        }
+        // The embedded broker runs the management listener only when asked to.
+        if cli.http_listen.is_none() {
+            config.http.listen = None;
         }
         let broker = sluice::server::start(config).map_err(|e| e.to_string())?;
         let addr = *broker

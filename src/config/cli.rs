@@ -54,6 +54,11 @@ pub struct Cli {
     /// [default: 90% of the high watermark].
     #[arg(long = "memory-low-watermark", value_name = "LIMIT")]
     pub memory_low_watermark: Option<String>,
+
+    /// Management listener (metrics and HTTP API): an address, or `off`
+    /// [default: 127.0.0.1:15672].
+    #[arg(long = "http-listen", value_name = "ADDR|off")]
+    pub http_listen: Option<String>,
 }
 
 impl Cli {
@@ -95,6 +100,13 @@ impl Cli {
         };
         if let Some(text) = &self.memory_high_watermark {
             config.policies.memory.high_watermark = limit("--memory-high-watermark", text)?;
+        }
+        if let Some(text) = &self.http_listen {
+            config.http.listen =
+                super::parse_listen_or_off(text).map_err(|reason| ConfigError::Invalid {
+                    key: "--http-listen".to_owned(),
+                    reason,
+                })?;
         }
         if let Some(text) = &self.memory_low_watermark {
             config.policies.memory.low_watermark = Some(limit("--memory-low-watermark", text)?);

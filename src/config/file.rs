@@ -33,6 +33,15 @@ struct FileConfig {
     vhost: Option<BTreeMap<String, VhostSection>>,
     topic: Option<Vec<TopicSection>>,
     queue: Option<Vec<QueueSection>>,
+    http: Option<HttpSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpSection {
+    /// An address or "off".
+    listen: Option<String>,
+    per_queue_metrics: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -185,6 +194,7 @@ struct AuthSection {
 struct UserEntry {
     name: String,
     password: String,
+    tags: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -282,10 +292,18 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
                 .map(|u| User {
                     name: u.name,
                     password: u.password,
+                    tags: u.tags.unwrap_or_default(),
                 })
                 .collect();
         }
         set(&mut config.loopback_users, a.loopback_users);
+    }
+    if let Some(h) = file.http {
+        if let Some(listen) = h.listen {
+            config.http.listen =
+                super::parse_listen_or_off(&listen).map_err(|e| format!("http.listen: {e}"))?;
+        }
+        set(&mut config.http.per_queue_metrics, h.per_queue_metrics);
     }
     if let Some(v) = file.vhosts {
         set(&mut config.vhosts, v.names);

@@ -23,6 +23,44 @@ pub use policy::Policies;
 pub struct User {
     pub name: String,
     pub password: String,
+    /// RabbitMQ-style tags; `administrator` may change things through the management API.
+    pub tags: Vec<String>,
+}
+
+impl User {
+    /// Whether the management API lets this user change things.
+    pub fn is_administrator(&self) -> bool {
+        self.tags.iter().any(|t| t == "administrator")
+    }
+}
+
+/// `[http]`: the management listener (metrics and API).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// Where to listen; `None` = off.
+    pub listen: Option<SocketAddr>,
+    /// One series per queue (`true`) or per-vhost totals (`false`).
+    pub per_queue_metrics: bool,
+}
+
+impl Default for HttpConfig {
+    fn default() -> HttpConfig {
+        HttpConfig {
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 15672))),
+            per_queue_metrics: true,
+        }
+    }
+}
+
+/// Parses `ADDR` or `off` (the management listener's address).
+pub fn parse_listen_or_off(text: &str) -> Result<Option<SocketAddr>, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    text.trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| format!("'{text}' is neither an address (127.0.0.1:15672) nor \"off\""))
 }
 
 /// Connection-level protocol limits offered in `connection.tune`.
@@ -98,6 +136,8 @@ pub struct Config {
     pub policies: Policies,
     /// The persistent message store.
     pub store: StoreConfig,
+    /// The management listener.
+    pub http: HttpConfig,
 }
 
 /// `[store]`: the persistent message store under `data_dir`.
@@ -168,6 +208,7 @@ impl Default for Config {
             users: vec![User {
                 name: "guest".to_owned(),
                 password: "guest".to_owned(),
+                tags: vec!["administrator".to_owned()],
             }],
             loopback_users: vec!["guest".to_owned()],
             limits: Limits {
@@ -198,6 +239,7 @@ impl Default for Config {
                 fsync: true,
                 page_out_fraction: 0.5,
             },
+            http: HttpConfig::default(),
         }
     }
 }
@@ -439,6 +481,25 @@ mod tests {
         assert!(parse_core_list("3-1").is_err());
         assert!(parse_core_list("x").is_err());
         assert!(parse_core_list("").is_err());
+    }
+
+    #[test]
+    fn http_listen_takes_an_address_or_off() {
+        assert_eq!(parse_listen_or_off("off"), Ok(None));
+        assert_eq!(
+            parse_listen_or_off("127.0.0.1:0"),
+            Ok(Some(SocketAddr::from(([127, 0, 0, 1], 0))))
+        );
+        assert!(parse_listen_or_off("nowhere").is_err());
+        let mut c = Config::default();
+        file::apply_text(
+            &mut c,
+            "[http]\nlisten = \"off\"\nper_queue_metrics = false\n",
+        )
+        .expect("parses");
+        assert_eq!(c.http.listen, None);
+        assert!(!c.http.per_queue_metrics);
+        assert!(file::apply_text(&mut c, "[http]\nlisten = \"x\"\n").is_err());
     }
 
     #[test]

@@ -172,6 +172,7 @@ async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        crate::shard::ShardCounters::add(&shard.counters.bytes_read, n);
         rb.put_back(returned.into_inner(), n, end - start);
         let buf = rb.bytes();
         shard.clock.refresh();

@@ -70,7 +70,10 @@ async fn write_loop(
                 break;
             }
             let written = match write_all(stream, bufs).await {
-                Ok(n) => n,
+                Ok(n) => {
+                    crate::shard::ShardCounters::add(&shard.counters.bytes_written, n);
+                    n
+                }
                 Err(e) => {
                     tracing::debug!("write failed: {e}");
                     return;

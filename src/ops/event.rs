@@ -73,6 +73,8 @@ pub enum OpsEvent {
     /// BRK-1013: a systemd notification (`$NOTIFY_SOCKET`) could not be sent; logged
     /// once, the broker goes on.
     NotifyFailed { socket: String, error: String },
+    /// BRK-1014: the management listener (metrics and HTTP API) is bound.
+    ManagementListening { addr: SocketAddr },
     /// CON-1005: accepting failed (out of file descriptors, usually); summed per report.
     AcceptFailed {
         shard: u16,
@@ -215,6 +217,7 @@ impl OpsEvent {
             OpsEvent::FileLimit { .. } => "BRK-1011",
             OpsEvent::Panic { .. } => "BRK-1012",
             OpsEvent::NotifyFailed { .. } => "BRK-1013",
+            OpsEvent::ManagementListening { .. } => "BRK-1014",
             OpsEvent::AcceptFailed { .. } => "CON-1005",
             OpsEvent::ReadingSuspended { .. } => "CON-1003",
             OpsEvent::ReadingResumed { .. } => "CON-1004",
@@ -379,6 +382,9 @@ impl fmt::Display for OpsEvent {
                 f,
                 "{code} : systemd notification failed : NOTIFY_SOCKET={socket} : {error} : not retried, the broker goes on"
             ),
+            OpsEvent::ManagementListening { addr } => {
+                write!(f, "{code} : Management listening on http://{addr}")
+            }
             OpsEvent::AcceptFailed {
                 shard,
                 error,

@@ -106,6 +106,7 @@ impl OpsEvent {
             | OpsEvent::FileLimit { .. }
             | OpsEvent::Panic { .. }
             | OpsEvent::NotifyFailed { .. }
+            | OpsEvent::ManagementListening { .. }
             | OpsEvent::MemoryReport { .. } => LogFields::code(code),
             OpsEvent::ShardStarted { shard, .. } | OpsEvent::AcceptFailed { shard, .. } => {
                 LogFields {

@@ -289,6 +289,12 @@ pub enum ShardMsg {
     ConsumerGone(ConsumerTarget),
     /// Close every connection with 320 and stop.
     Shutdown,
+    /// The operator interfaces (`crate::http`) ask for figures or an action; answered
+    /// from the shard's own state in the turn it arrives (`shard::observe`).
+    Observe(
+        crate::shard::observe::ObserveRequest,
+        oneshot::Sender<crate::shard::observe::ObserveReply>,
+    ),
 }
 
 /// The sending halves of every shard's two inboxes, indexed by shard, and each shard's

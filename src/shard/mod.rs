@@ -17,6 +17,7 @@ pub mod flow;
 pub mod handler;
 pub mod inbox;
 pub mod memory;
+pub mod observe;
 pub mod paging;
 pub mod persist;
 pub mod placement;
@@ -189,6 +190,23 @@ pub struct Shard {
     pub placeholder: std::cell::OnceCell<crate::model::message::LocalMessage>,
     /// No eviction pass before this.
     pub next_eviction: Cell<Instant>,
+    /// Plain counters read by the operator interfaces (`observe`).
+    pub counters: ShardCounters,
+}
+
+/// Per-shard counters that must be cheap on the hot path: plain cells, read when asked.
+#[derive(Default)]
+pub struct ShardCounters {
+    /// Bytes read from client sockets.
+    pub bytes_read: Cell<u64>,
+    /// Bytes written to client sockets.
+    pub bytes_written: Cell<u64>,
+}
+
+impl ShardCounters {
+    pub fn add(cell: &Cell<u64>, n: usize) {
+        cell.set(cell.get().wrapping_add(n as u64));
+    }
 }
 
 impl Shard {
@@ -244,6 +262,7 @@ impl Shard {
             disk: persistence.disk,
             placeholder: std::cell::OnceCell::new(),
             next_eviction: Cell::new(now),
+            counters: ShardCounters::default(),
         }
     }
 

@@ -178,7 +178,7 @@ async fn inbox_loop(shard: Rc<Shard>, mut inbox: Inbox) {
 fn needs_earlier_publishes(msg: &ShardMsg) -> bool {
     matches!(
         msg,
-        ShardMsg::Queue(..) | ShardMsg::Apply(..) | ShardMsg::Control(..)
+        ShardMsg::Queue(..) | ShardMsg::Apply(..) | ShardMsg::Control(..) | ShardMsg::Observe(..)
     )
 }
 
@@ -277,6 +277,9 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
         ShardMsg::Queue(req, reply) => {
             let answer = shard.state.borrow_mut().queue_request(shard, req);
             let _ = reply.send(answer);
+        }
+        ShardMsg::Observe(req, reply) => {
+            let _ = reply.send(crate::shard::observe::answer(shard, req));
         }
         ShardMsg::ConsumerGone(target) => {
             shard.state.borrow_mut().consumer_gone(target);

@@ -9,6 +9,7 @@
 //! every test body runs under [`bounded`].
 #![allow(dead_code)]
 
+pub mod http;
 pub mod raw;
 pub mod wire;
 
@@ -186,7 +187,9 @@ impl Broker {
             .arg("--data-dir")
             .arg(data_dir)
             .arg("--log-level")
-            .arg("info");
+            .arg("info")
+            .arg("--http-listen")
+            .arg("127.0.0.1:0");
         if let Some(path) = config {
             cmd.arg("--config").arg(path);
         }
@@ -250,6 +253,18 @@ impl Broker {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The management listener's port (the harness starts it on `127.0.0.1:0`), from
+    /// its BRK-1014 line.
+    pub fn http_port(&self) -> u16 {
+        let marker = "Management listening on http://127.0.0.1:";
+        let line = self
+            .find_log(marker)
+            .expect("BRK-1014 line (the management listener)");
+        let rest = &line[line.find(marker).expect("marker") + marker.len()..];
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        digits.parse().expect("HTTP port")
     }
 
     pub fn addr(&self) -> String {

@@ -1,0 +1,320 @@
+//! Owns: the management listener — its own OS thread with a current-thread tokio runtime
+//! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
+//! (`metrics`), the management API under `/api/` (`api`), HTTP basic auth (`auth`).
+//!
+//! Every figure comes from the shards by request/response through their control inboxes
+//! (`ShardMsg::Observe` with a oneshot reply, `ShardMsg::Queue`, `ShardMsg::Control`):
+//! a shard answers from its own state in one turn and the reply is owned data, so a slow
+//! HTTP client only ever waits on this thread. Broker-wide figures that are already
+//! posted for the watermark and the disk quota (`MemoryBoard`, `DiskBoard`) are read from
+//! there.
+//!
+//! Does not: parse HTTP (hyper does), hold a lock, or touch any shard's state.
+
+pub mod api;
+pub mod auth;
+pub mod metrics;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::sync::oneshot;
+
+use crate::config::Config;
+use crate::ops::event::OpsEvent;
+use crate::shard::inbox::{Peers, ShardMsg};
+use crate::shard::memory::MemoryBoard;
+use crate::shard::observe::{ObserveReply, ObserveRequest, ShardView, VhostView, Want};
+use crate::store::quota::DiskBoard;
+
+/// How long a request waits for a shard's answer before it is answered 503.
+const SHARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub type HttpResponse = Response<Full<Bytes>>;
+
+/// What the HTTP thread needs: the configuration, the shards' inboxes and the boards.
+pub struct Context {
+    pub config: Arc<Config>,
+    pub peers: Peers,
+    pub memory: Arc<MemoryBoard>,
+    pub disk: Arc<DiskBoard>,
+    pub started: Instant,
+    /// The AMQP listeners (for `/api/overview`).
+    pub amqp: Vec<SocketAddr>,
+}
+
+/// The running listener; dropping it leaves the thread running until the process ends,
+/// [`HttpServer::stop`] stops it.
+pub struct HttpServer {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// Stops accepting, and joins the thread (open connections are dropped).
+    pub fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Binds `addr` (here, so a bad address fails the broker's start) and starts the thread.
+pub fn start(addr: SocketAddr, ctx: Context) -> std::io::Result<HttpServer> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let ctx = Arc::new(ctx);
+    let thread = std::thread::Builder::new()
+        .name("sluice-http".into())
+        .spawn(move || runtime.block_on(serve(listener, ctx, stop_rx)))?;
+    OpsEvent::ManagementListening { addr: bound }.emit();
+    Ok(HttpServer {
+        addr: bound,
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    })
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    ctx: Arc<Context>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("management listener: {e}");
+            return;
+        }
+    };
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop => return,
+            a = listener.accept() => a,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::debug!("management accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let service = hyper::service::service_fn(move |req| {
+                let ctx = Arc::clone(&ctx);
+                async move { Ok::<_, Infallible>(handle(&ctx, req, peer).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+/// Authenticates, then routes.
+async fn handle<B>(ctx: &Context, req: Request<B>, peer: SocketAddr) -> HttpResponse {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let user = match auth::check(&ctx.config, req.headers(), peer) {
+        Ok(user) => user,
+        Err(reason) => return auth::unauthorized(reason),
+    };
+    let segments = match split_path(&path) {
+        Some(s) => s,
+        None => return error(StatusCode::BAD_REQUEST, "bad percent-encoding in the path"),
+    };
+    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    if method == Method::DELETE && !user.is_administrator() {
+        return error(
+            StatusCode::FORBIDDEN,
+            "changes need a user tagged administrator",
+        );
+    }
+    match (&method, segs.as_slice()) {
+        (&Method::GET, ["metrics"]) => metrics::scrape(ctx).await,
+        (&Method::GET, ["api", rest @ ..]) => api::get(ctx, rest, &query).await,
+        (&Method::DELETE, ["api", rest @ ..]) => api::delete(ctx, rest).await,
+        (_, ["metrics"] | ["api", ..]) => {
+            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+        }
+        _ => error(StatusCode::NOT_FOUND, "not found"),
+    }
+}
+
+/// The path's segments, percent-decoded (`%2F` is the vhost `/`).
+fn split_path(path: &str) -> Option<Vec<String>> {
+    path.trim_start_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .ok()
+                .map(|c| c.into_owned())
+        })
+        .collect()
+}
+
+/// A JSON error body, as RabbitMQ's management API answers.
+pub fn error(status: StatusCode, reason: &str) -> HttpResponse {
+    let body = serde_json::json!({
+        "error": status.canonical_reason().unwrap_or("error"),
+        "reason": reason,
+    });
+    respond(status, "application/json", body.to_string().into())
+}
+
+pub fn respond(status: StatusCode, content_type: &'static str, body: Bytes) -> HttpResponse {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+impl Context {
+    /// Sends `req` to `shard`; the reply receiver.
+    fn ask(&self, shard: usize, req: ObserveRequest) -> oneshot::Receiver<ObserveReply> {
+        let (tx, rx) = oneshot::channel();
+        self.peers.send(shard as u16, ShardMsg::Observe(req, tx));
+        rx
+    }
+
+    /// Asks one shard and waits (bounded).
+    pub async fn ask_one(&self, shard: usize, req: ObserveRequest) -> Option<ObserveReply> {
+        tokio::time::timeout(SHARD_TIMEOUT, self.ask(shard, req))
+            .await
+            .ok()?
+            .ok()
+    }
+
+    /// Asks every shard at once, then collects the answers (`None` if one did not answer).
+    pub async fn ask_all(&self, req: ObserveRequest) -> Option<Vec<ObserveReply>> {
+        let pending: Vec<_> = (0..self.peers.len())
+            .map(|i| self.ask(i, req.clone()))
+            .collect();
+        let deadline = tokio::time::Instant::now() + SHARD_TIMEOUT;
+        let mut out = Vec::with_capacity(pending.len());
+        for rx in pending {
+            out.push(tokio::time::timeout_at(deadline, rx).await.ok()?.ok()?);
+        }
+        Some(out)
+    }
+
+    /// Every shard's snapshot, in shard order. Home queues come in chunks
+    /// (`observe::QUEUE_CHUNK`), one shard turn each: the shards with more are asked
+    /// again, all at once, until none has more.
+    pub async fn snapshots(&self, want: Want) -> Option<Vec<ShardView>> {
+        let replies = self.ask_all(ObserveRequest::Snapshot(want)).await?;
+        let mut views: Vec<ShardView> = replies
+            .into_iter()
+            .map(|r| match r {
+                ObserveReply::Snapshot(v) => Some(*v),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        loop {
+            let pending: Vec<(usize, oneshot::Receiver<ObserveReply>)> = views
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, v)| v.next_queue.take().map(|after| (i, after)))
+                .map(|(i, after)| {
+                    let more = Want {
+                        queues: true,
+                        queues_after: after,
+                        ..Want::default()
+                    };
+                    (i, self.ask(i, ObserveRequest::Snapshot(more)))
+                })
+                .collect();
+            if pending.is_empty() {
+                return Some(views);
+            }
+            let deadline = tokio::time::Instant::now() + SHARD_TIMEOUT;
+            for (i, rx) in pending {
+                match tokio::time::timeout_at(deadline, rx).await.ok()?.ok()? {
+                    ObserveReply::Snapshot(chunk) => {
+                        let view = views.get_mut(i)?;
+                        view.queues.extend(chunk.queues);
+                        view.next_queue = chunk.next_queue;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    }
+
+    /// The exchanges and bindings, from shard 0's replica.
+    pub async fn directory(&self) -> Option<Vec<VhostView>> {
+        match self.ask_one(0, ObserveRequest::Directory).await? {
+            ObserveReply::Directory(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Seconds since the broker started.
+    pub fn uptime(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+}
+
+/// 503 when a shard did not answer in time (it is stopping, or stuck).
+pub fn unavailable() -> HttpResponse {
+    error(StatusCode::SERVICE_UNAVAILABLE, "a shard did not answer")
+}
+
+/// Resident set size of this process, bytes (`/proc/self/statm`).
+pub fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf only reads a configuration value.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_split_and_decoded() {
+        assert_eq!(
+            split_path("/api/queues/%2F/my%20queue"),
+            Some(vec![
+                "api".to_owned(),
+                "queues".to_owned(),
+                "/".to_owned(),
+                "my queue".to_owned()
+            ])
+        );
+        assert_eq!(split_path("/metrics"), Some(vec!["metrics".to_owned()]));
+        assert_eq!(split_path("/api/%FF"), None);
+    }
+}

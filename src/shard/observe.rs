@@ -1,0 +1,461 @@
+//! Owns: what a shard tells the operator interfaces (`crate::http`) about itself — a
+//! snapshot of its home queues, its connections, channels and consumers, its counters, and
+//! (from any one replica) the directory's exchanges and bindings — and the operator's
+//! actions a shard performs on what it owns: force-closing one of its connections and
+//! purging one of its home queues.
+//!
+//! Each request is answered from the shard's own `State` in one borrow, in the turn the
+//! request arrives ([`answer`]). The reply is plain owned data sent back on a oneshot, so
+//! the HTTP thread formats it at its own pace: a slow HTTP client never holds a shard.
+//!
+//! Does not: format anything for the wire (JSON and the exposition format are `http`'s),
+//! or touch another shard's state.
+
+use std::time::Instant;
+
+use crate::model::ids::ShardId;
+use crate::protocol::ShortStr;
+use crate::queue::{Queue, QueueCounters};
+use crate::session::connection::{Conn, Phase};
+use crate::shard::inbox::{QueueReply, QueueRequest};
+use crate::shard::{Shard, State};
+
+/// What the operator interfaces ask a shard.
+#[derive(Debug, Clone)]
+pub enum ObserveRequest {
+    /// The shard's counters, and the detail asked for.
+    Snapshot(Want),
+    /// The exchanges and bindings of every vhost (any replica has them all).
+    Directory,
+    /// Close the connection with this name (if it is on this shard) with 320.
+    CloseConnection { name: String, reason: String },
+    /// Purge a home queue.
+    Purge { vhost: String, name: String },
+}
+
+/// Home queues per snapshot answer: a shard with many queues answers in several turns
+/// (about a millisecond each), with its sockets and inboxes served in between, so a scrape
+/// never stalls deliveries for the time of the whole queue list.
+pub const QUEUE_CHUNK: usize = 1000;
+
+/// Which detail a snapshot carries (counts and counters always).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Want {
+    /// Home queues: at most [`QUEUE_CHUNK`], those with ids above `queues_after`, in id
+    /// order; the reply's `next_queue` says where the next request starts.
+    pub queues: bool,
+    /// The queue id the previous chunk ended at (0 for the first).
+    pub queues_after: u64,
+    /// Every connection and channel.
+    pub connections: bool,
+    /// Every consumer (implies the connections' names).
+    pub consumers: bool,
+}
+
+#[derive(Debug)]
+pub enum ObserveReply {
+    Snapshot(Box<ShardView>),
+    Directory(Vec<VhostView>),
+    /// Whether a connection of that name was found (and closed).
+    Closed(bool),
+    /// Messages purged, or `None` when the queue is not a home queue of this shard.
+    Purged(Option<u32>),
+}
+
+/// One shard's figures.
+#[derive(Debug, Default)]
+pub struct ShardView {
+    pub shard: ShardId,
+    pub queues: Vec<QueueView>,
+    pub connections: Vec<ConnView>,
+    pub channels: Vec<ChannelView>,
+    pub consumers: Vec<ConsumerView>,
+    /// More home queues follow: ask again with `queues_after` = this.
+    pub next_queue: Option<u64>,
+    /// Counts, whatever the detail.
+    pub queue_count: u64,
+    pub connection_count: u64,
+    pub channel_count: u64,
+    pub consumer_count: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// CPU time the shard's thread has used (`CLOCK_THREAD_CPUTIME_ID`): its rate is the
+    /// event loop's busy fraction, since a waiting loop sleeps in the kernel.
+    pub cpu_seconds: f64,
+}
+
+/// A home queue.
+#[derive(Debug, Clone)]
+pub struct QueueView {
+    pub vhost: String,
+    pub name: String,
+    pub home: ShardId,
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    pub ready: u64,
+    pub unacked: u64,
+    pub ready_bytes: u64,
+    /// Everything held: ready, unacknowledged, no-ack deliveries not yet written.
+    pub bytes: u64,
+    pub consumers: u64,
+    pub oldest_age_secs: f64,
+    pub counters: QueueCounters,
+    pub flow: Option<FlowView>,
+    pub slow: Option<SlowView>,
+}
+
+/// A queue's producer flow control (seed 001).
+#[derive(Debug, Clone, Copy)]
+pub struct FlowView {
+    pub blocked: bool,
+    pub capacity: u64,
+    pub resume_capacity: u64,
+    pub blocked_publishers: u64,
+}
+
+/// A queue's slow-consumer policy (seed 000) and its prediction.
+#[derive(Debug, Clone)]
+pub struct SlowView {
+    pub action: &'static str,
+    pub max_depth: Option<u64>,
+    pub max_count: Option<u64>,
+    pub max_age_secs: Option<f64>,
+    pub min_rate: Option<f64>,
+    pub arrival_rate: f64,
+    pub consume_rate: f64,
+    /// The threshold a growing backlog will cross first, and in how many seconds.
+    pub predicted_threshold: Option<&'static str>,
+    pub predicted_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConnView {
+    pub name: String,
+    pub serial: u64,
+    pub shard: ShardId,
+    pub peer: String,
+    pub user: String,
+    pub vhost: String,
+    pub state: &'static str,
+    pub channels: u64,
+    pub frame_max: u32,
+    pub channel_max: u16,
+    pub heartbeat: u16,
+    /// Stopped being read (flow control or the memory/disk alarms).
+    pub held: bool,
+    pub outbound_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChannelView {
+    pub connection: String,
+    pub number: u16,
+    pub user: String,
+    pub vhost: String,
+    pub prefetch: u32,
+    pub global_prefetch: u32,
+    pub unacked: u64,
+    pub consumers: u64,
+    pub confirm: bool,
+    pub transactional: bool,
+    /// `channel.flow(active=false)` was sent to it (flow control or the memory alarm).
+    pub flow_blocked: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerView {
+    pub connection: String,
+    pub channel: u16,
+    pub tag: String,
+    pub vhost: String,
+    pub queue: String,
+    pub ack_required: bool,
+    pub prefetch: u32,
+    pub unacked: u32,
+}
+
+/// One vhost's exchanges and bindings.
+#[derive(Debug, Clone)]
+pub struct VhostView {
+    pub vhost: String,
+    pub exchanges: Vec<ExchangeView>,
+    pub bindings: Vec<BindingView>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExchangeView {
+    pub name: String,
+    pub kind: &'static str,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct BindingView {
+    pub source: String,
+    pub destination: String,
+    /// "queue" or "exchange".
+    pub destination_type: &'static str,
+    pub routing_key: String,
+}
+
+/// The operator's name of a connection: its peer address and serial, unique in the
+/// broker (`127.0.0.1:40312 #7`).
+pub fn connection_name(conn: &Conn) -> String {
+    format!("{} #{}", conn.peer, conn.serial)
+}
+
+fn text(s: &ShortStr) -> String {
+    s.as_str_lossy().into_owned()
+}
+
+/// Answers a request in this turn, from the shard's own state.
+pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
+    let now = shard.clock.now();
+    match req {
+        ObserveRequest::Snapshot(want) => {
+            let st = shard.state.borrow();
+            let mut view = st.snapshot(shard.id, now, want);
+            view.bytes_read = shard.counters.bytes_read.get();
+            view.bytes_written = shard.counters.bytes_written.get();
+            view.cpu_seconds = thread_cpu_seconds();
+            ObserveReply::Snapshot(Box::new(view))
+        }
+        ObserveRequest::Directory => ObserveReply::Directory(shard.state.borrow().directory_view()),
+        ObserveRequest::CloseConnection { name, reason } => {
+            let mut st = shard.state.borrow_mut();
+            let found = st
+                .conns
+                .iter()
+                .find(|(_, c)| connection_name(c) == name)
+                .map(|(_, c)| c.id);
+            if let Some(id) = found {
+                st.force_close(shard, id, &reason);
+            }
+            ObserveReply::Closed(found.is_some())
+        }
+        ObserveRequest::Purge { vhost, name } => {
+            let mut st = shard.state.borrow_mut();
+            let queue = st
+                .directory
+                .vhost_index(&vhost)
+                .and_then(|v| st.directory.vhost(v))
+                .and_then(|d| d.queue(&ShortStr::from(name.as_str())))
+                .map(|m| m.queue)
+                .filter(|q| q.home == shard.id);
+            let Some(queue) = queue else {
+                return ObserveReply::Purged(None);
+            };
+            match st.queue_request(shard, QueueRequest::Purge { queue: queue.id }) {
+                QueueReply::Purged(n) => ObserveReply::Purged(Some(n)),
+                _ => ObserveReply::Purged(None),
+            }
+        }
+    }
+}
+
+/// CPU time used by the calling thread, seconds.
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+fn queue_view(q: &Queue, home: ShardId, now: Instant) -> QueueView {
+    let stats = q.stats();
+    let holdings = q.holdings(now);
+    let slow = &q.limits.slow;
+    QueueView {
+        vhost: q.vhost.clone(),
+        name: text(&q.name),
+        home,
+        durable: q.settings.durable,
+        exclusive: q.settings.exclusive,
+        auto_delete: q.settings.auto_delete,
+        ready: u64::from(stats.messages),
+        unacked: q.held_count().saturating_sub(u64::from(stats.messages)),
+        ready_bytes: stats.depth_bytes,
+        bytes: stats.held_bytes,
+        consumers: u64::from(stats.consumers),
+        oldest_age_secs: holdings.oldest_age.map_or(0.0, |a| a.as_secs_f64()),
+        counters: q.counters,
+        flow: q.limits.capacity.as_ref().map(|c| FlowView {
+            blocked: c.is_overfull(),
+            capacity: c.capacity,
+            resume_capacity: c.resume,
+            blocked_publishers: q.limits.blocked_publishers.len() as u64,
+        }),
+        slow: slow.active().map(|p| SlowView {
+            action: p.action.name(),
+            max_depth: p.max_depth,
+            max_count: p.max_count,
+            max_age_secs: p.max_age.map(|a| a.as_secs_f64()),
+            min_rate: p.min_rate,
+            arrival_rate: slow.arrival.rate(),
+            consume_rate: slow.consume.rate(),
+            predicted_threshold: slow.prediction.map(|p| p.threshold.name()),
+            predicted_seconds: slow.prediction.map(|p| p.seconds),
+        }),
+    }
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::AwaitHeader | Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
+            "starting"
+        }
+        Phase::Open => "running",
+        Phase::Closing | Phase::Lingering | Phase::Closed => "closing",
+    }
+}
+
+impl State {
+    /// This shard's counts, and its home queues, connections, channels and consumers
+    /// as asked.
+    fn snapshot(&self, shard: ShardId, now: Instant, want: Want) -> ShardView {
+        let with_consumers = want.consumers;
+        let mut view = ShardView {
+            shard,
+            queue_count: self.queues.len() as u64,
+            connection_count: self.conns.len() as u64,
+            ..ShardView::default()
+        };
+        for (_, c) in self.conns.iter() {
+            view.channel_count += c.channels.len() as u64;
+            for ch in c.channels.values() {
+                view.consumer_count += ch.consumers.len() as u64;
+            }
+        }
+        if want.queues {
+            // The next chunk in id order: O(queues) to select, no allocation per queue.
+            let mut ids: Vec<u64> = self
+                .queues
+                .keys()
+                .map(|q| q.0)
+                .filter(|id| *id > want.queues_after)
+                .collect();
+            if ids.len() > QUEUE_CHUNK {
+                ids.select_nth_unstable(QUEUE_CHUNK - 1);
+                ids.truncate(QUEUE_CHUNK);
+                ids.sort_unstable();
+                view.next_queue = ids.last().copied();
+            }
+            view.queues = ids
+                .iter()
+                .filter_map(|id| self.queues.get(&crate::model::ids::QueueId(*id)))
+                .map(|q| queue_view(q, shard, now))
+                .collect();
+        }
+        if !(want.connections || want.consumers) {
+            return view;
+        }
+        // Queue names by reference, for the consumers (built only when asked).
+        let mut queue_names = std::collections::HashMap::new();
+        if with_consumers {
+            for d in (0..self.directory.vhost_count()).filter_map(|i| self.directory.vhost(i)) {
+                for m in d.queues() {
+                    queue_names.insert(m.queue, text(&m.name));
+                }
+            }
+        }
+        for (_, c) in self.conns.iter() {
+            let name = connection_name(c);
+            view.connections.push(ConnView {
+                name: name.clone(),
+                serial: c.serial,
+                shard,
+                peer: c.peer.to_string(),
+                user: c.user.clone(),
+                vhost: c.vhost_name.clone(),
+                state: phase_name(c.phase),
+                channels: c.channels.len() as u64,
+                frame_max: c.frame_max,
+                channel_max: c.channel_max,
+                heartbeat: c.heartbeat,
+                held: c.read_paused_since.is_some(),
+                outbound_bytes: c.out.queued_bytes() as u64,
+            });
+            for ch in c.channels.values() {
+                view.channels.push(ChannelView {
+                    connection: name.clone(),
+                    number: ch.number,
+                    user: c.user.clone(),
+                    vhost: c.vhost_name.clone(),
+                    prefetch: ch.prefetch,
+                    global_prefetch: ch.global_prefetch,
+                    unacked: ch.unacked.len() as u64,
+                    consumers: ch.consumers.len() as u64,
+                    confirm: ch.confirms.is_some(),
+                    transactional: ch.tx.is_some(),
+                    flow_blocked: ch.publisher.told_stopped(),
+                });
+                if !with_consumers {
+                    continue;
+                }
+                for cons in ch.consumers.values() {
+                    let queue = queue_names.get(&cons.queue).cloned().unwrap_or_default();
+                    view.consumers.push(ConsumerView {
+                        connection: name.clone(),
+                        channel: ch.number,
+                        tag: text(&cons.tag),
+                        vhost: c.vhost_name.clone(),
+                        queue,
+                        ack_required: !cons.no_ack,
+                        prefetch: cons.prefetch,
+                        unacked: cons.unacked,
+                    });
+                }
+            }
+        }
+        view
+    }
+
+    /// Every vhost's exchanges and bindings, from this replica.
+    fn directory_view(&self) -> Vec<VhostView> {
+        (0..self.directory.vhost_count())
+            .filter_map(|i| self.directory.vhost(i))
+            .map(|d| {
+                let mut exchanges = Vec::new();
+                let mut bindings = Vec::new();
+                for ex in d.exchanges() {
+                    exchanges.push(ExchangeView {
+                        name: text(&ex.def.name),
+                        kind: ex.def.kind.name(),
+                        durable: ex.def.durable,
+                        auto_delete: ex.def.auto_delete,
+                        internal: ex.def.internal,
+                    });
+                    for b in ex.bindings() {
+                        bindings.push(BindingView {
+                            source: text(&ex.def.name),
+                            destination: text(&b.queue_name),
+                            destination_type: "queue",
+                            routing_key: text(&b.routing_key),
+                        });
+                    }
+                    for (_, b) in ex.exchange_bindings() {
+                        bindings.push(BindingView {
+                            source: text(&ex.def.name),
+                            destination: text(&b.destination),
+                            destination_type: "exchange",
+                            routing_key: text(&b.routing_key),
+                        });
+                    }
+                }
+                VhostView {
+                    vhost: d.name.clone(),
+                    exchanges,
+                    bindings,
+                }
+            })
+            .collect()
+    }
+}
