@@ -114,14 +114,30 @@ async fn metrics_aggregate_per_vhost() {
 async fn api_queues_show_depth_and_consumers() {
     let broker = Broker::start(2);
     bounded(async {
-        let (_conn, _ch, queue, _rx) = queue_with_consumer(&broker, 5).await;
+        let (_conn, ch, queue, _rx) = queue_with_consumer(&broker, 5).await;
+        // A queue declared with arguments shows them, as RabbitMQ's API does.
+        let with_args = unique("httpq-args");
+        let mut args = amqprs::FieldTable::new();
+        args.insert(
+            "x-message-ttl".try_into().expect("key"),
+            amqprs::FieldValue::I(60_000),
+        );
+        ch.queue_declare(
+            amqprs::channel::QueueDeclareArguments::new(&with_args)
+                .arguments(args)
+                .finish(),
+        )
+        .await
+        .expect("queue.declare");
         let port = broker.http_port();
         let q = queue.clone();
-        let (list, one, overview) = tokio::task::spawn_blocking(move || {
+        let qa = with_args.clone();
+        let (list, one, overview, declared) = tokio::task::spawn_blocking(move || {
             (
                 http::get(port, "/api/queues"),
                 http::get(port, &format!("/api/queues/%2F/{q}")),
                 http::get(port, "/api/overview"),
+                http::get(port, &format!("/api/queues/%2F/{qa}")),
             )
         })
         .await
@@ -140,6 +156,12 @@ async fn api_queues_show_depth_and_consumers() {
         assert!(entry["home_shard"].is_u64());
         assert_eq!(one.status, 200, "{}", one.body);
         assert_eq!(one.json()["messages_ready"], 3);
+        assert_eq!(one.json()["arguments"], serde_json::json!({}));
+        assert_eq!(declared.status, 200, "{}", declared.body);
+        assert_eq!(
+            declared.json()["arguments"],
+            serde_json::json!({ "x-message-ttl": 60000 })
+        );
         let overview = overview.json();
         assert_eq!(overview["object_totals"]["connections"], 1);
         assert_eq!(overview["object_totals"]["consumers"], 1);

@@ -12,7 +12,7 @@ use hyper::StatusCode;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use crate::protocol::ShortStr;
+use crate::protocol::{FieldTable, FieldValue, ShortStr};
 use crate::shard::inbox::{ControlOk, ControlRequest, ShardMsg};
 use crate::shard::observe::{ObserveReply, ObserveRequest, QueueView, ShardView, Want};
 
@@ -142,7 +142,7 @@ pub fn queue_json(q: &QueueView) -> Value {
         "durable": q.durable,
         "auto_delete": q.auto_delete,
         "exclusive": q.exclusive,
-        "arguments": {},
+        "arguments": table_json(&q.arguments),
         "state": "running",
         "type": "classic",
         "messages": q.ready + q.unacked,
@@ -255,7 +255,8 @@ async fn exchanges(ctx: &Context, vhost: Option<&str>) -> HttpResponse {
             v.exchanges.iter().map(|e| {
                 json!({
                     "name": e.name, "vhost": v.vhost, "type": e.kind, "durable": e.durable,
-                    "auto_delete": e.auto_delete, "internal": e.internal, "arguments": {},
+                    "auto_delete": e.auto_delete, "internal": e.internal,
+                    "arguments": table_json(&e.arguments),
                 })
             })
         })
@@ -275,7 +276,7 @@ async fn bindings(ctx: &Context, vhost: Option<&str>) -> HttpResponse {
                 json!({
                     "source": b.source, "vhost": v.vhost, "destination": b.destination,
                     "destination_type": b.destination_type, "routing_key": b.routing_key,
-                    "arguments": {}, "properties_key": b.routing_key,
+                    "arguments": table_json(&b.arguments), "properties_key": b.routing_key,
                 })
             })
         })
@@ -394,5 +395,39 @@ async fn delete_queue(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
             }
         }
         _ => unavailable(),
+    }
+}
+
+/// Declare arguments as JSON, as RabbitMQ's management API shows them: numbers as
+/// numbers, strings as strings, tables and arrays nested; byte arrays as text (lossy).
+fn table_json(t: &FieldTable) -> Value {
+    Value::Object(
+        t.iter()
+            .map(|(k, v)| (k.as_str_lossy().into_owned(), field_json(v)))
+            .collect(),
+    )
+}
+
+fn field_json(v: &FieldValue) -> Value {
+    match v {
+        FieldValue::Bool(b) => json!(b),
+        FieldValue::I8(n) => json!(n),
+        FieldValue::U8(n) => json!(n),
+        FieldValue::I16(n) => json!(n),
+        FieldValue::U16(n) => json!(n),
+        FieldValue::I32(n) => json!(n),
+        FieldValue::U32(n) => json!(n),
+        FieldValue::I64(n) => json!(n),
+        FieldValue::F32(n) => json!(n),
+        FieldValue::F64(n) => json!(n),
+        FieldValue::Decimal { scale, value } => {
+            json!(f64::from(*value) / 10f64.powi(i32::from(*scale)))
+        }
+        FieldValue::LongStr(s) => json!(String::from_utf8_lossy(s.as_bytes())),
+        FieldValue::Bytes(b) => json!(String::from_utf8_lossy(b)),
+        FieldValue::Array(items) => Value::Array(items.iter().map(field_json).collect()),
+        FieldValue::Timestamp(t) => json!(t),
+        FieldValue::Table(t) => table_json(t),
+        FieldValue::Void => Value::Null,
     }
 }

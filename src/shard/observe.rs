@@ -93,6 +93,8 @@ pub struct QueueView {
     pub durable: bool,
     pub exclusive: bool,
     pub auto_delete: bool,
+    /// The declare arguments.
+    pub arguments: crate::protocol::FieldTable,
     pub ready: u64,
     pub unacked: u64,
     pub ready_bytes: u64,
@@ -190,6 +192,7 @@ pub struct ExchangeView {
     pub durable: bool,
     pub auto_delete: bool,
     pub internal: bool,
+    pub arguments: crate::protocol::FieldTable,
 }
 
 #[derive(Debug, Clone)]
@@ -199,6 +202,7 @@ pub struct BindingView {
     /// "queue" or "exchange".
     pub destination_type: &'static str,
     pub routing_key: String,
+    pub arguments: crate::protocol::FieldTable,
 }
 
 /// The operator's name of a connection: its peer address and serial, unique in the
@@ -280,6 +284,7 @@ fn queue_view(q: &Queue, home: ShardId, now: Instant) -> QueueView {
         durable: q.settings.durable,
         exclusive: q.settings.exclusive,
         auto_delete: q.settings.auto_delete,
+        arguments: q.settings.arguments.clone(),
         ready: u64::from(stats.messages),
         unacked: q.held_count().saturating_sub(u64::from(stats.messages)),
         ready_bytes: stats.depth_bytes,
@@ -432,6 +437,7 @@ impl State {
                         durable: ex.def.durable,
                         auto_delete: ex.def.auto_delete,
                         internal: ex.def.internal,
+                        arguments: ex.def.arguments.clone(),
                     });
                     for b in ex.bindings() {
                         bindings.push(BindingView {
@@ -439,6 +445,7 @@ impl State {
                             destination: text(&b.queue_name),
                             destination_type: "queue",
                             routing_key: text(&b.routing_key),
+                            arguments: b.arguments.clone(),
                         });
                     }
                     for (_, b) in ex.exchange_bindings() {
@@ -447,6 +454,7 @@ impl State {
                             destination: text(&b.destination),
                             destination_type: "exchange",
                             routing_key: text(&b.routing_key),
+                            arguments: b.arguments.clone(),
                         });
                     }
                 }
