@@ -17,7 +17,11 @@ use serde_json::Value;
 
 /// sluicectl — list and manage a sluice broker through its management API.
 #[derive(Parser, Debug)]
-#[command(name = "sluicectl", version, about)]
+#[command(
+    name = "sluicectl",
+    version,
+    about = "sluice's management tool: lists queues, connections, channels, consumers, exchanges and bindings from the management API; closes connections, purges and deletes queues"
+)]
 struct Args {
     /// The management listener's address.
     #[arg(long, default_value = "127.0.0.1:15672", value_name = "ADDR")]
