@@ -14,6 +14,7 @@ pub mod settle;
 use std::time::{Duration, Instant};
 
 use crate::model::ids::ConnId;
+use crate::ops::escape::Escaped;
 use crate::ops::event::OpsEvent;
 use crate::protocol::frame::{Frame, FrameKind, PROTOCOL_HEADER};
 use crate::protocol::method::{
@@ -158,7 +159,8 @@ impl State {
                 });
                 let Some(user) = user else {
                     tracing::warn!(
-                        "login refused for a client using mechanism {mechanism}: unknown user or wrong password"
+                        "login refused for a client using mechanism {}: unknown user or wrong password",
+                        Escaped(&mechanism)
                     );
                     return fail(ConnectionError::LoginRefused { mechanism });
                 };
@@ -314,8 +316,8 @@ impl State {
                 if shard.config.authenticate(&c.user, &secret).is_none() {
                     tracing::warn!(
                         "{}: secret update refused for user '{}'",
-                        c.log_subject(),
-                        c.user
+                        Escaped(&c.log_subject()),
+                        Escaped(&c.user)
                     );
                     return Err((
                         ConnectionError::SecretRefused {
@@ -327,9 +329,9 @@ impl State {
                 }
                 tracing::info!(
                     "{}: user '{}' updated secret, reason: {}",
-                    c.log_subject(),
-                    c.user,
-                    update.reason
+                    Escaped(&c.log_subject()),
+                    Escaped(&c.user),
+                    Escaped(&update.reason.as_str_lossy())
                 );
                 c.out.method(
                     0,
@@ -644,7 +646,7 @@ impl State {
             let seconds = c.heartbeat;
             tracing::warn!(
                 "[{}] missed heartbeats from client, timeout: {seconds}s",
-                c.log_subject()
+                Escaped(&c.log_subject())
             );
             self.close_connection(
                 shard,
