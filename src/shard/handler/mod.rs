@@ -128,6 +128,9 @@ impl State {
     ) -> Result<Flow, (ConnectionError, u16, u16)> {
         let phase = self.conn(conn).map(|c| c.phase);
         if frame.kind == FrameKind::Heartbeat {
+            if !frame.payload.is_empty() {
+                return Err((ConnectionError::heartbeat_payload(&frame.payload), 0, 0));
+            }
             return Ok(Flow::Continue);
         }
         if frame.kind != FrameKind::Method || frame.channel != 0 {
@@ -271,6 +274,9 @@ impl State {
     ) -> Result<Flow, (ConnectionError, u16, u16)> {
         if frame.channel == 0 {
             return match frame.kind {
+                FrameKind::Heartbeat if !frame.payload.is_empty() => {
+                    Err((ConnectionError::heartbeat_payload(&frame.payload), 0, 0))
+                }
                 FrameKind::Heartbeat => Ok(Flow::Continue),
                 FrameKind::Method => self.on_connection_method(shard, conn, frame),
                 FrameKind::Header | FrameKind::Body => Err((
