@@ -136,8 +136,7 @@ impl Message {
     ) -> Message {
         let persistent = crate::protocol::properties::raw_delivery_mode(&raw_properties) == Some(2);
         let ttl_ms = crate::protocol::properties::raw_expiration(&raw_properties)
-            .and_then(|raw| std::str::from_utf8(raw).ok())
-            .and_then(|text| text.trim().parse::<u64>().ok());
+            .and_then(|raw| parse_expiration(raw).ok());
         let wire_tail = build_wire_tail(&exchange, &routing_key, &raw_properties, &body, body_size);
         // A small message's properties and body are re-pointed into its own tail, so a
         // queued message does not keep the publisher's whole read buffer alive.
@@ -234,9 +233,96 @@ impl Message {
     }
 }
 
+/// The largest per-message TTL RabbitMQ accepts (`rabbit_misc:check_expiry`).
+pub const MAX_EXPIRY_MS: u64 = 4_294_967_295;
+
+/// Parses the `expiration` property as RabbitMQ's `rabbit_basic:parse_expiration` does:
+/// an optionally signed decimal integer, nothing after it, from 0 to [`MAX_EXPIRY_MS`].
+/// The error is RabbitMQ's reason term as it prints it (`no_integer`,
+/// `{leftover_string,"x"}`, `{value_negative,-5}`, `{value_too_large,N}`), for the
+/// `invalid expiration` channel error.
+pub fn parse_expiration(raw: &[u8]) -> Result<u64, String> {
+    let (negative, unsigned) = match raw.first() {
+        Some(b'-') => (true, &raw[1..]),
+        Some(b'+') => (false, &raw[1..]),
+        _ => (false, raw),
+    };
+    let digits = unsigned.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return Err("no_integer".to_string());
+    }
+    let rest = &unsigned[digits..];
+    if !rest.is_empty() {
+        return Err(format!("{{leftover_string,{}}}", erlang_string(rest)));
+    }
+    let text = &unsigned[..digits];
+    let trimmed = match text.iter().position(|&b| b != b'0') {
+        Some(at) => &text[at..],
+        None => &b"0"[..],
+    };
+    let number = String::from_utf8_lossy(trimmed);
+    let value = number.parse::<u64>().ok();
+    if negative && value != Some(0) {
+        return Err(format!("{{value_negative,-{number}}}"));
+    }
+    match value {
+        Some(ms) if ms <= MAX_EXPIRY_MS => Ok(ms),
+        _ => Err(format!("{{value_too_large,{number}}}")),
+    }
+}
+
+/// Bytes as Erlang's `~p` prints a list of characters: `"abc"` when printable ASCII,
+/// else `[1,2,3]`.
+fn erlang_string(bytes: &[u8]) -> String {
+    if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
+        let mut out = String::with_capacity(bytes.len() + 2);
+        out.push('"');
+        for &b in bytes {
+            if b == b'"' || b == b'\\' {
+                out.push('\\');
+            }
+            out.push(char::from(b));
+        }
+        out.push('"');
+        out
+    } else {
+        let items: Vec<String> = bytes.iter().map(u8::to_string).collect();
+        format!("[{}]", items.join(","))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expiration_parses_as_rabbitmq_does() {
+        assert_eq!(parse_expiration(b"60000"), Ok(60_000));
+        assert_eq!(parse_expiration(b"0"), Ok(0));
+        assert_eq!(parse_expiration(b"+5"), Ok(5));
+        assert_eq!(parse_expiration(b"-0"), Ok(0));
+        assert_eq!(parse_expiration(b"abc"), Err("no_integer".into()));
+        assert_eq!(parse_expiration(b""), Err("no_integer".into()));
+        assert_eq!(parse_expiration(b" 5"), Err("no_integer".into()));
+        assert_eq!(
+            parse_expiration(b"12ab"),
+            Err("{leftover_string,\"ab\"}".into())
+        );
+        assert_eq!(
+            parse_expiration(b"1\n"),
+            Err("{leftover_string,[10]}".into())
+        );
+        assert_eq!(parse_expiration(b"-5"), Err("{value_negative,-5}".into()));
+        assert_eq!(parse_expiration(b"4294967295"), Ok(MAX_EXPIRY_MS));
+        assert_eq!(
+            parse_expiration(b"4294967296"),
+            Err("{value_too_large,4294967296}".into())
+        );
+        assert_eq!(
+            parse_expiration(b"99999999999999999999999"),
+            Err("{value_too_large,99999999999999999999999}".into())
+        );
+    }
 
     fn within(inner: &[u8], outer: &[u8]) -> bool {
         let (a, b) = (inner.as_ptr() as usize, outer.as_ptr() as usize);

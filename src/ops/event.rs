@@ -11,6 +11,8 @@ use std::net::SocketAddr;
 
 use tracing::Level;
 
+use super::escape::Escaped;
+
 /// One operational event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OpsEvent {
@@ -274,21 +276,43 @@ impl fmt::Display for OpsEvent {
                 None => write!(f, "{code} : Shard {shard} started"),
             },
             OpsEvent::ConnectionOpen { subject, client } => {
-                write!(f, "[{subject}] {code} : Open : Client: {client}")
+                write!(
+                    f,
+                    "[{subject}] {code} : Open : Client: {client}",
+                    subject = Escaped(subject),
+                )
             }
             OpsEvent::ConnectionClose { subject, reason } => {
-                write!(f, "[{subject}] {code} : Close : {reason}")
+                write!(
+                    f,
+                    "[{subject}] {code} : Close : {reason}",
+                    subject = Escaped(subject),
+                    reason = Escaped(reason),
+                )
             }
             OpsEvent::ChannelCreate { subject, channel } => {
-                write!(f, "[{subject}/ch:{channel}] {code} : Create")
+                write!(
+                    f,
+                    "[{subject}/ch:{channel}] {code} : Create",
+                    subject = Escaped(subject),
+                )
             }
             OpsEvent::ChannelClose {
                 subject,
                 channel,
                 reason,
             } => match reason {
-                Some(reason) => write!(f, "[{subject}/ch:{channel}] {code} : Close : {reason}"),
-                None => write!(f, "[{subject}/ch:{channel}] {code} : Close"),
+                Some(reason) => write!(
+                    f,
+                    "[{subject}/ch:{channel}] {code} : Close : {reason}",
+                    subject = Escaped(subject),
+                    reason = Escaped(reason),
+                ),
+                None => write!(
+                    f,
+                    "[{subject}/ch:{channel}] {code} : Close",
+                    subject = Escaped(subject),
+                ),
             },
             OpsEvent::QueueCreate {
                 vhost,
@@ -297,7 +321,12 @@ impl fmt::Display for OpsEvent {
                 exclusive,
                 auto_delete,
             } => {
-                write!(f, "[vh({vhost})/qu({queue})] {code} : Create")?;
+                write!(
+                    f,
+                    "[vh({vhost})/qu({queue})] {code} : Create",
+                    vhost = Escaped(vhost),
+                    queue = Escaped(queue),
+                )?;
                 if *durable {
                     f.write_str(" Durable")?;
                 }
@@ -310,7 +339,12 @@ impl fmt::Display for OpsEvent {
                 Ok(())
             }
             OpsEvent::QueueDeleted { vhost, queue } => {
-                write!(f, "[vh({vhost})/qu({queue})] {code} : Deleted")
+                write!(
+                    f,
+                    "[vh({vhost})/qu({queue})] {code} : Deleted",
+                    vhost = Escaped(vhost),
+                    queue = Escaped(queue),
+                )
             }
             OpsEvent::ExchangeCreate {
                 vhost,
@@ -318,14 +352,24 @@ impl fmt::Display for OpsEvent {
                 kind,
                 durable,
             } => {
-                write!(f, "[vh({vhost})/ex({kind}/{exchange})] {code} : Create")?;
+                write!(
+                    f,
+                    "[vh({vhost})/ex({kind}/{exchange})] {code} : Create",
+                    vhost = Escaped(vhost),
+                    exchange = Escaped(exchange),
+                )?;
                 if *durable {
                     f.write_str(" Durable")?;
                 }
                 Ok(())
             }
             OpsEvent::ExchangeDeleted { vhost, exchange } => {
-                write!(f, "[vh({vhost})/ex({exchange})] {code} : Deleted")
+                write!(
+                    f,
+                    "[vh({vhost})/ex({exchange})] {code} : Deleted",
+                    vhost = Escaped(vhost),
+                    exchange = Escaped(exchange),
+                )
             }
             OpsEvent::MemoryAlarmSet { used, high } => write!(
                 f,
@@ -402,10 +446,15 @@ impl fmt::Display for OpsEvent {
                 f,
                 "[{subject}] {code} : Reading suspended : channel {channel} published {} bytes after it was told to stop (grace {} bytes)",
                 thousands(*excess),
-                thousands(*grace)
+                thousands(*grace),
+                subject = Escaped(subject),
             ),
             OpsEvent::ReadingResumed { subject } => {
-                write!(f, "[{subject}] {code} : Reading resumed")
+                write!(
+                    f,
+                    "[{subject}] {code} : Reading resumed",
+                    subject = Escaped(subject),
+                )
             }
             OpsEvent::FlowEnforced {
                 subject,
@@ -414,19 +463,27 @@ impl fmt::Display for OpsEvent {
             } => match cause {
                 FlowCause::Queue(queue) => write!(
                     f,
-                    "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Queue {queue})"
+                    "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Queue {queue})",
+                    subject = Escaped(subject),
+                    queue = Escaped(queue),
                 ),
                 FlowCause::Memory => write!(
                     f,
-                    "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Memory high watermark)"
+                    "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Memory high watermark)",
+                    subject = Escaped(subject),
                 ),
                 FlowCause::Store => write!(
                     f,
-                    "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Store overfull)"
+                    "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Store overfull)",
+                    subject = Escaped(subject),
                 ),
             },
             OpsEvent::FlowRemoved { subject, channel } => {
-                write!(f, "[{subject}/ch:{channel}] {code} : Flow Control Removed")
+                write!(
+                    f,
+                    "[{subject}/ch:{channel}] {code} : Flow Control Removed",
+                    subject = Escaped(subject),
+                )
             }
             OpsEvent::QueueOverfull {
                 vhost,
@@ -437,7 +494,9 @@ impl fmt::Display for OpsEvent {
                 f,
                 "[vh({vhost})/qu({queue})] {code} : Overfull : Size : {} bytes, Capacity : {}",
                 thousands(*size),
-                thousands(*capacity)
+                thousands(*capacity),
+                vhost = Escaped(vhost),
+                queue = Escaped(queue),
             ),
             OpsEvent::QueueUnderfull {
                 vhost,
@@ -448,7 +507,9 @@ impl fmt::Display for OpsEvent {
                 f,
                 "[vh({vhost})/qu({queue})] {code} : Underfull : Size : {} bytes, Resume Capacity : {}",
                 thousands(*size),
-                thousands(*resume)
+                thousands(*resume),
+                vhost = Escaped(vhost),
+                queue = Escaped(queue),
             ),
             OpsEvent::QueueDiscarded {
                 vhost,
@@ -462,7 +523,10 @@ impl fmt::Display for OpsEvent {
                 "[vh({vhost})/qu({queue})] {code} : Discarded : {} messages since the last report, oldest first ({reason}) : Count : {}, Depth : {} bytes",
                 thousands(*discarded),
                 thousands(*count),
-                thousands(*bytes)
+                thousands(*bytes),
+                reason = Escaped(reason),
+                vhost = Escaped(vhost),
+                queue = Escaped(queue),
             ),
             OpsEvent::QueueRejected {
                 vhost,
@@ -475,10 +539,12 @@ impl fmt::Display for OpsEvent {
                 "[vh({vhost})/qu({queue})] {code} : Rejected : {} publishes since the last report (x-overflow reject-publish) : Count : {}, Depth : {} bytes",
                 thousands(*rejected),
                 thousands(*count),
-                thousands(*bytes)
+                thousands(*bytes),
+                vhost = Escaped(vhost),
+                queue = Escaped(queue),
             ),
             OpsEvent::SlowConsumerDetected(r) => {
-                write!(f, "[vh({})/qu({})] {code} : Slow consumer detected : ", r.vhost, r.queue)?;
+                write!(f, "[vh({})/qu({})] {code} : Slow consumer detected : ", Escaped(&r.vhost), Escaped(&r.queue))?;
                 r.numbers(f)?;
                 write!(f, " threshold={} (limit {}) policy={}", r.threshold, r.limit, r.policy)
             }
@@ -486,8 +552,8 @@ impl fmt::Display for OpsEvent {
                 write!(
                     f,
                     "[vh({})/qu({})] {code} : Slow consumer predicted : threshold={} (limit {}) in {:.1} s : ",
-                    r.vhost,
-                    r.queue,
+                    Escaped(&r.vhost),
+                    Escaped(&r.queue),
                     r.threshold,
                     r.limit,
                     r.in_seconds.unwrap_or(0.0)
@@ -502,7 +568,7 @@ impl fmt::Display for OpsEvent {
                 )
             }
             OpsEvent::SlowConsumerExempt(r) => {
-                write!(f, "[vh({})/qu({})] {code} : Slow consumer exempt : ", r.vhost, r.queue)?;
+                write!(f, "[vh({})/qu({})] {code} : Slow consumer exempt : ", Escaped(&r.vhost), Escaped(&r.queue))?;
                 r.numbers(f)?;
                 write!(
                     f,
@@ -522,7 +588,7 @@ impl SlowReport {
         write!(
             f,
             "queue={} depth={} bytes count={} age=",
-            self.queue,
+            Escaped(&self.queue),
             thousands(self.bytes),
             thousands(self.count)
         )?;

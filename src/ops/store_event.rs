@@ -8,6 +8,7 @@ use std::fmt;
 
 use tracing::Level;
 
+use super::escape::Escaped;
 use super::event::thousands;
 
 /// One store event.
@@ -125,7 +126,9 @@ impl fmt::Display for StoreEvent {
                 messages,
             } => write!(
                 f,
-                "[vh({vhost})/qu({queue})] {code} : Recovered {messages} messages for queue {queue}"
+                "[vh({vhost})/qu({queue})] {code} : Recovered {messages} messages for queue {queue}",
+                vhost = Escaped(vhost),
+                queue = Escaped(queue),
             ),
             StoreEvent::RecoveryComplete {
                 messages,
@@ -152,7 +155,8 @@ impl fmt::Display for StoreEvent {
                 f,
                 "[vh({vhost})/ms(store)] {code} : Store overfull, flow control will be enforced : Size : {} bytes, Overfull size : {}",
                 thousands(*size),
-                thousands(*overfull)
+                thousands(*overfull),
+                vhost = Escaped(vhost),
             ),
             StoreEvent::Underfull {
                 vhost,
@@ -162,7 +166,8 @@ impl fmt::Display for StoreEvent {
                 f,
                 "[vh({vhost})/ms(store)] {code} : Store overfull condition cleared : Size : {} bytes, Underfull size : {}",
                 thousands(*size),
-                thousands(*underfull)
+                thousands(*underfull),
+                vhost = Escaped(vhost),
             ),
             StoreEvent::Truncated {
                 path,
@@ -183,7 +188,9 @@ impl fmt::Display for StoreEvent {
                 "[vh({vhost})/qu({queue})] {code} : Evicted : {} messages, {} bytes released from memory : {} on disk only",
                 thousands(*messages),
                 thousands(*bytes),
-                thousands(*on_disk_only)
+                thousands(*on_disk_only),
+                vhost = Escaped(vhost),
+                queue = Escaped(queue),
             ),
             StoreEvent::Failed { path, error } => {
                 write!(f, "{code} : Store failed : {path} : {error} : stopping")

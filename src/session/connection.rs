@@ -225,10 +225,15 @@ pub fn parse_sasl(mechanism: &[u8], response: &Bytes) -> Option<Credentials> {
         b"PLAIN" => {
             // authzid \0 authcid \0 password
             let mut parts = response.split(|&b| b == 0);
-            let _authzid = parts.next()?;
+            let authzid = parts.next()?;
             let user = parts.next()?;
             let password = parts.next()?;
             if parts.next().is_some() {
+                return None;
+            }
+            // Acting as another identity is not supported: an authzid other than the
+            // authcid is refused, as RabbitMQ refuses it.
+            if !authzid.is_empty() && authzid != user {
                 return None;
             }
             Some(Credentials {
@@ -282,6 +287,11 @@ mod tests {
             })
         );
         assert_eq!(parse_sasl(b"PLAIN", &Bytes::from_static(b"guest")), None);
+        // An authzid is accepted only when it names the authcid itself.
+        let same = parse_sasl(b"PLAIN", &Bytes::from_static(b"guest\0guest\0secret"));
+        assert_eq!(same.map(|c| c.user), Some("guest".to_string()));
+        let other = Bytes::from_static(b"admin\0guest\0secret");
+        assert_eq!(parse_sasl(b"PLAIN", &other), None);
         let mut t = FieldTable::default();
         t.insert("LOGIN", FieldValue::LongStr("u".into()));
         t.insert("PASSWORD", FieldValue::LongStr("p".into()));

@@ -80,6 +80,12 @@ pub enum ChannelError {
         error: QueueArgError,
     },
     UnknownExchangeType(String),
+    /// A published `expiration` property that is not a TTL: RabbitMQ's
+    /// `check_expiration_header` text, with its reason term.
+    InvalidExpiration {
+        value: String,
+        reason: String,
+    },
     MessageTooLarge {
         size: u64,
         max: u64,
@@ -117,7 +123,8 @@ impl ChannelError {
             | ChannelError::TxTooLarge { .. }
             | ChannelError::ConfirmInTx
             | ChannelError::TxInConfirm
-            | ChannelError::UnknownExchangeType(_) => ReplyCode::PreconditionFailed,
+            | ChannelError::UnknownExchangeType(_)
+            | ChannelError::InvalidExpiration { .. } => ReplyCode::PreconditionFailed,
             ChannelError::DefaultExchange
             | ChannelError::ReservedPrefix { .. }
             | ChannelError::ExclusiveConsumer { .. }
@@ -198,6 +205,9 @@ impl fmt::Display for ChannelError {
             ),
             ChannelError::InvalidArgument { argument, reason } => {
                 write!(f, "invalid arg '{argument}': {reason}")
+            }
+            ChannelError::InvalidExpiration { value, reason } => {
+                write!(f, "invalid expiration '{value}': {reason}")
             }
             ChannelError::QueueArgument {
                 queue,
@@ -304,6 +314,40 @@ impl ConnectionError {
     pub fn reply_text(&self) -> String {
         format!("{} - {}", self.code().name(), self)
     }
+
+    /// A heartbeat frame that carries a payload: rabbit_reader's `frame_error` for an
+    /// `unknown_frame`, `type 8, all octets = <<...>>: unknown_frame` (the first 16
+    /// octets when longer).
+    pub fn heartbeat_payload(payload: &[u8]) -> ConnectionError {
+        let (which, shown) = if payload.len() <= 16 {
+            ("all", payload)
+        } else {
+            ("first 16", &payload[..16])
+        };
+        ConnectionError::Frame(format!(
+            "type 8, {which} octets = {}: unknown_frame",
+            erlang_binary(shown)
+        ))
+    }
+}
+
+/// A binary as Erlang's `~p` prints it: `<<"abc">>` when printable ASCII, else
+/// `<<1,2,3>>`.
+fn erlang_binary(bytes: &[u8]) -> String {
+    if !bytes.is_empty() && bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
+        let mut out = String::from("<<\"");
+        for &b in bytes {
+            if b == b'"' || b == b'\\' {
+                out.push('\\');
+            }
+            out.push(char::from(b));
+        }
+        out.push_str("\">>");
+        out
+    } else {
+        let items: Vec<String> = bytes.iter().map(u8::to_string).collect();
+        format!("<<{}>>", items.join(","))
+    }
 }
 
 impl fmt::Display for ConnectionError {
@@ -391,6 +435,30 @@ mod tests {
         assert_eq!(
             e.reply_text(),
             "PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue 'q' in vhost '/': {max_value_exceeded,256}"
+        );
+    }
+
+    #[test]
+    fn heartbeat_payload_reads_like_rabbit_reader() {
+        assert_eq!(
+            ConnectionError::heartbeat_payload(b"abc").reply_text(),
+            "FRAME_ERROR - type 8, all octets = <<\"abc\">>: unknown_frame"
+        );
+        assert_eq!(
+            ConnectionError::heartbeat_payload(&[1, 2, 3]).reply_text(),
+            "FRAME_ERROR - type 8, all octets = <<1,2,3>>: unknown_frame"
+        );
+        assert_eq!(
+            ConnectionError::heartbeat_payload(&[0; 20]).to_string(),
+            "type 8, first 16 octets = <<0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0>>: unknown_frame"
+        );
+        let e = ChannelError::InvalidExpiration {
+            value: "abc".into(),
+            reason: "no_integer".into(),
+        };
+        assert_eq!(
+            e.reply_text(),
+            "PRECONDITION_FAILED - invalid expiration 'abc': no_integer"
         );
     }
 

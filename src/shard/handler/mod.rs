@@ -14,6 +14,7 @@ pub mod settle;
 use std::time::{Duration, Instant};
 
 use crate::model::ids::ConnId;
+use crate::ops::escape::Escaped;
 use crate::ops::event::OpsEvent;
 use crate::protocol::frame::{Frame, FrameKind, PROTOCOL_HEADER};
 use crate::protocol::method::{
@@ -127,6 +128,9 @@ impl State {
     ) -> Result<Flow, (ConnectionError, u16, u16)> {
         let phase = self.conn(conn).map(|c| c.phase);
         if frame.kind == FrameKind::Heartbeat {
+            if !frame.payload.is_empty() {
+                return Err((ConnectionError::heartbeat_payload(&frame.payload), 0, 0));
+            }
             return Ok(Flow::Continue);
         }
         if frame.kind != FrameKind::Method || frame.channel != 0 {
@@ -158,7 +162,8 @@ impl State {
                 });
                 let Some(user) = user else {
                     tracing::warn!(
-                        "login refused for a client using mechanism {mechanism}: unknown user or wrong password"
+                        "login refused for a client using mechanism {}: unknown user or wrong password",
+                        Escaped(&mechanism)
                     );
                     return fail(ConnectionError::LoginRefused { mechanism });
                 };
@@ -269,6 +274,9 @@ impl State {
     ) -> Result<Flow, (ConnectionError, u16, u16)> {
         if frame.channel == 0 {
             return match frame.kind {
+                FrameKind::Heartbeat if !frame.payload.is_empty() => {
+                    Err((ConnectionError::heartbeat_payload(&frame.payload), 0, 0))
+                }
                 FrameKind::Heartbeat => Ok(Flow::Continue),
                 FrameKind::Method => self.on_connection_method(shard, conn, frame),
                 FrameKind::Header | FrameKind::Body => Err((
@@ -314,8 +322,8 @@ impl State {
                 if shard.config.authenticate(&c.user, &secret).is_none() {
                     tracing::warn!(
                         "{}: secret update refused for user '{}'",
-                        c.log_subject(),
-                        c.user
+                        Escaped(&c.log_subject()),
+                        Escaped(&c.user)
                     );
                     return Err((
                         ConnectionError::SecretRefused {
@@ -327,9 +335,9 @@ impl State {
                 }
                 tracing::info!(
                     "{}: user '{}' updated secret, reason: {}",
-                    c.log_subject(),
-                    c.user,
-                    update.reason
+                    Escaped(&c.log_subject()),
+                    Escaped(&c.user),
+                    Escaped(&update.reason.as_str_lossy())
                 );
                 c.out.method(
                     0,
@@ -644,7 +652,7 @@ impl State {
             let seconds = c.heartbeat;
             tracing::warn!(
                 "[{}] missed heartbeats from client, timeout: {seconds}s",
-                c.log_subject()
+                Escaped(&c.log_subject())
             );
             self.close_connection(
                 shard,

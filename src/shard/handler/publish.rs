@@ -12,10 +12,10 @@ use smallvec::SmallVec;
 
 use crate::model::exchange::Targets;
 use crate::model::ids::{ChannelRef, ConnId};
-use crate::model::message::{BodyChunks, Message};
+use crate::model::message::{parse_expiration, BodyChunks, Message};
 use crate::model::routing::RouteError;
 use crate::protocol::method::{BasicAck, BasicNack, BasicPublish, BasicReturn, TxCommitOk};
-use crate::protocol::properties::raw_headers;
+use crate::protocol::properties::{raw_expiration, raw_headers};
 use crate::protocol::{ContentHeader, Method, ShortStr};
 use crate::session::channel::TxOp;
 use crate::session::confirm::ConfirmReply;
@@ -36,6 +36,19 @@ impl State {
         header: ContentHeader,
         chunks: BodyChunks,
     ) {
+        self.note_publish(shard, conn, number, header.body_size);
+        // rabbit_channel's check_expiration_header: an expiration that is not a TTL
+        // closes the channel rather than being ignored.
+        if let Some(raw) = raw_expiration(&header.raw_properties) {
+            if let Err(reason) = parse_expiration(raw) {
+                let e = ChannelError::InvalidExpiration {
+                    value: String::from_utf8_lossy(raw).into_owned(),
+                    reason,
+                };
+                self.close_channel(shard, conn, number, &e, 60, 40);
+                return;
+            }
+        }
         let msg = Message::new(
             publish.exchange.clone(),
             publish.routing_key.clone(),
@@ -43,7 +56,6 @@ impl State {
             chunks,
             header.body_size,
         );
-        self.note_publish(shard, conn, number, header.body_size);
         let max_tx = shard.config.limits.max_tx_operations;
         let result = match self
             .conn_mut(conn)

@@ -1,0 +1,198 @@
+//! Hardening against hostile clients (issue 11): client-chosen names cannot forge log
+//! lines, connection ids in logs are unique across shards, and stricter input checks
+//! answer with RabbitMQ's codes and texts while other connections stay unharmed.
+
+#[macro_use]
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::wire::{self, Props};
+use common::{Broker, Bystanders, RawConn};
+
+const LOG_WAIT: Duration = Duration::from_secs(5);
+
+shard_tests!(
+    forged_queue_name_is_escaped,
+    connection_ids_are_unique,
+    invalid_expiration,
+    heartbeat_with_payload,
+    plain_authzid_differs,
+);
+
+/// Healthy connections that watch each offence.
+const BYSTANDERS: usize = 4;
+
+/// A queue named `x\nBRK-1003 : Shutting down FORGED` must not write a line of its own:
+/// its QUE-1001 line carries the name escaped, and no line starts like the forgery.
+async fn forged_queue_name_is_escaped(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let forged = "BRK-1003 : Shutting down FORGED";
+    let name = format!("x\n{forged}\r\t\\\u{1b}");
+    let mut c = RawConn::connect(&broker.addr());
+    c.handshake();
+    c.channel_open(1);
+    c.queue_declare(1, &name, false, false, false);
+    let line = broker
+        .wait_for_log("QUE-1001", LOG_WAIT)
+        .expect("a QUE-1001 line");
+    assert!(
+        line.contains(&format!("qu(x\\n{forged}\\r\\t\\\\\\x1b)")),
+        "QUE-1001 line without the escaped name: {line:?}"
+    );
+    for l in broker.logs() {
+        assert!(!l.contains('\r'), "raw carriage return in {l:?}");
+        let trimmed = l.trim_start();
+        assert!(
+            !trimmed.starts_with(forged) && !trimmed.starts_with("BRK-1003"),
+            "forged line: {l:?}"
+        );
+        assert_ne!(trimmed, forged);
+    }
+    broker.assert_healthy();
+}
+
+/// Connections on different shards never share a `con:N` subject.
+async fn connection_ids_are_unique(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let mut conns = Vec::new();
+    for _ in 0..(4 * shards) {
+        let mut c = RawConn::connect(&broker.addr());
+        c.handshake();
+        conns.push(c);
+    }
+    let count = 4 * shards;
+    let ok = common::wait_until(LOG_WAIT, || {
+        broker
+            .logs()
+            .iter()
+            .filter(|l| l.contains("CON-1001"))
+            .count()
+            >= count
+    });
+    assert!(ok, "expected {count} CON-1001 lines");
+    let mut seen = HashSet::new();
+    for l in broker.logs().iter().filter(|l| l.contains("CON-1001")) {
+        let id = l
+            .split("[con:")
+            .nth(1)
+            .and_then(|rest| rest.split('(').next())
+            .expect("a [con:N( subject")
+            .to_string();
+        assert!(seen.insert(id.clone()), "con:{id} used twice: {l:?}");
+    }
+    drop(conns);
+    broker.assert_healthy();
+}
+
+/// A non-numeric, negative, too large or trailing-garbage `expiration` closes the
+/// publishing channel with RabbitMQ's `check_expiration_header` text; a valid one on
+/// the same connection's other channel is still delivered.
+async fn invalid_expiration(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
+    let mut c = broker.raw();
+    c.channel_open(1);
+    let queue = common::unique("expiry");
+    c.queue_declare(1, &queue, false, false, false);
+    let cases = [
+        ("abc", "no_integer"),
+        ("-5", "{value_negative,-5}"),
+        ("12x", "{leftover_string,\"x\"}"),
+        ("4294967296", "{value_too_large,4294967296}"),
+    ];
+    for (i, (value, reason)) in cases.iter().enumerate() {
+        let channel = 2 + i as u16;
+        c.channel_open(channel);
+        let props = Props {
+            expiration: Some(value.to_string()),
+            ..Props::default()
+        };
+        c.publish(channel, "", &queue, &props, b"bad")
+            .expect("publish");
+        let (code, text) = c.expect_channel_close(channel);
+        assert_eq!(code, 406, "{text}");
+        assert_eq!(
+            text,
+            format!("PRECONDITION_FAILED - invalid expiration '{value}': {reason}")
+        );
+    }
+    // The connection and its first channel still work.
+    let props = Props {
+        expiration: Some("60000".into()),
+        ..Props::default()
+    };
+    c.publish(1, "", &queue, &props, b"good").expect("publish");
+    let tag = c.basic_consume(1, &queue, true);
+    assert!(!tag.is_empty());
+    let d = c.read_delivery(1);
+    assert_eq!(d.body, b"good");
+    bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
+}
+
+/// A heartbeat frame carrying a payload closes the connection with 501, as
+/// rabbit_reader's `frame_error` words it, before and after the handshake.
+async fn heartbeat_with_payload(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
+    let mut c = broker.raw();
+    c.send_frame(wire::FRAME_HEARTBEAT, 0, b"abc")
+        .expect("send");
+    let (code, text) = c.expect_connection_close();
+    assert_eq!(code, 501, "{text}");
+    assert_eq!(
+        text,
+        "FRAME_ERROR - type 8, all octets = <<\"abc\">>: unknown_frame"
+    );
+
+    let mut c = RawConn::connect(&broker.addr());
+    c.send_protocol_header();
+    c.read_start();
+    c.send_frame(wire::FRAME_HEARTBEAT, 0, &[1, 2])
+        .expect("send");
+    let (code, text) = c.expect_connection_close();
+    assert_eq!(code, 501, "{text}");
+    assert_eq!(
+        text,
+        "FRAME_ERROR - type 8, all octets = <<1,2>>: unknown_frame"
+    );
+
+    // An empty heartbeat is still fine.
+    let mut c = broker.raw();
+    c.send_heartbeat().expect("send");
+    c.channel_open(1);
+    bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
+}
+
+/// SASL PLAIN with an authzid other than the authcid is refused like a bad password;
+/// an authzid equal to the authcid is accepted.
+async fn plain_authzid_differs(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
+    let mut c = RawConn::connect(&broker.addr());
+    c.send_protocol_header();
+    c.read_start();
+    c.send_start_ok("PLAIN", b"admin\0guest\0guest");
+    let (code, text) = c.expect_connection_close();
+    assert_eq!(code, 403, "{text}");
+    assert_eq!(
+        text,
+        "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. \
+         For details see the broker logfile."
+    );
+
+    let mut c = RawConn::connect(&broker.addr());
+    c.send_protocol_header();
+    c.read_start();
+    c.send_start_ok("PLAIN", b"guest\0guest\0guest");
+    let tune = c.read_tune();
+    c.send_tune_ok(tune);
+    c.send_open("/");
+    c.read_open_ok();
+    c.channel_open(1);
+    bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
+}
