@@ -130,59 +130,96 @@ fn chunk_len(first_record_len: Option<u32>) -> usize {
     }
 }
 
-/// Where the next read of `queue` may start after a chunk read from `at`: past the
-/// chunk's whole records, for every sequence number above those seen in it — or, when
-/// it held none of the queue's records, for `first` (the one looked for) and above.
-fn advance(shard: &Shard, queue: QueueId, at: ReadAt, scan: &Scan, first: u64) {
-    let below = if scan.max_seen > 0 {
-        scan.max_seen + 1
-    } else {
-        first
-    };
-    let next = ReadAt {
-        segment: at.segment,
-        offset: at.offset + scan.consumed as u64,
-    };
-    shard.store.borrow_mut().set_cursor(queue, below, next);
+/// One read-back of a queue's evicted entries, a chunk at a time: where to read next,
+/// and what a chunk gave. The reading itself is the caller's (io_uring for consumers,
+/// a plain read for `basic.get`).
+struct ReadBack {
+    queue: QueueId,
+    /// Sequence numbers still wanted, sorted.
+    wanted: Vec<u64>,
+    /// Bytes to read next (more than a chunk for a larger record).
+    len: usize,
+    last: Option<ReadAt>,
+}
+
+impl ReadBack {
+    fn new(queue: QueueId, wanted: Vec<u64>) -> ReadBack {
+        ReadBack {
+            queue,
+            wanted,
+            len: CHUNK,
+            last: None,
+        }
+    }
+
+    /// The next read (file, offset, length), or `None` when done or when the store
+    /// points where the last read already looked.
+    fn next_read(&mut self, shard: &Shard) -> Option<(std::path::PathBuf, ReadAt, usize)> {
+        let first = *self.wanted.first()?;
+        let store = shard.store.borrow();
+        let at = store.read_from(self.queue, first)?;
+        if self.last == Some(at) && self.len == CHUNK {
+            return None;
+        }
+        self.last = Some(at);
+        Some((store.segment_path(at.segment), at, self.len))
+    }
+
+    /// Takes what a read at `at` of `asked` bytes returned: puts the entries found back
+    /// in the queue and moves the queue's cursor past the chunk's whole records.
+    fn took(&mut self, shard: &Shard, st: &mut State, at: ReadAt, asked: usize, chunk: Bytes) {
+        let Some(&first) = self.wanted.first() else {
+            return;
+        };
+        let first_len = chunk
+            .get(..4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let last_chunk = chunk.len() < asked;
+        let scan = page::scan(chunk, at.segment, self.queue, &self.wanted, last_chunk);
+        if scan.consumed == 0 && !scan.segment_done {
+            self.len = chunk_len(first_len);
+            return;
+        }
+        self.len = CHUNK;
+        // Past the chunk's whole records, for every sequence number above those seen
+        // in it — or, when it held none of the queue's records, for `first` and above.
+        let below = if scan.max_seen > 0 {
+            scan.max_seen + 1
+        } else {
+            first
+        };
+        let next = ReadAt {
+            segment: at.segment,
+            offset: at.offset + scan.consumed as u64,
+        };
+        shard.store.borrow_mut().set_cursor(self.queue, below, next);
+        let wanted = std::mem::take(&mut self.wanted);
+        self.wanted = apply(st, self.queue, scan, wanted);
+    }
 }
 
 /// Reads evicted entries `wanted` (sorted) of `queue` back from its segments.
-async fn read_back(shard: Rc<Shard>, queue: QueueId, mut wanted: Vec<u64>) {
-    let mut len = CHUNK;
-    let mut last: Option<ReadAt> = None;
+async fn read_back(shard: Rc<Shard>, queue: QueueId, wanted: Vec<u64>) {
+    let mut rb = ReadBack::new(queue, wanted);
     for _ in 0..CHUNKS_PER_TASK {
-        let Some(&first) = wanted.first() else {
+        let Some((path, at, len)) = rb.next_read(&shard) else {
             break;
         };
-        let Some(at) = shard.store.borrow().read_from(queue, first) else {
-            break;
-        };
-        if last == Some(at) && len == CHUNK {
-            // Nothing more to find where the store says to look.
-            break;
-        }
-        last = Some(at);
-        let path = shard.store.borrow().segment_path(at.segment);
         let Ok(file) = tokio_uring::fs::File::open(&path).await else {
             break;
         };
         let (res, buf) = file.read_at(Vec::with_capacity(len), at.offset).await;
         let _ = file.close().await;
-        let Ok(n) = res else {
+        if res.is_err() {
             break;
-        };
-        let chunk = Bytes::from(buf);
-        let first_len = chunk
-            .get(..4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-        let scan = page::scan(chunk, at.segment, queue, &wanted, n < len);
-        if scan.consumed == 0 && !scan.segment_done {
-            len = chunk_len(first_len);
-            continue;
         }
-        len = CHUNK;
-        advance(&shard, queue, at, &scan, first);
-        wanted = apply(&mut shard.state.borrow_mut(), queue, scan, wanted);
+        rb.took(
+            &shard,
+            &mut shard.state.borrow_mut(),
+            at,
+            len,
+            Bytes::from(buf),
+        );
     }
     shard.state.borrow_mut().paging_in.retain(|q| *q != queue);
     shard.flush();
@@ -190,32 +227,22 @@ async fn read_back(shard: Rc<Shard>, queue: QueueId, mut wanted: Vec<u64>) {
 
 impl State {
     /// Reads the evicted head of `queue` back at once, with plain reads (for
-    /// `basic.get`, which answers now).
+    /// `basic.get`, which answers now). At most a few chunks: this read blocks the
+    /// shard; a consumer's read-back is asynchronous.
     pub fn read_back_now(&mut self, shard: &Shard, queue: QueueId) {
         use std::os::unix::fs::FileExt;
-        let Some(mut wanted) = self
+        let Some(wanted) = self
             .queues
             .get(&queue)
             .map(|q| q.page_in_plan(usize::MAX, BATCH))
         else {
             return;
         };
-        let mut len = CHUNK;
-        let mut last = None;
-        // At most a few chunks: this read blocks the shard (a `basic.get` must answer
-        // now); a consumer's read-back is asynchronous.
+        let mut rb = ReadBack::new(queue, wanted);
         for _ in 0..CHUNKS_PER_TASK {
-            let Some(&first) = wanted.first() else {
+            let Some((path, at, len)) = rb.next_read(shard) else {
                 return;
             };
-            let Some(at) = shard.store.borrow().read_from(queue, first) else {
-                return;
-            };
-            if last == Some(at) && len == CHUNK {
-                return;
-            }
-            last = Some(at);
-            let path = shard.store.borrow().segment_path(at.segment);
             let Ok(file) = std::fs::File::open(&path) else {
                 return;
             };
@@ -224,18 +251,7 @@ impl State {
                 return;
             };
             buf.truncate(n);
-            let chunk = Bytes::from(buf);
-            let first_len = chunk
-                .get(..4)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-            let scan = page::scan(chunk, at.segment, queue, &wanted, n < len);
-            if scan.consumed == 0 && !scan.segment_done {
-                len = chunk_len(first_len);
-                continue;
-            }
-            len = CHUNK;
-            advance(shard, queue, at, &scan, first);
-            wanted = apply(self, queue, scan, wanted);
+            rb.took(shard, self, at, len, Bytes::from(buf));
             if self.queues.get(&queue).is_none_or(|q| !q.head_evicted()) {
                 return;
             }
