@@ -95,19 +95,9 @@ impl Outbox {
     /// A confirm outcome for a publisher on `shard`; consecutive publishes of one
     /// channel with the same outcome travel as one range.
     pub fn confirm(&mut self, shard: ShardId, done: ConfirmDone) {
-        let Some(v) = self.confirms.get_mut(usize::from(shard)) else {
-            return;
-        };
-        if let Some(last) = v.last_mut() {
-            if last.channel == done.channel
-                && last.rejected == done.rejected
-                && last.last + 1 == done.first
-            {
-                last.last = done.last;
-                return;
-            }
+        if let Some(v) = self.confirms.get_mut(usize::from(shard)) {
+            push_confirm(v, done);
         }
-        v.push(done);
     }
 
     pub fn flow(&mut self, shard: ShardId, notice: FlowNotice) {
@@ -115,6 +105,21 @@ impl Outbox {
             v.push(notice);
         }
     }
+}
+
+/// Appends a confirm outcome; consecutive publishes of one channel with the same
+/// outcome become one range.
+pub fn push_confirm(v: &mut Vec<ConfirmDone>, done: ConfirmDone) {
+    if let Some(last) = v.last_mut() {
+        if last.channel == done.channel
+            && last.rejected == done.rejected
+            && last.last + 1 == done.first
+        {
+            last.last = done.last;
+            return;
+        }
+    }
+    v.push(done);
 }
 
 /// Everything mutable on a shard, behind one `RefCell`.

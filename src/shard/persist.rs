@@ -131,16 +131,7 @@ impl State {
             last: seq,
             rejected: !ok,
         };
-        if let Some(last) = self.held_confirms.last_mut() {
-            if last.channel == done.channel
-                && last.rejected == done.rejected
-                && last.last + 1 == done.first
-            {
-                last.last = done.last;
-                return;
-            }
-        }
-        self.held_confirms.push(done);
+        super::push_confirm(&mut self.held_confirms, done);
     }
 }
 

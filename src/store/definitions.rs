@@ -17,7 +17,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use crate::model::exchange::{Binding, ExchangeBinding, ExchangeDef, ExchangeKind};
 use crate::model::ids::{QueueId, QueueRef};
 use crate::model::routing::{Directory, DirectoryChange, QueueMeta};
-use crate::protocol::codec::Reader;
+use crate::protocol::codec::{put_shortstr, Reader};
 use crate::protocol::{FieldTable, ShortStr};
 
 use super::record;
@@ -75,17 +75,12 @@ fn put_str(out: &mut BytesMut, s: &str) {
     out.put_slice(s.as_bytes());
 }
 
-fn put_short(out: &mut BytesMut, s: &ShortStr) {
-    out.put_u8(s.len() as u8);
-    out.put_slice(s.as_bytes());
-}
-
 fn put_binding(out: &mut BytesMut, tag: u8, vhost: &str, b: &DurableBinding) {
     out.put_u8(tag);
     put_str(out, vhost);
-    put_short(out, &b.source);
-    put_short(out, &b.destination);
-    put_short(out, &b.routing_key);
+    put_shortstr(out, &b.source);
+    put_shortstr(out, &b.destination);
+    put_shortstr(out, &b.routing_key);
     b.arguments.encode(out);
 }
 
@@ -97,20 +92,20 @@ pub fn encode_change(out: &mut BytesMut, vhost: &str, change: &DirectoryChange) 
         DirectoryChange::DeclareExchange { def, .. } => {
             o.put_u8(EXCHANGE);
             put_str(o, vhost);
-            put_short(o, &def.name);
-            put_short(o, &ShortStr::from_static(def.kind.name()));
+            put_shortstr(o, &def.name);
+            put_shortstr(o, &ShortStr::from_static(def.kind.name()));
             o.put_u8(u8::from(def.auto_delete) | (u8::from(def.internal) << 1));
             def.arguments.encode(o);
         }
         DirectoryChange::DeleteExchange { name, .. } => {
             o.put_u8(EXCHANGE_DELETED);
             put_str(o, vhost);
-            put_short(o, name);
+            put_shortstr(o, name);
         }
         DirectoryChange::DeclareQueue { meta, .. } => {
             o.put_u8(QUEUE);
             put_str(o, vhost);
-            put_short(o, &meta.name);
+            put_shortstr(o, &meta.name);
             o.put_u64(meta.queue.id.0);
             o.put_u8(u8::from(meta.auto_delete));
             meta.arguments.encode(o);
@@ -118,7 +113,7 @@ pub fn encode_change(out: &mut BytesMut, vhost: &str, change: &DirectoryChange) 
         DirectoryChange::DeleteQueue { queue, name, .. } => {
             o.put_u8(QUEUE_DELETED);
             put_str(o, vhost);
-            put_short(o, name);
+            put_shortstr(o, name);
             o.put_u64(queue.id.0);
         }
         DirectoryChange::Bind {
@@ -361,7 +356,7 @@ impl Definitions {
             record::append(&mut out, 0, |o| {
                 o.put_u8(QUEUE);
                 put_str(o, vhost);
-                put_short(o, name);
+                put_shortstr(o, name);
                 o.put_u64(q.id.0);
                 o.put_u8(u8::from(q.auto_delete));
                 q.arguments.encode(o);

@@ -17,6 +17,7 @@ use smallvec::SmallVec;
 
 use crate::model::ids::QueueId;
 use crate::model::message::Message;
+use crate::protocol::codec::put_shortstr;
 use crate::protocol::ShortStr;
 
 const MESSAGE: u8 = 1;
@@ -67,8 +68,8 @@ pub fn put_parts(
         out.put_u64_le(q.0);
         out.put_u64_le(*seq);
     }
-    put_short(out, exchange);
-    put_short(out, routing_key);
+    put_shortstr(out, exchange);
+    put_shortstr(out, routing_key);
     out.put_u32_le(properties.len() as u32);
     out.put_slice(properties);
     for chunk in body {
@@ -96,11 +97,6 @@ pub fn put_pairs(out: &mut BytesMut, delivered: bool, pairs: &[(QueueId, u64)]) 
         out.put_u64_le(q.0);
         out.put_u64_le(*seq);
     }
-}
-
-fn put_short(out: &mut BytesMut, s: &ShortStr) {
-    out.put_u8(s.len() as u8);
-    out.put_slice(s.as_bytes());
 }
 
 /// Why a payload that passed its checksum still does not decode (a format bug or a

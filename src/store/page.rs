@@ -9,15 +9,10 @@
 use bytes::Bytes;
 
 use crate::model::ids::QueueId;
-use crate::protocol::ShortStr;
 
 use super::message_log::{self, Logged};
 use super::record::Records;
-use super::recovery::MessageParts;
-
-fn copy_name(name: &ShortStr) -> ShortStr {
-    ShortStr::new(Bytes::copy_from_slice(name.as_bytes())).unwrap_or_default()
-}
+use super::recovery::{copy_name, MessageParts};
 
 /// What one chunk gave.
 pub struct Scan {

@@ -132,6 +132,11 @@ fn read_segment(path: &Path, number: u32) -> std::io::Result<(Bytes, Vec<(u64, B
     Ok((data, payloads))
 }
 
+/// A name copied out of a file's buffer (a slice would keep the whole buffer alive).
+pub fn copy_name(name: &ShortStr) -> ShortStr {
+    ShortStr::new(Bytes::copy_from_slice(name.as_bytes())).unwrap_or_default()
+}
+
 /// The last exchange and routing key copied out of a segment buffer, reused while
 /// the next messages have the same ones.
 #[derive(Default)]
@@ -144,7 +149,7 @@ impl LastNames {
                 return last.clone();
             }
         }
-        let copied = ShortStr::new(Bytes::copy_from_slice(name.as_bytes())).unwrap_or_default();
+        let copied = copy_name(name);
         self.0[slot] = Some(copied.clone());
         copied
     }
