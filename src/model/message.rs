@@ -126,7 +126,7 @@ fn build_wire_tail(
 }
 
 impl Message {
-    /// Builds a message from its parts as assembled by the publishing channel.
+    /// Builds a message from its parts (an `expiration` that is not a TTL is ignored).
     pub fn new(
         exchange: ShortStr,
         routing_key: ShortStr,
@@ -134,9 +134,29 @@ impl Message {
         body: BodyChunks,
         body_size: u64,
     ) -> Message {
-        let persistent = crate::protocol::properties::raw_delivery_mode(&raw_properties) == Some(2);
         let ttl_ms = crate::protocol::properties::raw_expiration(&raw_properties)
             .and_then(|raw| parse_expiration(raw).ok());
+        Message::with_ttl(
+            exchange,
+            routing_key,
+            raw_properties,
+            body,
+            body_size,
+            ttl_ms,
+        )
+    }
+
+    /// [`Message::new`] with the `expiration` property already parsed (the publish path
+    /// parses it once, to refuse an invalid one).
+    pub fn with_ttl(
+        exchange: ShortStr,
+        routing_key: ShortStr,
+        raw_properties: Bytes,
+        body: BodyChunks,
+        body_size: u64,
+        ttl_ms: Option<u64>,
+    ) -> Message {
+        let persistent = crate::protocol::properties::raw_delivery_mode(&raw_properties) == Some(2);
         let wire_tail = build_wire_tail(&exchange, &routing_key, &raw_properties, &body, body_size);
         // A small message's properties and body are re-pointed into its own tail, so a
         // queued message does not keep the publisher's whole read buffer alive.

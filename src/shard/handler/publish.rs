@@ -39,22 +39,27 @@ impl State {
         self.note_publish(shard, conn, number, header.body_size);
         // rabbit_channel's check_expiration_header: an expiration that is not a TTL
         // closes the channel rather than being ignored.
-        if let Some(raw) = raw_expiration(&header.raw_properties) {
-            if let Err(reason) = parse_expiration(raw) {
-                let e = ChannelError::InvalidExpiration {
-                    value: String::from_utf8_lossy(raw).into_owned(),
-                    reason,
-                };
-                self.close_channel(shard, conn, number, &e, 60, 40);
-                return;
-            }
-        }
-        let msg = Message::new(
+        let ttl_ms = match raw_expiration(&header.raw_properties) {
+            None => None,
+            Some(raw) => match parse_expiration(raw) {
+                Ok(ttl) => Some(ttl),
+                Err(reason) => {
+                    let e = ChannelError::InvalidExpiration {
+                        value: String::from_utf8_lossy(raw).into_owned(),
+                        reason,
+                    };
+                    self.close_channel(shard, conn, number, &e, 60, 40);
+                    return;
+                }
+            },
+        };
+        let msg = Message::with_ttl(
             publish.exchange.clone(),
             publish.routing_key.clone(),
             header.raw_properties,
             chunks,
             header.body_size,
+            ttl_ms,
         );
         let max_tx = shard.config.limits.max_tx_operations;
         let result = match self
