@@ -493,12 +493,18 @@ fn method_struct(w: &mut String, m: &MethodSpec) {
                 );
             } else {
                 let a = &run[0];
+                // Short strings of methods without content must be UTF-8, as RabbitMQ
+                // checks them; content-carrying methods (basic.publish, deliver, ...)
+                // skip the check on the hot path, as RabbitMQ does.
+                let reader = if a.ty == Ty::ShortStr && !m.content {
+                    "shortstr_utf8"
+                } else {
+                    a.ty.reader()
+                };
                 let _ = writeln!(
                     w,
                     "        let {} = r.{}(\"{full} {}\")?;",
-                    a.field,
-                    a.ty.reader(),
-                    a.json
+                    a.field, reader, a.json
                 );
             }
         }

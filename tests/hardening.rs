@@ -14,7 +14,8 @@ use common::{Broker, Bystanders, RawConn};
 const LOG_WAIT: Duration = Duration::from_secs(5);
 
 shard_tests!(
-    forged_queue_name_is_escaped,
+    forged_names_are_escaped,
+    malformed_utf8_name,
     connection_ids_are_unique,
     invalid_expiration,
     heartbeat_with_payload,
@@ -24,32 +25,136 @@ shard_tests!(
 /// Healthy connections that watch each offence.
 const BYSTANDERS: usize = 4;
 
-/// A queue named `x\nBRK-1003 : Shutting down FORGED` must not write a line of its own:
-/// its QUE-1001 line carries the name escaped, and no line starts like the forgery.
-async fn forged_queue_name_is_escaped(shards: usize) {
+/// A name that tries to forge a log line (`x\nBRK-1003 : Shutting down FORGED`) gets
+/// nowhere: as a queue or exchange name it is refused with 406 before anything is
+/// created; as a vhost, a username and a consumer tag, it reaches the logs escaped, and
+/// no line starts like the forgery.
+async fn forged_names_are_escaped(shards: usize) {
     let mut broker = Broker::start(shards);
     let forged = "BRK-1003 : Shutting down FORGED";
     let name = format!("x\n{forged}\r\t\\\u{1b}");
+    let escaped = format!("x\\n{forged}\\r\\t\\\\\\x1b");
     let mut c = RawConn::connect(&broker.addr());
     c.handshake();
     c.channel_open(1);
-    c.queue_declare(1, &name, false, false, false);
-    let line = broker
-        .wait_for_log("QUE-1001", LOG_WAIT)
-        .expect("a QUE-1001 line");
-    assert!(
-        line.contains(&format!("qu(x\\n{forged}\\r\\t\\\\\\x1b)")),
-        "QUE-1001 line without the escaped name: {line:?}"
+    let args = wire::Enc::new()
+        .short(0)
+        .shortstr(&name)
+        .bits(&[false, false, false, false, false])
+        .table(&vec![])
+        .done();
+    c.send_method(1, wire::m::QUEUE_DECLARE, &args)
+        .expect("send queue.declare");
+    let (code, text) = c.expect_channel_close(1);
+    assert_eq!(code, 406, "{text}");
+    assert_eq!(
+        text,
+        format!("PRECONDITION_FAILED - queue name '{escaped}' contains a control character")
     );
+    c.channel_open(2);
+    let args = wire::Enc::new()
+        .short(0)
+        .shortstr(&name)
+        .shortstr("fanout")
+        .bits(&[false, false, false, false, false])
+        .table(&vec![])
+        .done();
+    c.send_method(2, wire::m::EXCHANGE_DECLARE, &args)
+        .expect("send exchange.declare");
+    let (code, text) = c.expect_channel_close(2);
+    assert_eq!(code, 406, "{text}");
+    assert_eq!(
+        text,
+        format!("PRECONDITION_FAILED - exchange name '{escaped}' contains a control character")
+    );
+    // A consumer tag may hold anything; it is logged escaped (the queue's deletion
+    // logs its consumers' subjects).
+    c.channel_open(3);
+    let queue = c.queue_declare(3, "", false, false, true);
+    let args = wire::Enc::new()
+        .short(0)
+        .shortstr(&queue)
+        .shortstr(&name)
+        .bits(&[false, true, false, false])
+        .table(&vec![])
+        .done();
+    c.send_method(3, wire::m::BASIC_CONSUME, &args)
+        .expect("send basic.consume");
+    c.expect_method(3, wire::m::BASIC_CONSUME_OK);
+
+    // A vhost and a username with the forgery are refused, and logged escaped if at all.
+    let mut v = RawConn::connect(&broker.addr());
+    v.send_protocol_header();
+    v.read_start();
+    v.send_start_ok("PLAIN", b"\0guest\0guest");
+    let tune = v.read_tune();
+    v.send_tune_ok(tune);
+    v.send_open(&name);
+    let (code, _) = v.expect_connection_close();
+    assert_eq!(code, 530);
+    let mut u = RawConn::connect(&broker.addr());
+    u.send_protocol_header();
+    u.read_start();
+    u.send_start_ok("PLAIN", format!("\0{name}\0pw").as_bytes());
+    let (code, _) = u.expect_connection_close();
+    assert_eq!(code, 403);
+    drop(c);
+    broker
+        .wait_for_log("CON-1002", LOG_WAIT)
+        .expect("a CON-1002 line");
     for l in broker.logs() {
         assert!(!l.contains('\r'), "raw carriage return in {l:?}");
+        assert!(!l.contains('\u{1b}'), "raw escape character in {l:?}");
         let trimmed = l.trim_start();
         assert!(
             !trimmed.starts_with(forged) && !trimmed.starts_with("BRK-1003"),
             "forged line: {l:?}"
         );
-        assert_ne!(trimmed, forged);
     }
+    broker.assert_healthy();
+}
+
+/// Short strings of methods without content must be UTF-8: anything else closes the
+/// connection with 501 and RabbitMQ's text, and harms nobody else.
+async fn malformed_utf8_name(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
+    for (method, args) in [
+        (
+            wire::m::QUEUE_DECLARE,
+            wire::Enc::new()
+                .short(0)
+                .shortstr_bytes(b"q\xff\xfe")
+                .bits(&[false, false, false, false, false])
+                .table(&vec![])
+                .done(),
+        ),
+        (
+            wire::m::EXCHANGE_DECLARE,
+            wire::Enc::new()
+                .short(0)
+                .shortstr_bytes(b"\xc3(")
+                .shortstr("direct")
+                .bits(&[false, false, false, false, false])
+                .table(&vec![])
+                .done(),
+        ),
+    ] {
+        let mut c = broker.raw();
+        c.channel_open(1);
+        c.send_method(1, method, &args).expect("send");
+        let (code, text) = c.expect_connection_close();
+        assert_eq!(code, 501, "{text}");
+        assert_eq!(text, "FRAME_ERROR - Malformed UTF-8 in shortstr");
+    }
+    // Valid multi-byte UTF-8 is fine.
+    let mut c = broker.raw();
+    c.channel_open(1);
+    assert_eq!(
+        c.queue_declare(1, "queue-é-日本", false, false, true),
+        "queue-é-日本"
+    );
+    bystanders.assert_unharmed(&broker).await;
     broker.assert_healthy();
 }
 

@@ -71,6 +71,11 @@ pub enum DecodeError {
         /// The limit that was exceeded.
         limit: usize,
     },
+    /// A `shortstr` argument of a method without content was not valid UTF-8.
+    MalformedUtf8 {
+        /// The field being read, e.g. `"queue.declare queue"`.
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for DecodeError {
@@ -97,6 +102,7 @@ impl fmt::Display for DecodeError {
             DecodeError::TooDeep { limit } => {
                 write!(f, "field tables nested deeper than {limit}")
             }
+            DecodeError::MalformedUtf8 { what } => write!(f, "malformed UTF-8 in {what}"),
         }
     }
 }
@@ -323,6 +329,16 @@ impl Reader {
         let len = self.u8(what)?;
         // A one-octet length can never exceed 255, so the invariant holds.
         self.bytes(usize::from(len), what).map(ShortStr)
+    }
+
+    /// Reads a `shortstr` that must be valid UTF-8 (the names and tags of methods
+    /// without content: RabbitMQ refuses anything else with a frame error).
+    pub fn shortstr_utf8(&mut self, what: &'static str) -> Result<ShortStr, DecodeError> {
+        let s = self.shortstr(what)?;
+        match std::str::from_utf8(s.as_bytes()) {
+            Ok(_) => Ok(s),
+            Err(_) => Err(DecodeError::MalformedUtf8 { what }),
+        }
     }
 
     /// Reads a `longstr` (long length + bytes), zero-copy.

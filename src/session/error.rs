@@ -60,6 +60,12 @@ pub enum ChannelError {
         kind: ObjectKind,
         name: String,
     },
+    /// A queue or exchange name with a control character (a newline, NUL, DEL, ...):
+    /// refused at creation so that no such name reaches logs, tools or other clients.
+    ControlCharacter {
+        kind: ObjectKind,
+        name: String,
+    },
     ExclusiveConsumer {
         queue: String,
         vhost: String,
@@ -124,7 +130,8 @@ impl ChannelError {
             | ChannelError::ConfirmInTx
             | ChannelError::TxInConfirm
             | ChannelError::UnknownExchangeType(_)
-            | ChannelError::InvalidExpiration { .. } => ReplyCode::PreconditionFailed,
+            | ChannelError::InvalidExpiration { .. }
+            | ChannelError::ControlCharacter { .. } => ReplyCode::PreconditionFailed,
             ChannelError::DefaultExchange
             | ChannelError::ReservedPrefix { .. }
             | ChannelError::ExclusiveConsumer { .. }
@@ -193,6 +200,11 @@ impl fmt::Display for ChannelError {
             ChannelError::ReservedPrefix { kind, name } => {
                 write!(f, "{kind} name '{name}' contains reserved prefix 'amq.*'")
             }
+            ChannelError::ControlCharacter { kind, name } => write!(
+                f,
+                "{kind} name '{}' contains a control character",
+                crate::ops::escape::Escaped(name)
+            ),
             ChannelError::ExclusiveConsumer { queue, vhost } => {
                 write!(f, "queue '{queue}' in vhost '{vhost}' in exclusive use")
             }
@@ -313,6 +325,18 @@ impl ConnectionError {
 
     pub fn reply_text(&self) -> String {
         format!("{} - {}", self.code().name(), self)
+    }
+
+    /// A method frame whose arguments could not be decoded: a short string that is not
+    /// UTF-8 is RabbitMQ's `frame_error` "Malformed UTF-8 in shortstr"; anything else is a
+    /// syntax error.
+    pub fn undecodable(e: &crate::protocol::codec::DecodeError) -> ConnectionError {
+        match e {
+            crate::protocol::codec::DecodeError::MalformedUtf8 { .. } => {
+                ConnectionError::Frame("Malformed UTF-8 in shortstr".to_owned())
+            }
+            other => ConnectionError::Syntax(other.to_string()),
+        }
     }
 
     /// A heartbeat frame that carries a payload: rabbit_reader's `frame_error` for an

@@ -107,6 +107,13 @@ impl Enc {
         self.buf.extend_from_slice(s.as_bytes());
         self
     }
+    /// A shortstr of arbitrary bytes (not necessarily UTF-8).
+    pub fn shortstr_bytes(mut self, s: &[u8]) -> Self {
+        assert!(s.len() < 256, "shortstr too long");
+        self.buf.push(s.len() as u8);
+        self.buf.extend_from_slice(s);
+        self
+    }
     pub fn longstr(mut self, s: &[u8]) -> Self {
         self.buf.extend_from_slice(&(s.len() as u32).to_be_bytes());
         self.buf.extend_from_slice(s);

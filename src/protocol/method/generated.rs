@@ -278,9 +278,9 @@ impl ConnectionStartOk {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let client_properties = r.table("connection.start-ok client-properties")?;
-        let mechanism = r.shortstr("connection.start-ok mechanism")?;
+        let mechanism = r.shortstr_utf8("connection.start-ok mechanism")?;
         let response = r.longstr("connection.start-ok response")?;
-        let locale = r.shortstr("connection.start-ok locale")?;
+        let locale = r.shortstr_utf8("connection.start-ok locale")?;
         Ok(ConnectionStartOk { client_properties, mechanism, response, locale })
     }
 
@@ -488,8 +488,8 @@ impl ConnectionOpen {
 
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
-        let virtual_host = r.shortstr("connection.open virtual-host")?;
-        let capabilities = r.shortstr("connection.open capabilities")?;
+        let virtual_host = r.shortstr_utf8("connection.open virtual-host")?;
+        let capabilities = r.shortstr_utf8("connection.open capabilities")?;
         let [insist] = r.bits::<1>("connection.open insist")?;
         Ok(ConnectionOpen { virtual_host, capabilities, insist })
     }
@@ -529,7 +529,7 @@ impl ConnectionOpenOk {
 
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
-        let known_hosts = r.shortstr("connection.open-ok known-hosts")?;
+        let known_hosts = r.shortstr_utf8("connection.open-ok known-hosts")?;
         Ok(ConnectionOpenOk { known_hosts })
     }
 
@@ -573,7 +573,7 @@ impl ConnectionClose {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let reply_code = r.u16("connection.close reply-code")?;
-        let reply_text = r.shortstr("connection.close reply-text")?;
+        let reply_text = r.shortstr_utf8("connection.close reply-text")?;
         let class_id = r.u16("connection.close class-id")?;
         let method_id = r.u16("connection.close method-id")?;
         Ok(ConnectionClose { reply_code, reply_text, class_id, method_id })
@@ -646,7 +646,7 @@ impl ConnectionBlocked {
 
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
-        let reason = r.shortstr("connection.blocked reason")?;
+        let reason = r.shortstr_utf8("connection.blocked reason")?;
         Ok(ConnectionBlocked { reason })
     }
 
@@ -717,7 +717,7 @@ impl ConnectionUpdateSecret {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let new_secret = r.longstr("connection.update-secret new-secret")?;
-        let reason = r.shortstr("connection.update-secret reason")?;
+        let reason = r.shortstr_utf8("connection.update-secret reason")?;
         Ok(ConnectionUpdateSecret { new_secret, reason })
     }
 
@@ -786,7 +786,7 @@ impl ChannelOpen {
 
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
-        let out_of_band = r.shortstr("channel.open out-of-band")?;
+        let out_of_band = r.shortstr_utf8("channel.open out-of-band")?;
         Ok(ChannelOpen { out_of_band })
     }
 
@@ -941,7 +941,7 @@ impl ChannelClose {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let reply_code = r.u16("channel.close reply-code")?;
-        let reply_text = r.shortstr("channel.close reply-text")?;
+        let reply_text = r.shortstr_utf8("channel.close reply-text")?;
         let class_id = r.u16("channel.close class-id")?;
         let method_id = r.u16("channel.close method-id")?;
         Ok(ChannelClose { reply_code, reply_text, class_id, method_id })
@@ -1024,7 +1024,7 @@ impl AccessRequest {
 
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
-        let realm = r.shortstr("access.request realm")?;
+        let realm = r.shortstr_utf8("access.request realm")?;
         let [exclusive, passive, active, write, read] = r.bits::<5>("access.request exclusive/passive/active/write/read")?;
         Ok(AccessRequest { realm, exclusive, passive, active, write, read })
     }
@@ -1117,8 +1117,8 @@ impl ExchangeDeclare {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("exchange.declare ticket")?;
-        let exchange = r.shortstr("exchange.declare exchange")?;
-        let kind = r.shortstr("exchange.declare type")?;
+        let exchange = r.shortstr_utf8("exchange.declare exchange")?;
+        let kind = r.shortstr_utf8("exchange.declare type")?;
         let [passive, durable, auto_delete, internal, nowait] = r.bits::<5>("exchange.declare passive/durable/auto-delete/internal/nowait")?;
         let arguments = r.table("exchange.declare arguments")?;
         Ok(ExchangeDeclare { ticket, exchange, kind, passive, durable, auto_delete, internal, nowait, arguments })
@@ -1199,7 +1199,7 @@ impl ExchangeDelete {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("exchange.delete ticket")?;
-        let exchange = r.shortstr("exchange.delete exchange")?;
+        let exchange = r.shortstr_utf8("exchange.delete exchange")?;
         let [if_unused, nowait] = r.bits::<2>("exchange.delete if-unused/nowait")?;
         Ok(ExchangeDelete { ticket, exchange, if_unused, nowait })
     }
@@ -1281,9 +1281,9 @@ impl ExchangeBind {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("exchange.bind ticket")?;
-        let destination = r.shortstr("exchange.bind destination")?;
-        let source = r.shortstr("exchange.bind source")?;
-        let routing_key = r.shortstr("exchange.bind routing-key")?;
+        let destination = r.shortstr_utf8("exchange.bind destination")?;
+        let source = r.shortstr_utf8("exchange.bind source")?;
+        let routing_key = r.shortstr_utf8("exchange.bind routing-key")?;
         let [nowait] = r.bits::<1>("exchange.bind nowait")?;
         let arguments = r.table("exchange.bind arguments")?;
         Ok(ExchangeBind { ticket, destination, source, routing_key, nowait, arguments })
@@ -1369,9 +1369,9 @@ impl ExchangeUnbind {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("exchange.unbind ticket")?;
-        let destination = r.shortstr("exchange.unbind destination")?;
-        let source = r.shortstr("exchange.unbind source")?;
-        let routing_key = r.shortstr("exchange.unbind routing-key")?;
+        let destination = r.shortstr_utf8("exchange.unbind destination")?;
+        let source = r.shortstr_utf8("exchange.unbind source")?;
+        let routing_key = r.shortstr_utf8("exchange.unbind routing-key")?;
         let [nowait] = r.bits::<1>("exchange.unbind nowait")?;
         let arguments = r.table("exchange.unbind arguments")?;
         Ok(ExchangeUnbind { ticket, destination, source, routing_key, nowait, arguments })
@@ -1461,7 +1461,7 @@ impl QueueDeclare {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("queue.declare ticket")?;
-        let queue = r.shortstr("queue.declare queue")?;
+        let queue = r.shortstr_utf8("queue.declare queue")?;
         let [passive, durable, exclusive, auto_delete, nowait] = r.bits::<5>("queue.declare passive/durable/exclusive/auto-delete/nowait")?;
         let arguments = r.table("queue.declare arguments")?;
         Ok(QueueDeclare { ticket, queue, passive, durable, exclusive, auto_delete, nowait, arguments })
@@ -1507,7 +1507,7 @@ impl QueueDeclareOk {
 
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
-        let queue = r.shortstr("queue.declare-ok queue")?;
+        let queue = r.shortstr_utf8("queue.declare-ok queue")?;
         let message_count = r.u32("queue.declare-ok message-count")?;
         let consumer_count = r.u32("queue.declare-ok consumer-count")?;
         Ok(QueueDeclareOk { queue, message_count, consumer_count })
@@ -1559,9 +1559,9 @@ impl QueueBind {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("queue.bind ticket")?;
-        let queue = r.shortstr("queue.bind queue")?;
-        let exchange = r.shortstr("queue.bind exchange")?;
-        let routing_key = r.shortstr("queue.bind routing-key")?;
+        let queue = r.shortstr_utf8("queue.bind queue")?;
+        let exchange = r.shortstr_utf8("queue.bind exchange")?;
+        let routing_key = r.shortstr_utf8("queue.bind routing-key")?;
         let [nowait] = r.bits::<1>("queue.bind nowait")?;
         let arguments = r.table("queue.bind arguments")?;
         Ok(QueueBind { ticket, queue, exchange, routing_key, nowait, arguments })
@@ -1641,7 +1641,7 @@ impl QueuePurge {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("queue.purge ticket")?;
-        let queue = r.shortstr("queue.purge queue")?;
+        let queue = r.shortstr_utf8("queue.purge queue")?;
         let [nowait] = r.bits::<1>("queue.purge nowait")?;
         Ok(QueuePurge { ticket, queue, nowait })
     }
@@ -1727,7 +1727,7 @@ impl QueueDelete {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("queue.delete ticket")?;
-        let queue = r.shortstr("queue.delete queue")?;
+        let queue = r.shortstr_utf8("queue.delete queue")?;
         let [if_unused, if_empty, nowait] = r.bits::<3>("queue.delete if-unused/if-empty/nowait")?;
         Ok(QueueDelete { ticket, queue, if_unused, if_empty, nowait })
     }
@@ -1813,9 +1813,9 @@ impl QueueUnbind {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("queue.unbind ticket")?;
-        let queue = r.shortstr("queue.unbind queue")?;
-        let exchange = r.shortstr("queue.unbind exchange")?;
-        let routing_key = r.shortstr("queue.unbind routing-key")?;
+        let queue = r.shortstr_utf8("queue.unbind queue")?;
+        let exchange = r.shortstr_utf8("queue.unbind exchange")?;
+        let routing_key = r.shortstr_utf8("queue.unbind routing-key")?;
         let arguments = r.table("queue.unbind arguments")?;
         Ok(QueueUnbind { ticket, queue, exchange, routing_key, arguments })
     }
@@ -1979,8 +1979,8 @@ impl BasicConsume {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("basic.consume ticket")?;
-        let queue = r.shortstr("basic.consume queue")?;
-        let consumer_tag = r.shortstr("basic.consume consumer-tag")?;
+        let queue = r.shortstr_utf8("basic.consume queue")?;
+        let consumer_tag = r.shortstr_utf8("basic.consume consumer-tag")?;
         let [no_local, no_ack, exclusive, nowait] = r.bits::<4>("basic.consume no-local/no-ack/exclusive/nowait")?;
         let arguments = r.table("basic.consume arguments")?;
         Ok(BasicConsume { ticket, queue, consumer_tag, no_local, no_ack, exclusive, nowait, arguments })
@@ -2023,7 +2023,7 @@ impl BasicConsumeOk {
 
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
-        let consumer_tag = r.shortstr("basic.consume-ok consumer-tag")?;
+        let consumer_tag = r.shortstr_utf8("basic.consume-ok consumer-tag")?;
         Ok(BasicConsumeOk { consumer_tag })
     }
 
@@ -2062,7 +2062,7 @@ impl BasicCancel {
 
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
-        let consumer_tag = r.shortstr("basic.cancel consumer-tag")?;
+        let consumer_tag = r.shortstr_utf8("basic.cancel consumer-tag")?;
         let [nowait] = r.bits::<1>("basic.cancel nowait")?;
         Ok(BasicCancel { consumer_tag, nowait })
     }
@@ -2101,7 +2101,7 @@ impl BasicCancelOk {
 
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
-        let consumer_tag = r.shortstr("basic.cancel-ok consumer-tag")?;
+        let consumer_tag = r.shortstr_utf8("basic.cancel-ok consumer-tag")?;
         Ok(BasicCancelOk { consumer_tag })
     }
 
@@ -2296,7 +2296,7 @@ impl BasicGet {
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
         let ticket = r.u16("basic.get ticket")?;
-        let queue = r.shortstr("basic.get queue")?;
+        let queue = r.shortstr_utf8("basic.get queue")?;
         let [no_ack] = r.bits::<1>("basic.get no-ack")?;
         Ok(BasicGet { ticket, queue, no_ack })
     }
@@ -2389,7 +2389,7 @@ impl BasicGetEmpty {
 
     /// Reads the arguments (the payload after class-id and method-id).
     pub fn decode_args(r: &mut Reader) -> Result<Self, DecodeError> {
-        let cluster_id = r.shortstr("basic.get-empty cluster-id")?;
+        let cluster_id = r.shortstr_utf8("basic.get-empty cluster-id")?;
         Ok(BasicGetEmpty { cluster_id })
     }
 

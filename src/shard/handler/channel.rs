@@ -51,7 +51,7 @@ impl State {
         match (frame.kind, std::mem::take(&mut ch.content)) {
             (FrameKind::Method, Content::Idle) => {
                 let method = Method::decode(frame.payload)
-                    .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
+                    .map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
                 let (class_id, method_id) = (method.class_id(), method.method_id());
                 match self.on_channel_method(shard, conn, number, method) {
                     Ok(flow) => Ok(flow),
@@ -287,6 +287,7 @@ impl State {
                     }
                     return Ok(Flow::Continue);
                 }
+                check_name_characters(ObjectKind::Exchange, &decl.exchange)?;
                 // An unknown type is 406 on the channel (RabbitMQ's check_type).
                 let Some(kind) = ExchangeKind::parse(decl.kind.as_bytes()) else {
                     return Err(MethodError::Channel(ChannelError::UnknownExchangeType(
@@ -339,6 +340,7 @@ impl State {
                         seed,
                     ))
                 } else {
+                    check_name_characters(ObjectKind::Queue, &decl.queue)?;
                     if decl.queue.as_bytes().starts_with(b"amq.") {
                         return Err(MethodError::Channel(ChannelError::ReservedPrefix {
                             kind: ObjectKind::Queue,
@@ -734,4 +736,18 @@ pub(super) fn owner(shard: &Shard, conn: ConnId) -> ConnOwner {
         shard: shard.id,
         conn,
     }
+}
+
+/// Refuses a queue or exchange name with a control character (406) before it is
+/// created. Lookups need no check: no such name can exist. (Names are UTF-8 already:
+/// the method decoder refuses anything else with 501.)
+fn check_name_characters(kind: ObjectKind, name: &ShortStr) -> Result<(), MethodError> {
+    let text = name.as_str_lossy();
+    if text.chars().any(char::is_control) {
+        return Err(MethodError::Channel(ChannelError::ControlCharacter {
+            kind,
+            name: text.into_owned(),
+        }));
+    }
+    Ok(())
 }

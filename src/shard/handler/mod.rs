@@ -143,8 +143,8 @@ impl State {
                 0,
             ));
         }
-        let method = Method::decode(frame.payload)
-            .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
+        let method =
+            Method::decode(frame.payload).map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
         let (class_id, method_id) = (method.class_id(), method.method_id());
         let fail = |e| Err((e, class_id, method_id));
         let config = &shard.config;
@@ -308,8 +308,8 @@ impl State {
         conn: ConnId,
         frame: Frame,
     ) -> Result<Flow, (ConnectionError, u16, u16)> {
-        let method = Method::decode(frame.payload)
-            .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
+        let method =
+            Method::decode(frame.payload).map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
         match method {
             // RabbitMQ 3.8+ (OAuth token refresh): the new secret must be valid for the
             // connection's user, checked as a PLAIN login is; otherwise 530, as
@@ -391,7 +391,7 @@ impl State {
         match (phase, frame.kind) {
             (None, FrameKind::Method) => {
                 let method = Method::decode(frame.payload)
-                    .map_err(|e| (ConnectionError::Syntax(e.to_string()), 0, 0))?;
+                    .map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
                 match method {
                     Method::ChannelOpen(_) => {
                         let epoch = c.channel_epoch();
@@ -565,7 +565,7 @@ impl State {
                 "connection from {} closed during handshake: {} {}",
                 c.peer,
                 err.code().code(),
-                text
+                Escaped(&text)
             );
         }
         c.out.method(
