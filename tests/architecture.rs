@@ -84,7 +84,7 @@ fn dependencies_point_one_way() {
     check_layer("store", &["protocol", "model", "config", "ops"]);
     check_layer(
         "session",
-        &["protocol", "model", "queue", "policy", "timer"],
+        &["protocol", "model", "queue", "policy", "timer", "auth"],
     );
     // The management listener reaches the broker only through shard inboxes and the
     // boards: never a connection, a queue or a socket of a shard.
