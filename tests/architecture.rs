@@ -92,6 +92,12 @@ fn dependencies_point_one_way() {
         "http",
         &["config", "shard", "store", "ops", "protocol", "model"],
     );
+    // Users and permissions: a leaf the handler asks; the import reuses the store's
+    // definitions code.
+    check_layer(
+        "auth",
+        &["config", "protocol", "model", "policy", "store", "ops"],
+    );
     if src().join("client").is_dir() {
         check_layer("client", &["protocol"]);
     }

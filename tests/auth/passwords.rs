@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use amqprs::connection::{Connection, OpenConnectionArguments};
 
-use crate::common::{close_amqprs, Broker, TestDir};
+use crate::common::{close_amqprs, http, Broker, TestDir};
 use crate::login;
 
 /// RabbitMQ's documented example (passwords guide): salt 908DC60A, password "test12".
@@ -55,6 +55,17 @@ async fn hashed_password_logs_in_and_a_wrong_one_is_refused(shards: usize) {
         Connection::open(&args).await.is_err(),
         "wrong password accepted"
     );
+    // The management API's basic auth checks the same stored hash.
+    let port = broker.http_port();
+    let (ok, bad) = tokio::task::spawn_blocking(move || {
+        (
+            http::request(port, "GET", "/api/overview", Some(("hashy", "test12"))).status,
+            http::request(port, "GET", "/api/overview", Some(("hashy", "test13"))).status,
+        )
+    })
+    .await
+    .expect("http requests");
+    assert_eq!((ok, bad), (200, 401));
 }
 
 async fn plaintext_warning_names_the_plaintext_users(shards: usize) {
