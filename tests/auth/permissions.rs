@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::wire::{m, Enc, Props};
+use crate::common::wire::{m, Enc, Props, Val};
 use crate::common::{Broker, RawConn};
 use crate::login;
 
@@ -217,6 +217,38 @@ async fn configure_is_checked_on_declare_and_delete(shards: usize) {
     assert_eq!(
         (code, text),
         (403, refused("u", "configure", "queue", "g.q"))
+    );
+    // A new queue with a dead-letter exchange, a new exchange with an alternate one:
+    // write on that exchange is needed too (and read on the new object).
+    let with = |name: &str, key: &str, target: &str, exchange: bool| {
+        let table = vec![(key.to_owned(), Val::LongStr(target.as_bytes().to_vec()))];
+        let e = Enc::new().short(0).shortstr(name);
+        let e = if exchange { e.shortstr("direct") } else { e };
+        e.bits(&[false, false, false, false, false])
+            .table(&table)
+            .done()
+    };
+    let args = with("u.dlq", "x-dead-letter-exchange", "g.x", false);
+    let (code, text) = closed(&mut c, 11, m::QUEUE_DECLARE, &args);
+    assert_eq!(
+        (code, text),
+        (403, refused("u", "write", "exchange", "g.x"))
+    );
+    let args = with("u.dlq", "x-dead-letter-exchange", "", false);
+    allowed(&mut c, 12, m::QUEUE_DECLARE, &args, m::QUEUE_DECLARE_OK);
+    let args = with("u.ae", "alternate-exchange", "g.x", true);
+    let (code, text) = closed(&mut c, 13, m::EXCHANGE_DECLARE, &args);
+    assert_eq!(
+        (code, text),
+        (403, refused("u", "write", "exchange", "g.x"))
+    );
+    let args = with("u.ae", "alternate-exchange", "u.other", true);
+    allowed(
+        &mut c,
+        14,
+        m::EXCHANGE_DECLARE,
+        &args,
+        m::EXCHANGE_DECLARE_OK,
     );
 }
 

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use crate::auth::permissions::{exchange_resource, Access, Perm};
 use crate::model::ids::ConnId;
 use crate::ops::event::OpsEvent;
-use crate::protocol::ShortStr;
+use crate::protocol::table::FieldValue;
+use crate::protocol::{FieldTable, ShortStr};
 use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
 
 use super::super::{Shard, State};
@@ -184,6 +185,39 @@ impl State {
 }
 
 impl State {
+    /// A non-passive declare: configure on the object; and when it does not exist yet,
+    /// for a dead-letter exchange (queue) or an alternate exchange (exchange) named in
+    /// its arguments, read on the object and write on that exchange — rabbit_channel's
+    /// checks, so a user cannot route messages into an exchange it may not write to.
+    pub(super) fn authorize_declare(
+        &self,
+        conn: ConnId,
+        number: u16,
+        kind: ObjectKind,
+        name: &ShortStr,
+        arguments: &FieldTable,
+    ) -> Result<(), ChannelError> {
+        self.authorize(conn, number, Perm::Configure, kind, name)?;
+        let key = match kind {
+            ObjectKind::Queue => "x-dead-letter-exchange",
+            ObjectKind::Exchange => "alternate-exchange",
+        };
+        let Some(target) = arguments.get(key).and_then(FieldValue::as_bytes) else {
+            return Ok(());
+        };
+        let dir = self.conn(conn).and_then(|c| self.directory.vhost(c.vhost));
+        let exists = dir.is_some_and(|d| match kind {
+            ObjectKind::Queue => d.queue(name).is_some(),
+            ObjectKind::Exchange => d.exchange(name).is_some(),
+        });
+        if exists {
+            return Ok(());
+        }
+        let target = ShortStr::from(bytes::Bytes::copy_from_slice(target));
+        self.authorize(conn, number, Perm::Read, kind, name)?;
+        self.authorize(conn, number, Perm::Write, ObjectKind::Exchange, &target)
+    }
+
     /// `queue.bind` / `exchange.bind` (and unbind): write on the destination, read on
     /// the source exchange, in RabbitMQ's order.
     pub(super) fn authorize_bind(

@@ -295,12 +295,12 @@ impl State {
                         decl.kind.to_string(),
                     )));
                 };
-                self.authorize(
+                self.authorize_declare(
                     conn,
                     number,
-                    Configure,
                     ObjectKind::Exchange,
                     &decl.exchange,
+                    &decl.arguments,
                 )?;
                 let def = ExchangeDef {
                     name: decl.exchange,
@@ -360,7 +360,7 @@ impl State {
                     }
                     decl.queue
                 };
-                self.authorize(conn, number, Configure, ObjectKind::Queue, &name)?;
+                self.authorize_declare(conn, number, ObjectKind::Queue, &name, &decl.arguments)?;
                 pending(PendingOp::Control {
                     req: ControlRequest::DeclareQueue {
                         vhost,
