@@ -17,17 +17,20 @@ use super::password::Password;
 /// Subcommands of `sluice`; without one, the broker starts.
 #[derive(Subcommand, Debug, Clone)]
 pub enum Command {
-    /// Print a password hash for `[auth] users` (`password_hash`), in RabbitMQ's
-    /// rabbit_password_hashing_sha256 format. Without PASSWORD it is read from stdin
-    /// (so it stays out of the shell history); one trailing newline is dropped.
+    /// Print a password hash for `[auth] users` (RabbitMQ's format).
+    ///
+    /// The hash is `password_hash` in RabbitMQ's rabbit_password_hashing_sha256 format.
+    /// Without PASSWORD it is read from stdin (so it stays out of the shell history);
+    /// one trailing newline is dropped.
     HashPassword {
         /// The password (prefer stdin).
         password: Option<String>,
     },
-    /// Convert a RabbitMQ definitions export (JSON): users, vhosts and permissions are
-    /// printed as sluice configuration; with --data-dir the durable exchanges, queues and
-    /// bindings are added to that data dir (no broker may be running on it). What is not
-    /// imported is listed on stderr.
+    /// Import a RabbitMQ definitions export (JSON).
+    ///
+    /// Users, vhosts and permissions are printed as sluice configuration; with
+    /// --data-dir the durable exchanges, queues and bindings are added to that data dir
+    /// (no broker may be running on it). What is not imported is listed on stderr.
     ImportDefinitions {
         /// The definitions JSON (rabbitmqctl export_definitions, GET /api/definitions).
         file: PathBuf,
