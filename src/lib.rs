@@ -31,6 +31,8 @@
 //!   `/metrics`, the RabbitMQ-style management API, basic auth; every figure is asked of
 //!   the shards through their inboxes (`shard::observe`).
 //! - [`config`]: the immutable configuration (defaults, TOML file, CLI).
+//! - [`auth`]: stored passwords, per-vhost permissions, `hash-password` and
+//!   `import-definitions`.
 //! - [`ops`]: operational events with Qpid-style codes.
 //! - [`client`]: sluice's own async AMQP client (used by the tests and `sluice-bench`).
 //!
@@ -44,6 +46,7 @@
 
 #![deny(clippy::await_holding_refcell_ref)]
 
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod http;

@@ -10,6 +10,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Some(command) = &cli.command {
+        return sluice::auth::command::run(command);
+    }
     let config = match Config::load(&cli) {
         Ok(config) => config,
         Err(e) => {
@@ -18,6 +21,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     sluice::ops::log::init(&config.log_level, config.log_format);
+    sluice::auth::file::warn_plaintext(&config);
     sluice::server::abort_on_panic();
     sluice::server::block_signals();
     let broker = match sluice::server::start(config) {

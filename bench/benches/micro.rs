@@ -219,6 +219,7 @@ fn main() {
     // frame_split: a read buffer of 64-byte deliveries (method + header + body frames).
     let n = 100_000u64;
     queue_benches(n * 10);
+    permission_benches(n * 10);
     let mut wire = BytesMut::new();
     for i in 0..n {
         let m = Method::BasicDeliver(BasicDeliver {
@@ -299,6 +300,39 @@ fn main() {
         for i in 0..n {
             let id = wheel.arm(start + Duration::from_millis(i % 5000), i);
             black_box(wheel.cancel(id));
+        }
+    });
+}
+
+/// The publish path's write check (`auth::permissions::Access::allows_publish`): with
+/// write `.*` (no permissions configured), with a restrictive pattern and the same
+/// exchange every time (the cached decision), and alternating two exchanges (a regex
+/// search per publish: the worst case).
+fn permission_benches(n: u64) {
+    use sluice::auth::permissions::{Access, Grant};
+    use sluice::protocol::ShortStr;
+    let exchanges = [ShortStr::from("orders.eu"), ShortStr::from("orders.us")];
+    let mut open = Access::new(Grant::full());
+    measure("publish permission, write .*", n, || {
+        for _ in 0..n {
+            black_box(open.allows_publish(black_box(&exchanges[0])));
+        }
+    });
+    let restricted = || {
+        let grant = Grant::compile("", "^orders\\.(eu|us)$", "").expect("valid patterns");
+        Access::new(std::sync::Arc::new(grant))
+    };
+    let mut same = restricted();
+    measure("publish permission, same exchange", n, || {
+        for _ in 0..n {
+            black_box(same.allows_publish(black_box(&exchanges[0])));
+        }
+    });
+    let mut alternating = restricted();
+    measure("publish permission, alternating (regex)", n, || {
+        for i in 0..n {
+            let ex = &exchanges[(i & 1) as usize];
+            black_box(alternating.allows_publish(black_box(ex)));
         }
     });
 }

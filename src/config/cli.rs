@@ -59,6 +59,11 @@ pub struct Cli {
     /// [default: 127.0.0.1:15672].
     #[arg(long = "http-listen", value_name = "ADDR|off")]
     pub http_listen: Option<String>,
+
+    /// A tool to run instead of the broker (`sluice hash-password`, `sluice
+    /// import-definitions`); none starts the broker.
+    #[command(subcommand)]
+    pub command: Option<crate::auth::command::Command>,
 }
 
 impl Cli {

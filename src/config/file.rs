@@ -15,7 +15,7 @@ use crate::policy::slow_consumer::{Action, SlowConsumerSettings};
 use crate::policy::watermark::MemoryLimit;
 
 use super::policy::{QueueEntry, StoreQuota, TopicEntry, VhostDefaults};
-use super::{parse_core_list, Config, ConfigError, User};
+use super::{parse_core_list, Config, ConfigError};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -185,16 +185,9 @@ struct BrokerSection {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AuthSection {
-    users: Option<Vec<UserEntry>>,
+    users: Option<Vec<crate::auth::file::UserEntry>>,
     loopback_users: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UserEntry {
-    name: String,
-    password: String,
-    tags: Option<Vec<String>>,
+    permissions: Option<Vec<crate::auth::file::PermissionSection>>,
 }
 
 #[derive(Deserialize)]
@@ -289,14 +282,13 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         if let Some(users) = a.users {
             config.users = users
                 .into_iter()
-                .map(|u| User {
-                    name: u.name,
-                    password: u.password,
-                    tags: u.tags.unwrap_or_default(),
-                })
-                .collect();
+                .map(crate::auth::file::UserEntry::into_user)
+                .collect::<Result<_, _>>()?;
         }
         set(&mut config.loopback_users, a.loopback_users);
+        if let Some(list) = a.permissions {
+            config.permissions = crate::auth::file::compile_permissions(list)?;
+        }
     }
     if let Some(h) = file.http {
         if let Some(listen) = h.listen {

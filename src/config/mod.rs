@@ -22,7 +22,8 @@ pub use policy::Policies;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct User {
     pub name: String,
-    pub password: String,
+    /// Plain text or a RabbitMQ-format salted hash (`crate::auth::password`).
+    pub password: crate::auth::password::Password,
     /// RabbitMQ-style tags; `administrator` may change things through the management API.
     pub tags: Vec<String>,
 }
@@ -138,6 +139,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// The management listener.
     pub http: HttpConfig,
+    /// `[auth] permissions`: per-vhost configure/write/read patterns (`crate::auth`).
+    pub permissions: crate::auth::permissions::Permissions,
 }
 
 /// `[store]`: the persistent message store under `data_dir`.
@@ -207,7 +210,7 @@ impl Default for Config {
             vhosts: vec!["/".to_owned()],
             users: vec![User {
                 name: "guest".to_owned(),
-                password: "guest".to_owned(),
+                password: crate::auth::password::Password::Plain("guest".to_owned()),
                 tags: vec!["administrator".to_owned()],
             }],
             loopback_users: vec!["guest".to_owned()],
@@ -240,6 +243,7 @@ impl Default for Config {
                 page_out_fraction: 0.5,
             },
             http: HttpConfig::default(),
+            permissions: crate::auth::permissions::Permissions::default(),
         }
     }
 }
@@ -250,7 +254,8 @@ impl Config {
     pub fn authenticate(&self, user: &str, password: &[u8]) -> Option<&User> {
         self.users
             .iter()
-            .find(|u| u.name == user && u.password.as_bytes() == password)
+            .find(|u| u.name == user)
+            .filter(|u| u.password.verify(password))
     }
 
     /// Defaults, then the file named by `--config` (if any), then the flags.
@@ -357,6 +362,7 @@ impl Config {
         if self.shard.no_ack_window_bytes == 0 {
             return invalid("shard.no_ack_window_bytes", "must be at least 1".into());
         }
+        crate::auth::file::validate(self)?;
         self.validate_policies()
     }
 

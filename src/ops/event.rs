@@ -147,6 +147,22 @@ pub enum OpsEvent {
     SlowConsumerPredicted(Box<SlowReport>),
     /// SUB-1005: a subscription over a threshold is exempt and left alone.
     SlowConsumerExempt(Box<SlowReport>),
+    /// BRK-1017: users whose password is in the configuration in plain text (at start).
+    PlaintextPasswords { users: Vec<String> },
+    /// CHN-1010: a permission was refused (rate-limited: `suppressed` refusals were not
+    /// logged since the previous line).
+    AccessRefused {
+        subject: String,
+        channel: u16,
+        reason: String,
+        suppressed: u64,
+    },
+    /// CON-1015: a user was refused a vhost at `connection.open` (rate-limited as CHN-1010).
+    VhostRefused {
+        subject: String,
+        reason: String,
+        suppressed: u64,
+    },
 }
 
 /// Why a channel is flow-controlled.
@@ -232,6 +248,9 @@ impl OpsEvent {
             OpsEvent::SlowConsumerDetected(_) => "SUB-1003",
             OpsEvent::SlowConsumerPredicted(_) => "SUB-1004",
             OpsEvent::SlowConsumerExempt(_) => "SUB-1005",
+            OpsEvent::PlaintextPasswords { .. } => "BRK-1017",
+            OpsEvent::AccessRefused { .. } => "CHN-1010",
+            OpsEvent::VhostRefused { .. } => "CON-1015",
         }
     }
 
@@ -249,6 +268,9 @@ impl OpsEvent {
             | OpsEvent::SlowConsumerDetected(_)
             | OpsEvent::SlowConsumerPredicted(_)
             | OpsEvent::SlowConsumerExempt(_)
+            | OpsEvent::PlaintextPasswords { .. }
+            | OpsEvent::AccessRefused { .. }
+            | OpsEvent::VhostRefused { .. }
             | OpsEvent::NotifyFailed { .. }
             | OpsEvent::AcceptFailed { .. } => Level::WARN,
             OpsEvent::Panic { .. } => Level::ERROR,
@@ -256,6 +278,14 @@ impl OpsEvent {
         };
         super::fields::emit(level, &self.fields(), self);
     }
+}
+
+/// ` (N more refused since the last line)` after a rate-limited line.
+fn suppressed_note(f: &mut fmt::Formatter<'_>, suppressed: u64) -> fmt::Result {
+    if suppressed > 0 {
+        write!(f, " ({suppressed} more refused since the last line)")?;
+    }
+    Ok(())
 }
 
 impl fmt::Display for OpsEvent {
@@ -577,6 +607,38 @@ impl fmt::Display for OpsEvent {
                     r.limit,
                     r.exempt.unwrap_or("exempt")
                 )
+            }
+            OpsEvent::PlaintextPasswords { users } => write!(
+                f,
+                "{code} : Plain-text passwords : users {} have a plain-text password in the configuration; store password_hash instead (sluice hash-password)",
+                users.iter().map(|u| format!("'{}'", Escaped(u))).collect::<Vec<_>>().join(", ")
+            ),
+            OpsEvent::AccessRefused {
+                subject,
+                channel,
+                reason,
+                suppressed,
+            } => {
+                write!(
+                    f,
+                    "[{}/ch:{channel}] {code} : Access refused : {}",
+                    Escaped(subject),
+                    Escaped(reason)
+                )?;
+                suppressed_note(f, *suppressed)
+            }
+            OpsEvent::VhostRefused {
+                subject,
+                reason,
+                suppressed,
+            } => {
+                write!(
+                    f,
+                    "[{}] {code} : Vhost access refused : {}",
+                    Escaped(subject),
+                    Escaped(reason)
+                )?;
+                suppressed_note(f, *suppressed)
             }
         }
     }

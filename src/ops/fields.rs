@@ -107,7 +107,12 @@ impl OpsEvent {
             | OpsEvent::Panic { .. }
             | OpsEvent::NotifyFailed { .. }
             | OpsEvent::ManagementListening { .. }
-            | OpsEvent::MemoryReport { .. } => LogFields::code(code),
+            | OpsEvent::MemoryReport { .. }
+            | OpsEvent::PlaintextPasswords { .. } => LogFields::code(code),
+            OpsEvent::AccessRefused {
+                subject, channel, ..
+            } => LogFields::connection(code, subject, Some(*channel)),
+            OpsEvent::VhostRefused { subject, .. } => LogFields::connection(code, subject, None),
             OpsEvent::ShardStarted { shard, .. } | OpsEvent::AcceptFailed { shard, .. } => {
                 LogFields {
                     shard: Some(*shard),

@@ -100,6 +100,8 @@ pub struct Conn {
     /// On the shard's list of writers to wake at the end of this turn (so marking a
     /// writer is O(1) however many connections a turn touches).
     pub writer_marked: bool,
+    /// The user's permissions on the vhost (set at `connection.open`).
+    pub access: crate::auth::permissions::Access,
 }
 
 impl Conn {
@@ -139,6 +141,7 @@ impl Conn {
             resume: Rc::new(Signal::new()),
             close_logged: false,
             writer_marked: false,
+            access: crate::auth::permissions::Access::default(),
         }
     }
 

@@ -111,6 +111,14 @@ pub enum ChannelError {
     },
     /// Something the broker could not do for an internal reason (shutting down).
     Internal(String),
+    /// The user lacks a permission on the resource (rabbit_access_control's text).
+    AccessRefused {
+        permission: &'static str,
+        kind: ObjectKind,
+        name: String,
+        vhost: String,
+        user: String,
+    },
 }
 
 impl ChannelError {
@@ -141,6 +149,7 @@ impl ChannelError {
                 ReplyCode::ResourceError
             }
             ChannelError::Internal(_) => ReplyCode::InternalError,
+            ChannelError::AccessRefused { .. } => ReplyCode::AccessRefused,
         }
     }
 
@@ -260,6 +269,16 @@ impl fmt::Display for ChannelError {
                 millis
             ),
             ChannelError::Internal(why) => f.write_str(why),
+            ChannelError::AccessRefused {
+                permission,
+                kind,
+                name,
+                vhost,
+                user,
+            } => write!(
+                f,
+                "{permission} access to {kind} '{name}' in vhost '{vhost}' refused for user '{user}'"
+            ),
         }
     }
 }
@@ -300,6 +319,11 @@ pub enum ConnectionError {
     MissedHeartbeats {
         seconds: u16,
     },
+    /// The user has no permissions on the vhost it opens.
+    VhostRefused {
+        vhost: String,
+        user: String,
+    },
 }
 
 impl ConnectionError {
@@ -314,6 +338,7 @@ impl ConnectionError {
                 ReplyCode::AccessRefused
             }
             ConnectionError::VhostNotFound(_)
+            | ConnectionError::VhostRefused { .. }
             | ConnectionError::NotAllowed(_)
             | ConnectionError::SecretRefused { .. } => ReplyCode::NotAllowed,
             ConnectionError::NotImplemented(_) => ReplyCode::NotImplemented,
@@ -401,6 +426,10 @@ impl fmt::Display for ConnectionError {
             ConnectionError::MissedHeartbeats { seconds } => write!(
                 f,
                 "missed heartbeats from client, timeout: {seconds}s"
+            ),
+            ConnectionError::VhostRefused { vhost, user } => write!(
+                f,
+                "access to vhost '{vhost}' refused for user '{user}'"
             ),
         }
     }

@@ -47,7 +47,7 @@ pub struct DataDirLock {
 }
 
 /// Takes the data dir's lock file, or says who may hold it.
-fn lock_data_dir(data_dir: &Path) -> std::io::Result<DataDirLock> {
+pub fn lock_data_dir(data_dir: &Path) -> std::io::Result<DataDirLock> {
     use std::os::fd::AsRawFd;
     let path = data_dir.join("LOCK");
     let file = std::fs::OpenOptions::new()

@@ -5,6 +5,7 @@
 //! Does not: wait. Anything that needs another shard's answer is returned as a
 //! [`Pending`] for the reader to await.
 
+use crate::auth::permissions::Perm::{Configure, Read};
 use crate::model::exchange::{ExchangeDef, ExchangeKind};
 use crate::model::ids::{ConnId, ConnOwner, QueueRef};
 use crate::model::ledger::PartialBytes;
@@ -281,6 +282,7 @@ impl State {
                 // A passive declare only checks that the exchange exists: type (even an
                 // empty one), flags and arguments are ignored, as RabbitMQ does.
                 if decl.passive {
+                    self.authorize_any(conn, number, ObjectKind::Exchange, &decl.exchange)?;
                     self.passive_exchange(conn, &decl.exchange)?;
                     if !decl.nowait {
                         self.reply(conn, number, Method::ExchangeDeclareOk(Default::default()));
@@ -294,6 +296,13 @@ impl State {
                         decl.kind.to_string(),
                     )));
                 };
+                self.authorize_declare(
+                    conn,
+                    number,
+                    ObjectKind::Exchange,
+                    &decl.exchange,
+                    &decl.arguments,
+                )?;
                 let def = ExchangeDef {
                     name: decl.exchange,
                     kind,
@@ -309,14 +318,17 @@ impl State {
                     },
                 })
             }
-            Method::ExchangeDelete(del) => pending(PendingOp::Control {
-                req: ControlRequest::DeleteExchange {
-                    vhost,
-                    name: del.exchange,
-                    if_unused: del.if_unused,
-                },
-                then: Then::ExchangeDeleteOk { nowait: del.nowait },
-            }),
+            Method::ExchangeDelete(del) => {
+                self.authorize(conn, number, Configure, ObjectKind::Exchange, &del.exchange)?;
+                pending(PendingOp::Control {
+                    req: ControlRequest::DeleteExchange {
+                        vhost,
+                        name: del.exchange,
+                        if_unused: del.if_unused,
+                    },
+                    then: Then::ExchangeDeleteOk { nowait: del.nowait },
+                })
+            }
             Method::QueueDeclare(decl) => {
                 let vhost_name = self
                     .conn(conn)
@@ -324,6 +336,7 @@ impl State {
                     .unwrap_or_default();
                 if decl.passive {
                     let name = self.queue_name(conn, number, decl.queue);
+                    self.authorize_any(conn, number, ObjectKind::Queue, &name)?;
                     let queue = self.lookup_queue(shard, conn, &name)?;
                     return pending(PendingOp::QueueStats {
                         name,
@@ -349,6 +362,7 @@ impl State {
                     }
                     decl.queue
                 };
+                self.authorize_declare(conn, number, ObjectKind::Queue, &name, &decl.arguments)?;
                 pending(PendingOp::Control {
                     req: ControlRequest::DeclareQueue {
                         vhost,
@@ -368,17 +382,20 @@ impl State {
             }
             Method::QueueBind(bind) => {
                 let queue = self.queue_name(conn, number, bind.queue);
+                self.authorize_bind(conn, number, &bind.exchange, ObjectKind::Queue, &queue)?;
                 let binding = (bind.exchange, queue, bind.routing_key, bind.arguments);
                 pending(bind_op(shard, conn, vhost, binding, bind.nowait, false))
             }
             Method::QueueUnbind(bind) => {
                 // queue.unbind has no nowait flag: it is always answered.
                 let queue = self.queue_name(conn, number, bind.queue);
+                self.authorize_bind(conn, number, &bind.exchange, ObjectKind::Queue, &queue)?;
                 let binding = (bind.exchange, queue, bind.routing_key, bind.arguments);
                 pending(bind_op(shard, conn, vhost, binding, false, true))
             }
             Method::QueuePurge(purge) => {
                 let name = self.queue_name(conn, number, purge.queue);
+                self.authorize(conn, number, Read, ObjectKind::Queue, &name)?;
                 let queue = self.lookup_queue(shard, conn, &name)?;
                 pending(PendingOp::Purge {
                     queue,
@@ -387,6 +404,7 @@ impl State {
             }
             Method::QueueDelete(del) => {
                 let name = self.queue_name(conn, number, del.queue);
+                self.authorize(conn, number, Configure, ObjectKind::Queue, &name)?;
                 // basic.cancel for this channel's consumers goes after delete-ok
                 // (`State::complete`), as RabbitMQ orders them.
                 self.channel_mut(conn, number)?.hold_cancels();
@@ -423,6 +441,7 @@ impl State {
             }
             Method::BasicConsume(consume) => {
                 let name = self.queue_name(conn, number, consume.queue);
+                self.authorize(conn, number, Read, ObjectKind::Queue, &name)?;
                 let queue = self.lookup_queue(shard, conn, &name)?;
                 let priority =
                     queue_args::consumer_priority(&consume.arguments).map_err(|error| {
@@ -504,6 +523,7 @@ impl State {
             }
             Method::BasicGet(get) => {
                 let name = self.queue_name(conn, number, get.queue);
+                self.authorize(conn, number, Read, ObjectKind::Queue, &name)?;
                 let queue = self.lookup_queue(shard, conn, &name)?;
                 let epoch = self.channel_mut(conn, number)?.epoch;
                 pending(PendingOp::Get {
@@ -592,34 +612,42 @@ impl State {
                 }
                 Ok(Flow::Continue)
             }
-            Method::ExchangeBind(bind) => pending(PendingOp::Control {
-                req: ControlRequest::BindExchange {
-                    vhost,
-                    source: bind.source,
-                    destination: bind.destination,
-                    routing_key: bind.routing_key,
-                    arguments: bind.arguments,
-                    unbind: false,
-                },
-                then: Then::ExchangeBindOk {
-                    nowait: bind.nowait,
-                    unbind: false,
-                },
-            }),
-            Method::ExchangeUnbind(unbind) => pending(PendingOp::Control {
-                req: ControlRequest::BindExchange {
-                    vhost,
-                    source: unbind.source,
-                    destination: unbind.destination,
-                    routing_key: unbind.routing_key,
-                    arguments: unbind.arguments,
-                    unbind: true,
-                },
-                then: Then::ExchangeBindOk {
-                    nowait: unbind.nowait,
-                    unbind: true,
-                },
-            }),
+            Method::ExchangeBind(bind) => {
+                let (s, d) = (&bind.source, &bind.destination);
+                self.authorize_bind(conn, number, s, ObjectKind::Exchange, d)?;
+                pending(PendingOp::Control {
+                    req: ControlRequest::BindExchange {
+                        vhost,
+                        source: bind.source,
+                        destination: bind.destination,
+                        routing_key: bind.routing_key,
+                        arguments: bind.arguments,
+                        unbind: false,
+                    },
+                    then: Then::ExchangeBindOk {
+                        nowait: bind.nowait,
+                        unbind: false,
+                    },
+                })
+            }
+            Method::ExchangeUnbind(unbind) => {
+                let (s, d) = (&unbind.source, &unbind.destination);
+                self.authorize_bind(conn, number, s, ObjectKind::Exchange, d)?;
+                pending(PendingOp::Control {
+                    req: ControlRequest::BindExchange {
+                        vhost,
+                        source: unbind.source,
+                        destination: unbind.destination,
+                        routing_key: unbind.routing_key,
+                        arguments: unbind.arguments,
+                        unbind: true,
+                    },
+                    then: Then::ExchangeBindOk {
+                        nowait: unbind.nowait,
+                        unbind: true,
+                    },
+                })
+            }
             // Methods only a server sends, and connection methods on a channel.
             Method::ConnectionStart(_)
             | Method::ConnectionStartOk(_)

@@ -6,6 +6,7 @@
 //! Does not: touch sockets (it appends to the connection's outbound buffer) or another
 //! shard's state (it goes through outboxes and the control plane).
 
+pub mod access;
 pub mod channel;
 pub mod pending;
 pub mod publish;
@@ -235,6 +236,9 @@ impl State {
                 let Some(vhost) = self.directory.vhost_index(&name) else {
                     return fail(ConnectionError::VhostNotFound(name));
                 };
+                if let Err(e) = self.open_access(shard, conn, &name) {
+                    return fail(e);
+                }
                 let Some(c) = self.conn_mut(conn) else {
                     return Ok(Flow::Stop);
                 };

@@ -37,6 +37,9 @@ impl State {
         chunks: BodyChunks,
     ) {
         self.note_publish(shard, conn, number, header.body_size);
+        if let Err(e) = self.authorize_publish(conn, number, &publish.exchange) {
+            return self.close_channel(shard, conn, number, &e, 60, 40);
+        }
         // rabbit_channel's check_expiration_header: an expiration that is not a TTL
         // closes the channel rather than being ignored.
         let ttl_ms = match raw_expiration(&header.raw_properties) {

@@ -1,0 +1,136 @@
+//! Owns: the `sluice hash-password` and `sluice import-definitions` subcommands — their
+//! arguments, input and output (stdout for results, stderr for the account of what was
+//! skipped) and exit codes.
+//!
+//! Does not: start a broker (`sluice` without a subcommand does), hash or convert
+//! itself (`password`, `import`).
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use super::import::{self, Skipped};
+use super::password::Password;
+
+/// Subcommands of `sluice`; without one, the broker starts.
+#[derive(Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Print a password hash for `[auth] users` (RabbitMQ's format).
+    ///
+    /// The hash is `password_hash` in RabbitMQ's rabbit_password_hashing_sha256 format.
+    /// Without PASSWORD it is read from stdin (so it stays out of the shell history);
+    /// one trailing newline is dropped.
+    HashPassword {
+        /// The password (prefer stdin).
+        password: Option<String>,
+    },
+    /// Import a RabbitMQ definitions export (JSON).
+    ///
+    /// Users, vhosts and permissions are printed as sluice configuration; with
+    /// --data-dir the durable exchanges, queues and bindings are added to that data dir
+    /// (no broker may be running on it). What is not imported is listed on stderr.
+    ImportDefinitions {
+        /// The definitions JSON (rabbitmqctl export_definitions, GET /api/definitions).
+        file: PathBuf,
+        /// Write the configuration entries here instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Add the durable exchanges, queues and bindings to this data dir.
+        #[arg(long = "data-dir", value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+/// Runs a subcommand: 0 on success, 1 on failure (the reason on stderr).
+pub fn run(command: &Command) -> ExitCode {
+    let result = match command {
+        Command::HashPassword { password } => hash_password(password.as_deref()),
+        Command::ImportDefinitions {
+            file,
+            output,
+            data_dir,
+        } => import_definitions(file, output.as_ref(), data_dir.as_ref()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn hash_password(given: Option<&str>) -> Result<(), String> {
+    let password = match given {
+        Some(p) => p.to_owned(),
+        None => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| format!("reading the password from stdin: {e}"))?;
+            let trimmed = text
+                .strip_suffix("\r\n")
+                .or_else(|| text.strip_suffix('\n'))
+                .unwrap_or(&text);
+            trimmed.to_owned()
+        }
+    };
+    if password.is_empty() {
+        return Err("the password is empty".into());
+    }
+    let hash = Password::hash_sha256(password.as_bytes())
+        .map_err(|e| format!("no random salt: {e}"))?
+        .encoded()
+        .ok_or("no hash")?;
+    println!("{hash}");
+    Ok(())
+}
+
+fn import_definitions(
+    file: &PathBuf,
+    output: Option<&PathBuf>,
+    data_dir: Option<&PathBuf>,
+) -> Result<(), String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let root: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", file.display()))?;
+    let mut skipped = Skipped::default();
+    let conversion = import::convert(&root, &mut skipped)?;
+    let mut summary = String::new();
+    if let Some(dir) = data_dir {
+        let applied = import::apply(&root, &conversion.vhosts, dir, &mut skipped)?;
+        summary = format!(
+            "added to {}: {} exchanges, {} queues, {} bindings\n",
+            dir.display(),
+            applied.exchanges,
+            applied.queues,
+            applied.bindings
+        );
+    } else {
+        for kind in ["exchanges", "queues", "bindings"] {
+            let items = root.get(kind).and_then(serde_json::Value::as_array);
+            for item in items.map_or(&[][..], Vec::as_slice) {
+                let name = item.get("name").or_else(|| item.get("destination"));
+                let name = name.and_then(serde_json::Value::as_str).unwrap_or("");
+                skipped.add(kind, format!("'{name}': not applied (no --data-dir given)"));
+            }
+        }
+    }
+    let header = format!(
+        "# Imported from {} by `sluice import-definitions`.\n",
+        file.display()
+    );
+    let config = format!("{header}{}", conversion.toml);
+    match output {
+        Some(path) => std::fs::write(path, &config)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        None => std::io::stdout()
+            .write_all(config.as_bytes())
+            .map_err(|e| format!("stdout: {e}"))?,
+    }
+    eprint!("{summary}{}", skipped.report());
+    Ok(())
+}

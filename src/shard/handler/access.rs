@@ -1,0 +1,234 @@
+//! Owns: the permission checks of a connection's methods, as `rabbit_channel` and
+//! `rabbit_reader` make them — the vhost at `connection.open` (530 NOT_ALLOWED), and
+//! configure / write / read on exchanges and queues (403 ACCESS_REFUSED on the channel)
+//! — and the rate-limited log line of a refusal (CHN-1010, CON-1015).
+//!
+//! Does not: match patterns or cache decisions (`auth::permissions::Access` does), or
+//! choose which method needs which permission (each method's arm names it in one call).
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use crate::auth::permissions::{exchange_resource, Access, Perm};
+use crate::model::ids::ConnId;
+use crate::ops::event::OpsEvent;
+use crate::protocol::table::FieldValue;
+use crate::protocol::{FieldTable, ShortStr};
+use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
+
+use super::super::{Shard, State};
+
+/// At most one refusal line per this gap on a shard; the others are counted.
+const LOG_GAP: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// This shard's (thread's) last refusal line and the refusals not logged since.
+    static LAST_LINE: Cell<(Option<Instant>, u64)> = const { Cell::new((None, 0)) };
+}
+
+/// `Some(suppressed)` when a refusal line may be written now.
+fn may_log() -> Option<u64> {
+    LAST_LINE.with(|cell| {
+        let (last, suppressed) = cell.get();
+        let now = Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < LOG_GAP) {
+            cell.set((last, suppressed + 1));
+            return None;
+        }
+        cell.set((Some(now), 0));
+        Some(suppressed)
+    })
+}
+
+impl State {
+    /// `connection.open`: the user's grant on the vhost, or 530 as RabbitMQ refuses it.
+    pub(super) fn open_access(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        vhost: &str,
+    ) -> Result<(), ConnectionError> {
+        let Some(c) = self.conn_mut(conn) else {
+            return Ok(());
+        };
+        match shard.config.permissions.grant(&c.user, vhost) {
+            Some(grant) => {
+                c.access = Access::new(grant);
+                Ok(())
+            }
+            None => {
+                let e = ConnectionError::VhostRefused {
+                    vhost: vhost.to_owned(),
+                    user: c.user.clone(),
+                };
+                if let Some(suppressed) = may_log() {
+                    OpsEvent::VhostRefused {
+                        subject: c.log_subject(),
+                        reason: e.to_string(),
+                        suppressed,
+                    }
+                    .emit();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// `perm` on the exchange or queue `name`, or 403. The default exchange's
+    /// configure and read rules are RabbitMQ's own checks (elsewhere); its write is
+    /// checked as `amq.default`.
+    pub(super) fn authorize(
+        &self,
+        conn: ConnId,
+        number: u16,
+        perm: Perm,
+        kind: ObjectKind,
+        name: &ShortStr,
+    ) -> Result<(), ChannelError> {
+        let name = name.as_bytes();
+        let Some(c) = self.conn(conn) else {
+            return Ok(());
+        };
+        let allowed = match kind {
+            ObjectKind::Exchange if name.is_empty() && perm != Perm::Write => true,
+            ObjectKind::Exchange => c.access.allows(perm, exchange_resource(name)),
+            ObjectKind::Queue => c.access.allows(perm, name),
+        };
+        if allowed {
+            return Ok(());
+        }
+        Err(self.refusal(conn, number, perm, kind, name))
+    }
+
+    /// A passive declare needs any of the three permissions; the refusal names
+    /// configure, as RabbitMQ's does.
+    pub(super) fn authorize_any(
+        &self,
+        conn: ConnId,
+        number: u16,
+        kind: ObjectKind,
+        name: &ShortStr,
+    ) -> Result<(), ChannelError> {
+        let name = name.as_bytes();
+        let Some(c) = self.conn(conn) else {
+            return Ok(());
+        };
+        let resource = match kind {
+            ObjectKind::Exchange if name.is_empty() => return Ok(()),
+            ObjectKind::Exchange => exchange_resource(name),
+            ObjectKind::Queue => name,
+        };
+        if c.access.allows_any(resource) {
+            return Ok(());
+        }
+        Err(self.refusal(conn, number, Perm::Configure, kind, name))
+    }
+
+    /// Write on a publish's exchange: a cached decision per connection (no allocation
+    /// and no regex while the exchange stays the same).
+    pub(super) fn authorize_publish(
+        &mut self,
+        conn: ConnId,
+        number: u16,
+        exchange: &ShortStr,
+    ) -> Result<(), ChannelError> {
+        let allowed = self
+            .conn_mut(conn)
+            .is_none_or(|c| c.access.allows_publish(exchange));
+        if allowed {
+            return Ok(());
+        }
+        Err(self.refusal(
+            conn,
+            number,
+            Perm::Write,
+            ObjectKind::Exchange,
+            exchange.as_bytes(),
+        ))
+    }
+
+    /// RabbitMQ's 403 text, logged (rate-limited) as CHN-1010.
+    fn refusal(
+        &self,
+        conn: ConnId,
+        number: u16,
+        perm: Perm,
+        kind: ObjectKind,
+        name: &[u8],
+    ) -> ChannelError {
+        let resource = match kind {
+            ObjectKind::Exchange => exchange_resource(name),
+            ObjectKind::Queue => name,
+        };
+        let (user, vhost, subject) = self
+            .conn(conn)
+            .map(|c| (c.user.clone(), c.vhost_name.clone(), c.log_subject()))
+            .unwrap_or_default();
+        let e = ChannelError::AccessRefused {
+            permission: perm.name(),
+            kind,
+            name: String::from_utf8_lossy(resource).into_owned(),
+            vhost,
+            user,
+        };
+        if let Some(suppressed) = may_log() {
+            OpsEvent::AccessRefused {
+                subject,
+                channel: number,
+                reason: e.to_string(),
+                suppressed,
+            }
+            .emit();
+        }
+        e
+    }
+}
+
+impl State {
+    /// A non-passive declare: configure on the object; and when it does not exist yet,
+    /// for a dead-letter exchange (queue) or an alternate exchange (exchange) named in
+    /// its arguments, read on the object and write on that exchange — rabbit_channel's
+    /// checks, so a user cannot route messages into an exchange it may not write to.
+    pub(super) fn authorize_declare(
+        &self,
+        conn: ConnId,
+        number: u16,
+        kind: ObjectKind,
+        name: &ShortStr,
+        arguments: &FieldTable,
+    ) -> Result<(), ChannelError> {
+        self.authorize(conn, number, Perm::Configure, kind, name)?;
+        let key = match kind {
+            ObjectKind::Queue => "x-dead-letter-exchange",
+            ObjectKind::Exchange => "alternate-exchange",
+        };
+        let Some(target) = arguments.get(key).and_then(FieldValue::as_bytes) else {
+            return Ok(());
+        };
+        let dir = self.conn(conn).and_then(|c| self.directory.vhost(c.vhost));
+        let exists = dir.is_some_and(|d| match kind {
+            ObjectKind::Queue => d.queue(name).is_some(),
+            ObjectKind::Exchange => d.exchange(name).is_some(),
+        });
+        if exists {
+            return Ok(());
+        }
+        let target = ShortStr::from(bytes::Bytes::copy_from_slice(target));
+        self.authorize(conn, number, Perm::Read, kind, name)?;
+        self.authorize(conn, number, Perm::Write, ObjectKind::Exchange, &target)
+    }
+
+    /// `queue.bind` / `exchange.bind` (and unbind): write on the destination, read on
+    /// the source exchange, in RabbitMQ's order.
+    pub(super) fn authorize_bind(
+        &self,
+        conn: ConnId,
+        number: u16,
+        source: &ShortStr,
+        kind: ObjectKind,
+        destination: &ShortStr,
+    ) -> Result<(), ChannelError> {
+        self.authorize(conn, number, Perm::Write, kind, destination)?;
+        self.authorize(conn, number, Perm::Read, ObjectKind::Exchange, source)
+    }
+}
