@@ -47,6 +47,7 @@
 pub mod client;
 pub mod config;
 pub mod http;
+pub mod limits;
 pub mod model;
 pub mod net;
 pub mod ops;

@@ -105,6 +105,9 @@ pub enum ChannelError {
     },
     /// Something the broker could not do for an internal reason (shutting down).
     Internal(String),
+    /// A configured limit (queues per vhost, bindings per exchange, consumers per
+    /// channel) refused the operation.
+    Limit(super::limit::LimitRefusal),
 }
 
 impl ChannelError {
@@ -134,6 +137,7 @@ impl ChannelError {
                 ReplyCode::ResourceError
             }
             ChannelError::Internal(_) => ReplyCode::InternalError,
+            ChannelError::Limit(refusal) => refusal.code(),
         }
     }
 
@@ -248,6 +252,7 @@ impl fmt::Display for ChannelError {
                 millis
             ),
             ChannelError::Internal(why) => f.write_str(why),
+            ChannelError::Limit(refusal) => write!(f, "{refusal}"),
         }
     }
 }
@@ -288,6 +293,8 @@ pub enum ConnectionError {
     MissedHeartbeats {
         seconds: u16,
     },
+    /// A configured connection or channel limit refused the operation.
+    Limit(super::limit::LimitRefusal),
 }
 
 impl ConnectionError {
@@ -308,6 +315,7 @@ impl ConnectionError {
             ConnectionError::Forced(_) | ConnectionError::MissedHeartbeats { .. } => {
                 ReplyCode::ConnectionForced
             }
+            ConnectionError::Limit(refusal) => refusal.code(),
         }
     }
 
@@ -378,6 +386,7 @@ impl fmt::Display for ConnectionError {
                 f,
                 "missed heartbeats from client, timeout: {seconds}s"
             ),
+            ConnectionError::Limit(refusal) => write!(f, "{refusal}"),
         }
     }
 }
