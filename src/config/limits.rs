@@ -127,7 +127,7 @@ impl ResourceLimits {
         for (name, _) in &self.vhosts {
             if !vhosts.contains(name) {
                 return invalid(
-                    format!("vhost.\"{name}\".max_connections"),
+                    format!("vhost.\"{name}\""),
                     format!("'{name}' is not in vhosts.names {vhosts:?}"),
                 );
             }
@@ -285,10 +285,7 @@ max_queues = 9
                 "[limits.login]\nmax_delay_ms = 10000\n",
                 "limits.login.max_delay_ms",
             ),
-            (
-                "[vhost.\"nope\"]\nmax_queues = 1\n",
-                "vhost.\"nope\".max_connections",
-            ),
+            ("[vhost.\"nope\"]\nmax_queues = 1\n", "vhost.\"nope\""),
         ] {
             let mut c = Config::default();
             file::apply_text(&mut c, text).expect("parses");

@@ -13,8 +13,8 @@ use crate::common::Broker;
 
 const THROTTLE: &str = r#"
 [limits.login]
-initial_delay_ms = 300
-max_delay_ms = 600
+initial_delay_ms = 500
+max_delay_ms = 1000
 burst = 4
 quiet_ms = 2000
 "#;
@@ -49,7 +49,7 @@ fn failed_logins_are_delayed_then_dropped_then_forgotten() {
     let (second_took, second) = failed_login(&broker);
     assert_refused(second);
     assert!(
-        second_took >= Duration::from_millis(300) && second_took < Duration::from_secs(5),
+        second_took >= Duration::from_millis(500) && second_took < Duration::from_secs(5),
         "second attempt answered after {second_took:?}"
     );
 
@@ -70,7 +70,7 @@ fn failed_logins_are_delayed_then_dropped_then_forgotten() {
     let (third_took, third_ended, third_answered) = third;
     assert_refused(third_ended);
     assert!(
-        third_took >= Duration::from_millis(600) && third_took < Duration::from_secs(5),
+        third_took >= Duration::from_millis(1000) && third_took < Duration::from_secs(5),
         "third attempt answered after {third_took:?}"
     );
     assert!(
@@ -79,7 +79,10 @@ fn failed_logins_are_delayed_then_dropped_then_forgotten() {
     );
     let (fourth_took, fourth) = failed_login(&broker);
     assert_refused(fourth);
-    assert!(fourth_took >= Duration::from_millis(600), "{fourth_took:?}");
+    assert!(
+        fourth_took >= Duration::from_millis(1000),
+        "{fourth_took:?}"
+    );
 
     // Four failures: the burst. Further attempts, even with the right password, are
     // dropped without a reply.
