@@ -6,7 +6,7 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use super::support::{close, open, open_as, tcp_from, Opened};
+use super::support::{close, open, open_as, Opened};
 use crate::common::raw::RawConn;
 use crate::common::Broker;
 
@@ -145,8 +145,10 @@ fn measure_silent_sockets() {
             let handles: Vec<_> = (0..8)
                 .map(|_| {
                     s.spawn(|| {
+                        // connect() without a bind picks ports by the whole 4-tuple,
+                        // so it is not starved by earlier runs' TIME_WAIT sockets.
                         (0..SILENT / 8)
-                            .map(|_| tcp_from(&broker, "127.0.0.1"))
+                            .map(|_| RawConn::connect(&broker.addr()))
                             .collect::<Vec<_>>()
                     })
                 })
