@@ -13,6 +13,11 @@ use crate::common::Broker;
 /// A TCP connection to the broker from `source` (any 127.0.0.0/8 address works on
 /// Linux loopback), not yet speaking AMQP.
 pub fn tcp_from(broker: &Broker, source: &str) -> RawConn {
+    if source == "127.0.0.1" {
+        // connect() without a bind picks the port by the whole 4-tuple (a bound port 0
+        // cannot reuse one in TIME_WAIT: thousands of logins would run out).
+        return RawConn::connect(&broker.addr());
+    }
     let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket");
     let from: SocketAddr = format!("{source}:0").parse().expect("source address");
     socket.bind(&from.into()).expect("bind source address");
