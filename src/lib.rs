@@ -50,6 +50,7 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod http;
+pub mod limits;
 pub mod model;
 pub mod net;
 pub mod ops;

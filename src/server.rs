@@ -189,6 +189,9 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         .collect();
     let disk = Arc::new(DiskBoard::new(config.shards, quotas));
     let changes = Arc::new(recovered.changes);
+    let limits = Arc::new(crate::limits::ConnectionCounts::new(
+        &config.limits.resources,
+    ));
     let mut recovered_shards = recovered.shards.into_iter();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::with_capacity(config.shards);
@@ -209,6 +212,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
                 definitions_bytes: recovered.definitions_bytes,
                 disk: Arc::clone(&disk),
             },
+            limits: Arc::clone(&limits),
         };
         let handle = std::thread::Builder::new()
             .name(format!("sluice-shard-{i}"))

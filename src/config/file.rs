@@ -141,6 +141,8 @@ struct VhostSection {
     store_overfull_size: Option<u64>,
     store_underfull_size: Option<u64>,
     slow_consumer: Option<SlowConsumerSection>,
+    max_connections: Option<u32>,
+    max_queues: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -204,6 +206,11 @@ struct LimitsSection {
     heartbeat: Option<u16>,
     max_message_size: Option<u64>,
     max_tx_operations: Option<usize>,
+    consumers_per_channel: Option<u32>,
+    bindings_per_exchange: Option<u32>,
+    connections: Option<super::limits::ConnectionsSection>,
+    login: Option<super::limits::LoginSection>,
+    user: Option<BTreeMap<String, super::limits::UserSection>>,
 }
 
 #[derive(Deserialize)]
@@ -306,6 +313,14 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         set(&mut config.limits.heartbeat, l.heartbeat);
         set(&mut config.limits.max_message_size, l.max_message_size);
         set(&mut config.limits.max_tx_operations, l.max_tx_operations);
+        let keys = super::limits::LimitsKeys {
+            consumers_per_channel: l.consumers_per_channel,
+            bindings_per_exchange: l.bindings_per_exchange,
+            connections: l.connections,
+            login: l.login,
+            user: l.user,
+        };
+        super::limits::apply(&mut config.limits.resources, keys);
     }
     if let Some(n) = file.net {
         set(&mut config.net.read_buffer, n.read_buffer);
@@ -369,6 +384,8 @@ fn apply_policies(config: &mut Config, file: PolicyFile) -> Result<(), String> {
     }
     for (name, v) in file.vhost.unwrap_or_default() {
         let key = format!("vhost.\"{name}\"");
+        let limits = &mut config.limits.resources;
+        super::limits::apply_vhost(limits, &name, v.max_connections, v.max_queues);
         let store_quota = StoreQuota::new(
             v.store_overfull_size.unwrap_or(0),
             v.store_underfull_size.unwrap_or(0),

@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod file;
+pub mod limits;
 pub mod policy;
 
 use std::fmt;
@@ -77,6 +78,8 @@ pub struct Limits {
     pub max_message_size: u64,
     /// Most publishes plus acks buffered in one open transaction.
     pub max_tx_operations: usize,
+    /// Connection, queue, consumer and binding limits, and login throttling.
+    pub resources: limits::ResourceLimits,
 }
 
 /// Socket-level tuning.
@@ -220,6 +223,7 @@ impl Default for Config {
                 heartbeat: 60,
                 max_message_size: 128 * 1024 * 1024,
                 max_tx_operations: 65_536,
+                resources: limits::ResourceLimits::default(),
             },
             net: NetTuning {
                 read_buffer: 128 * 1024,
@@ -363,6 +367,7 @@ impl Config {
             return invalid("shard.no_ack_window_bytes", "must be at least 1".into());
         }
         crate::auth::file::validate(self)?;
+        self.limits.resources.validate(&self.vhosts)?;
         self.validate_policies()
     }
 

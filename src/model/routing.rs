@@ -169,6 +169,11 @@ impl VhostDirectory {
         self.queues.values()
     }
 
+    /// How many queues the vhost holds.
+    pub fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
     pub fn exchanges(&self) -> impl Iterator<Item = &Exchange> {
         self.exchanges.iter().map(|(_, ex)| ex)
     }

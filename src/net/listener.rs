@@ -65,7 +65,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: std::net::TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                if shard.stopping.get() {
+                if shard.stopping.get() || !shard.limits.admit_socket(peer, shard.clock.now()) {
                     continue;
                 }
                 if let Err(e) = stream.set_nodelay(true) {

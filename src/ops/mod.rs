@@ -7,6 +7,7 @@
 pub mod escape;
 pub mod event;
 pub mod fields;
+pub mod limit_event;
 pub mod log;
 pub mod notify;
 pub mod store_event;

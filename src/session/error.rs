@@ -119,6 +119,9 @@ pub enum ChannelError {
         vhost: String,
         user: String,
     },
+    /// A configured limit (queues per vhost, bindings per exchange, consumers per
+    /// channel) refused the operation.
+    Limit(super::limit::LimitRefusal),
 }
 
 impl ChannelError {
@@ -150,6 +153,7 @@ impl ChannelError {
             }
             ChannelError::Internal(_) => ReplyCode::InternalError,
             ChannelError::AccessRefused { .. } => ReplyCode::AccessRefused,
+            ChannelError::Limit(refusal) => refusal.code(),
         }
     }
 
@@ -279,6 +283,7 @@ impl fmt::Display for ChannelError {
                 f,
                 "{permission} access to {kind} '{name}' in vhost '{vhost}' refused for user '{user}'"
             ),
+            ChannelError::Limit(refusal) => write!(f, "{refusal}"),
         }
     }
 }
@@ -324,6 +329,8 @@ pub enum ConnectionError {
         vhost: String,
         user: String,
     },
+    /// A configured connection or channel limit refused the operation.
+    Limit(super::limit::LimitRefusal),
 }
 
 impl ConnectionError {
@@ -345,6 +352,7 @@ impl ConnectionError {
             ConnectionError::Forced(_) | ConnectionError::MissedHeartbeats { .. } => {
                 ReplyCode::ConnectionForced
             }
+            ConnectionError::Limit(refusal) => refusal.code(),
         }
     }
 
@@ -431,6 +439,7 @@ impl fmt::Display for ConnectionError {
                 f,
                 "access to vhost '{vhost}' refused for user '{user}'"
             ),
+            ConnectionError::Limit(refusal) => write!(f, "{refusal}"),
         }
     }
 }

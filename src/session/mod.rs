@@ -11,6 +11,7 @@ pub mod confirm;
 pub mod connection;
 pub mod consumer;
 pub mod error;
+pub mod limit;
 pub mod outbound;
 pub mod publisher;
 pub mod signal;

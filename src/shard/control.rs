@@ -392,6 +392,8 @@ fn plan(
                 return Ok((Vec::new(), ControlOk::QueueDeclared { queue: meta.queue }));
             }
             validate_queue_args(&name, &dir.name, &arguments)?;
+            let (limits, now) = (&shard.config.limits.resources, shard.clock.now());
+            crate::limits::objects::new_queue(limits, &shard.limits, dir, &name, now)?;
             let home = placement::home_shard(&dir.name, name.as_bytes(), shard.shards);
             let queue = QueueRef {
                 id: QueueId(next_id),
@@ -449,6 +451,12 @@ fn plan(
                 arguments,
             };
             if !unbind {
+                let (limits, now) = (&shard.config.limits.resources, shard.clock.now());
+                let existing = || ex.has_binding(&binding);
+                let limiter = &shard.limits;
+                crate::limits::objects::new_binding(
+                    limits, limiter, dir, &exchange, existing, now,
+                )?;
                 return Ok((
                     vec![DirectoryChange::Bind {
                         vhost,
@@ -479,6 +487,14 @@ fn plan(
             unbind,
         } => {
             let dir = vhost_dir(st, vhost)?;
+            if !unbind {
+                let (limits, now) = (&shard.config.limits.resources, shard.clock.now());
+                let binding = (&destination, &routing_key, &arguments);
+                let limiter = &shard.limits;
+                crate::limits::objects::new_exchange_binding(
+                    limits, limiter, dir, &source, binding, now,
+                )?;
+            }
             plan_exchange_binding(
                 dir,
                 vhost,

@@ -197,6 +197,9 @@ pub struct Shard {
     pub next_eviction: Cell<Instant>,
     /// Plain counters read by the operator interfaces (`observe`).
     pub counters: ShardCounters,
+    /// Connection limits (shared counts, this shard's unauthenticated sockets) and
+    /// login throttling.
+    pub limits: crate::limits::ShardLimits,
 }
 
 /// Per-shard counters that must be cheap on the hot path: plain cells, read when asked.
@@ -221,6 +224,7 @@ impl Shard {
         peers: Peers,
         memory: Arc<MemoryBoard>,
         persistence: persist::Persistence,
+        counts: Arc<crate::limits::ConnectionCounts>,
     ) -> Shard {
         let now = Instant::now();
         let shards = config.shards;
@@ -254,7 +258,6 @@ impl Shard {
         Shard {
             id,
             shards,
-            config,
             clock: Clock::starting_at(now),
             peers,
             memory,
@@ -268,6 +271,8 @@ impl Shard {
             placeholder: std::cell::OnceCell::new(),
             next_eviction: Cell::new(now),
             counters: ShardCounters::default(),
+            limits: crate::limits::ShardLimits::new(id, &config, counts),
+            config,
         }
     }
 
@@ -494,7 +499,10 @@ mod tests {
         let (peers, _inboxes) = inbox::mesh(1, 4, 1 << 20);
         let memory = Arc::new(MemoryBoard::new(1, u64::MAX - 1, u64::MAX));
         let persistence = persist::Persistence::empty(&std::env::temp_dir(), 1);
-        Shard::new(0, config, peers, memory, persistence)
+        let counts = Arc::new(crate::limits::ConnectionCounts::new(
+            &config.limits.resources,
+        ));
+        Shard::new(0, config, peers, memory, persistence, counts)
     }
 
     fn conn(st: &mut State, signal: &Rc<Signal>) -> ConnId {

@@ -39,6 +39,8 @@ pub struct ShardSeed {
     pub ready: std::sync::mpsc::Sender<ShardId>,
     /// What the store recovered for this shard, and what every shard applies.
     pub recovered: RecoveredSeed,
+    /// The connection counts every shard shares (`crate::limits`).
+    pub limits: Arc<crate::limits::ConnectionCounts>,
 }
 
 /// The store's part of a shard's start.
@@ -95,6 +97,7 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
         core,
         ready,
         recovered,
+        limits,
     } = seed;
     tokio_uring::start(async move {
         let RecoveredSeed {
@@ -106,7 +109,7 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
         } = recovered;
         let persistence =
             Persistence::recovered(&config, id, &mut recovered_shard, definitions_bytes, disk);
-        let shard = Rc::new(Shard::new(id, config, peers, memory, persistence));
+        let shard = Rc::new(Shard::new(id, config, peers, memory, persistence, limits));
         shard
             .state
             .borrow_mut()

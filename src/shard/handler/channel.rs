@@ -471,6 +471,12 @@ impl State {
                         format!("attempt to reuse consumer tag '{tag}'"),
                     )));
                 }
+                let limits = &shard.config.limits.resources;
+                if let Err(refusal) =
+                    crate::limits::objects::new_consumer(limits, ch.consumers.len())
+                {
+                    return Err(self.consumer_limit(shard, conn, number, refusal));
+                }
                 let consumer = ch.add_consumer(ChannelConsumer {
                     tag: tag.clone(),
                     queue,

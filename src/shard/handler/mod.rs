@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod channel;
+mod login;
 pub mod pending;
 pub mod publish;
 pub mod settle;
@@ -20,7 +21,7 @@ use crate::ops::event::OpsEvent;
 use crate::protocol::frame::{Frame, FrameKind, PROTOCOL_HEADER};
 use crate::protocol::method::{
     ChannelClose, ChannelCloseOk, ChannelOpenOk, ConnectionClose, ConnectionCloseOk,
-    ConnectionOpenOk, ConnectionStart, ConnectionTune, ConnectionUpdateSecretOk,
+    ConnectionOpenOk, ConnectionStart, ConnectionUpdateSecretOk,
 };
 use crate::protocol::{LongStr, Method, ShortStr};
 use crate::session::channel::{Channel, ChannelPhase};
@@ -156,37 +157,32 @@ impl State {
                     ok.mechanism.as_bytes(),
                     &ok.response.clone().into_bytes(),
                 );
+                let Some(gate) = self.login_gate(shard, conn) else {
+                    return Ok(Flow::Stop);
+                };
+                let name = creds.as_ref().map(|c| c.user.clone()).unwrap_or_default();
                 let user = creds.and_then(|creds| {
                     config
                         .authenticate(&creds.user, creds.password.as_bytes())
                         .cloned()
                 });
                 let Some(user) = user else {
-                    tracing::warn!(
-                        "login refused for a client using mechanism {}: unknown user or wrong password",
-                        Escaped(&mechanism)
-                    );
-                    return fail(ConnectionError::LoginRefused { mechanism });
+                    self.login_failed(shard, conn, &name, &mechanism);
+                    let refused = (ConnectionError::LoginRefused { mechanism }, 10, 11);
+                    return Ok(self.login_reply(shard, conn, gate, Err(refused)));
                 };
                 let Some(c) = self.conn_mut(conn) else {
                     return Ok(Flow::Stop);
                 };
                 if config.loopback_users.contains(&user.name) && !c.peer.ip().is_loopback() {
-                    return fail(ConnectionError::LoopbackOnly { user: user.name });
+                    self.login_failed(shard, conn, &user.name, &mechanism);
+                    let refused = (ConnectionError::LoopbackOnly { user: user.name }, 10, 11);
+                    return Ok(self.login_reply(shard, conn, gate, Err(refused)));
                 }
                 c.user = user.name;
                 c.capabilities = connection::client_capabilities(&ok.client_properties);
-                c.out.method(
-                    0,
-                    &Method::ConnectionTune(ConnectionTune {
-                        channel_max: config.limits.channel_max,
-                        frame_max: config.limits.frame_max,
-                        heartbeat: config.limits.heartbeat,
-                    }),
-                );
                 c.phase = Phase::AwaitTuneOk;
-                self.mark_writer(conn);
-                Ok(Flow::Continue)
+                Ok(self.login_reply(shard, conn, gate, Ok(())))
             }
             (Some(Phase::AwaitTuneOk), Method::ConnectionTuneOk(tune)) => {
                 let server_max = config.limits.frame_max;
@@ -242,6 +238,10 @@ impl State {
                 let Some(c) = self.conn_mut(conn) else {
                     return Ok(Flow::Stop);
                 };
+                let now = shard.clock.now();
+                if let Err(refusal) = shard.limits.admit_open(conn, c.peer, &name, &c.user, now) {
+                    return fail(ConnectionError::Limit(refusal));
+                }
                 c.vhost = vhost;
                 c.vhost_name = name;
                 c.phase = Phase::Open;
@@ -381,6 +381,9 @@ impl State {
         let Some(c) = self.conn_mut(conn) else {
             return Ok(Flow::Stop);
         };
+        if number > c.channel_max && c.channels.len() >= usize::from(c.channel_max) {
+            return Err((self.channel_max_reached(shard, conn, number), 0, 0));
+        }
         if number > c.channel_max {
             return Err((
                 ConnectionError::Channel(format!(
@@ -491,12 +494,14 @@ impl State {
         };
         ch.phase = ChannelPhase::Closing;
         let text = err.reply_text();
-        OpsEvent::ChannelClose {
-            subject: c.log_subject(),
-            channel: number,
-            reason: Some(format!("{} {}", err.code().code(), text)),
+        if !matches!(err, ChannelError::Limit(_)) {
+            OpsEvent::ChannelClose {
+                subject: c.log_subject(),
+                channel: number,
+                reason: Some(format!("{} {}", err.code().code(), text)),
+            }
+            .emit();
         }
-        .emit();
         c.out.method(
             number,
             &Method::ChannelClose(ChannelClose {
@@ -564,7 +569,7 @@ impl State {
                 reason: format!("{} {}", err.code().code(), text),
             }
             .emit();
-        } else {
+        } else if !login::logged_as_limit(err) {
             tracing::info!(
                 "connection from {} closed during handshake: {} {}",
                 c.peer,
@@ -715,6 +720,7 @@ impl State {
         let Some(c) = self.conn(conn) else {
             return;
         };
+        shard.limits.conn_gone(conn);
         let channels: Vec<u16> = c.channels.keys().copied().collect();
         for number in channels {
             self.release_channel(shard, conn, number);
@@ -739,7 +745,7 @@ impl State {
 }
 
 /// How long a client has from TCP accept to `connection.open`.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HANDSHAKE_TIMEOUT: Duration = crate::config::limits::HANDSHAKE_TIMEOUT;
 
 /// How long the socket stays open after close-ok answered the client's
 /// `connection.close`, for the client to close it first. RabbitMQ waits up to

@@ -98,6 +98,11 @@ pub enum PendingOp {
         queue: QueueRef,
         nowait: bool,
     },
+    /// A throttled login's answer, sent after the delay (`handler::login`).
+    LoginDelay {
+        delay: std::time::Duration,
+        outcome: super::login::LoginOutcome,
+    },
 }
 
 /// The answer to a [`PendingOp`].
@@ -125,11 +130,16 @@ pub enum Resolved {
         reply: QueueReply,
         nowait: bool,
     },
+    Login(super::login::LoginOutcome),
 }
 
 /// Performs the waiting part of an operation.
 pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingOp) -> Resolved {
     match op {
+        PendingOp::LoginDelay { delay, outcome } => {
+            super::login::wait(delay).await;
+            Resolved::Login(outcome)
+        }
         PendingOp::Control { req, then } => {
             let reply = control::request(shard, req).await;
             // A declared queue's counts come from its home shard.
@@ -245,6 +255,10 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
 impl State {
     /// Finishes a waited-for operation: sends its `-ok` or closes the channel.
     pub fn complete(&mut self, shard: &Shard, conn: ConnId, number: u16, resolved: Resolved) {
+        let resolved = match resolved {
+            Resolved::Login(outcome) => return self.send_login_outcome(shard, conn, outcome),
+            other => other,
+        };
         let open = self
             .conn(conn)
             .and_then(|c| c.channels.get(&number))
@@ -388,6 +402,8 @@ impl State {
                 }
                 _ => Ok((!nowait).then(|| Method::QueuePurgeOk(QueuePurgeOk { message_count: 0 }))),
             },
+            // Answered above, before any channel is looked at.
+            Resolved::Login(_) => Ok(None),
         };
         if !open {
             return;

@@ -1,0 +1,300 @@
+//! Owns: the admission limits — connections (broker-wide, per source address, per
+//! virtual host, per user, unauthenticated sockets per shard), queues per virtual host,
+//! consumers per channel, bindings per exchange — and login throttling: their defaults
+//! ([`ResourceLimits::default`]), their file sections (`[limits]` keys,
+//! `[limits.connections]`, `[limits.login]`, `[limits.user."U"]`, and `max_connections` /
+//! `max_queues` of `[vhost."V"]`) and their validation. A limit of 0 is unlimited.
+//!
+//! Does not: count or enforce anything (`crate::limits` does).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// How long a client has from accept to `connection.open` (the shard's handshake
+/// deadline, `shard::handler::HANDSHAKE_TIMEOUT`, which is this value).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Every admission limit and the login throttle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceLimits {
+    pub connections: ConnectionLimits,
+    pub login: LoginThrottleSettings,
+    /// Consumers one channel may hold (RabbitMQ `consumer_max_per_channel`); 0 = no limit.
+    pub consumers_per_channel: u32,
+    /// Bindings one exchange may have as source (to queues and exchanges); 0 = no limit.
+    pub bindings_per_exchange: u32,
+    /// Per-vhost limits, only for vhosts that set one.
+    pub vhosts: Vec<(String, VhostLimits)>,
+    /// `max_connections` per user, only for users that set one (non-zero).
+    pub users: Vec<(String, u32)>,
+}
+
+/// `[limits.connections]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Open connections in the whole broker; 0 = no limit.
+    pub max: u32,
+    /// Open connections from one source address; 0 = no limit.
+    pub per_ip: u32,
+    /// Sockets per shard that have not completed `connection.open`; 0 = no limit.
+    pub unauthenticated_per_shard: u32,
+}
+
+/// `[limits.login]`: failed logins slow down, then lock out, their source address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoginThrottleSettings {
+    /// The delay before answering the next attempt after one failure; doubles with
+    /// each further failure. Zero: no delay.
+    pub initial_delay: Duration,
+    /// The largest delay.
+    pub max_delay: Duration,
+    /// Failures after which further attempts are dropped without a reply until the
+    /// address has been quiet; 0 = never dropped.
+    pub burst: u32,
+    /// An address with no failed login for this long is forgotten.
+    pub quiet: Duration,
+}
+
+/// `max_connections` and `max_queues` of one `[vhost."V"]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct VhostLimits {
+    pub max_connections: u32,
+    pub max_queues: u32,
+}
+
+impl Default for ResourceLimits {
+    fn default() -> ResourceLimits {
+        ResourceLimits {
+            connections: ConnectionLimits {
+                max: 0,
+                per_ip: 0,
+                unauthenticated_per_shard: 0,
+            },
+            login: LoginThrottleSettings {
+                initial_delay: Duration::from_millis(100),
+                max_delay: Duration::from_millis(5000),
+                burst: 20,
+                quiet: Duration::from_millis(60_000),
+            },
+            consumers_per_channel: 0,
+            bindings_per_exchange: 0,
+            vhosts: Vec::new(),
+            users: Vec::new(),
+        }
+    }
+}
+
+impl ResourceLimits {
+    /// A vhost's limits (zeros when it sets none).
+    pub fn vhost(&self, name: &str) -> VhostLimits {
+        self.vhosts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, l)| *l)
+            .unwrap_or_default()
+    }
+
+    /// Checks ranges; `vhosts` are the configured virtual hosts.
+    pub fn validate(&self, vhosts: &[String]) -> Result<(), ConfigError> {
+        let invalid = |key: String, reason: String| Err(ConfigError::Invalid { key, reason });
+        let login = &self.login;
+        if login.max_delay < login.initial_delay {
+            return invalid(
+                "limits.login.max_delay_ms".into(),
+                "must be at least limits.login.initial_delay_ms".into(),
+            );
+        }
+        // A delayed answer must come before the handshake deadline cuts the socket off.
+        if login.max_delay >= HANDSHAKE_TIMEOUT {
+            return invalid(
+                "limits.login.max_delay_ms".into(),
+                format!(
+                    "must be below the handshake timeout ({} ms)",
+                    HANDSHAKE_TIMEOUT.as_millis()
+                ),
+            );
+        }
+        if login.quiet.is_zero() && (login.burst > 0 || !login.initial_delay.is_zero()) {
+            return invalid(
+                "limits.login.quiet_ms".into(),
+                "must be at least 1 ms while throttling is on".into(),
+            );
+        }
+        for (name, _) in &self.vhosts {
+            if !vhosts.contains(name) {
+                return invalid(
+                    format!("vhost.\"{name}\""),
+                    format!("'{name}' is not in vhosts.names {vhosts:?}"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `[limits.connections]` in the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionsSection {
+    max: Option<u32>,
+    per_ip: Option<u32>,
+    unauthenticated_per_shard: Option<u32>,
+}
+
+/// `[limits.login]` in the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoginSection {
+    initial_delay_ms: Option<u64>,
+    max_delay_ms: Option<u64>,
+    burst: Option<u32>,
+    quiet_ms: Option<u64>,
+}
+
+/// `[limits.user."U"]` in the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSection {
+    max_connections: Option<u32>,
+}
+
+/// The keys of `[limits]` this module owns.
+pub struct LimitsKeys {
+    pub consumers_per_channel: Option<u32>,
+    pub bindings_per_exchange: Option<u32>,
+    pub connections: Option<ConnectionsSection>,
+    pub login: Option<LoginSection>,
+    pub user: Option<BTreeMap<String, UserSection>>,
+}
+
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *slot = v;
+    }
+}
+
+/// Applies the `[limits]` keys of a file.
+pub fn apply(limits: &mut ResourceLimits, keys: LimitsKeys) {
+    set(
+        &mut limits.consumers_per_channel,
+        keys.consumers_per_channel,
+    );
+    set(
+        &mut limits.bindings_per_exchange,
+        keys.bindings_per_exchange,
+    );
+    if let Some(c) = keys.connections {
+        set(&mut limits.connections.max, c.max);
+        set(&mut limits.connections.per_ip, c.per_ip);
+        set(
+            &mut limits.connections.unauthenticated_per_shard,
+            c.unauthenticated_per_shard,
+        );
+    }
+    if let Some(l) = keys.login {
+        let ms = |v: Option<u64>| v.map(Duration::from_millis);
+        set(&mut limits.login.initial_delay, ms(l.initial_delay_ms));
+        set(&mut limits.login.max_delay, ms(l.max_delay_ms));
+        set(&mut limits.login.burst, l.burst);
+        set(&mut limits.login.quiet, ms(l.quiet_ms));
+    }
+    for (name, u) in keys.user.unwrap_or_default() {
+        limits.users.retain(|(n, _)| *n != name);
+        if let Some(max) = u.max_connections.filter(|m| *m > 0) {
+            limits.users.push((name, max));
+        }
+    }
+}
+
+/// Applies `max_connections` / `max_queues` of a `[vhost."V"]` section.
+pub fn apply_vhost(
+    limits: &mut ResourceLimits,
+    name: &str,
+    max_connections: Option<u32>,
+    max_queues: Option<u32>,
+) {
+    let current = limits.vhost(name);
+    let next = VhostLimits {
+        max_connections: max_connections.unwrap_or(current.max_connections),
+        max_queues: max_queues.unwrap_or(current.max_queues),
+    };
+    limits.vhosts.retain(|(n, _)| n != name);
+    if next != VhostLimits::default() {
+        limits.vhosts.push((name.to_owned(), next));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{file, Config};
+
+    #[test]
+    fn limit_sections_parse() {
+        let mut c = Config::default();
+        let text = r#"
+[limits]
+consumers_per_channel = 3
+bindings_per_exchange = 4
+[limits.connections]
+max = 100
+per_ip = 10
+unauthenticated_per_shard = 1000
+[limits.login]
+initial_delay_ms = 50
+max_delay_ms = 400
+burst = 5
+quiet_ms = 2000
+[limits.user."app"]
+max_connections = 7
+[vhost."/"]
+max_connections = 2
+max_queues = 9
+"#;
+        file::apply_text(&mut c, text).expect("parses");
+        c.validate().expect("valid");
+        let r = &c.limits.resources;
+        assert_eq!((r.consumers_per_channel, r.bindings_per_exchange), (3, 4));
+        assert_eq!(
+            (
+                r.connections.max,
+                r.connections.per_ip,
+                r.connections.unauthenticated_per_shard
+            ),
+            (100, 10, 1000)
+        );
+        assert_eq!(r.login.burst, 5);
+        assert_eq!(r.login.max_delay.as_millis(), 400);
+        assert_eq!(r.users, vec![("app".to_owned(), 7)]);
+        assert_eq!(r.vhost("/").max_connections, 2);
+        assert_eq!(r.vhost("/").max_queues, 9);
+        assert_eq!(r.vhost("other").max_queues, 0);
+    }
+
+    #[test]
+    fn bad_limits_name_their_key() {
+        for (text, key) in [
+            (
+                "[limits.login]\ninitial_delay_ms = 500\nmax_delay_ms = 100\n",
+                "limits.login.max_delay_ms",
+            ),
+            (
+                "[limits.login]\nmax_delay_ms = 10000\n",
+                "limits.login.max_delay_ms",
+            ),
+            ("[vhost.\"nope\"]\nmax_queues = 1\n", "vhost.\"nope\""),
+        ] {
+            let mut c = Config::default();
+            file::apply_text(&mut c, text).expect("parses");
+            let err = c.validate().expect_err(text);
+            assert!(err.to_string().contains(key), "{err} should name {key}");
+        }
+        let mut c = Config::default();
+        let err =
+            file::apply_text(&mut c, "[limits.connections]\nmaxx = 1\n").expect_err("unknown key");
+        assert!(err.contains("maxx"), "{err}");
+    }
+}
