@@ -62,6 +62,7 @@ pub enum ChannelError {
     },
     /// A queue or exchange name with a control character (a newline, NUL, DEL, ...):
     /// refused at creation so that no such name reaches logs, tools or other clients.
+    /// `name` is the name with its control characters escaped.
     ControlCharacter {
         kind: ObjectKind,
         name: String,
@@ -213,11 +214,9 @@ impl fmt::Display for ChannelError {
             ChannelError::ReservedPrefix { kind, name } => {
                 write!(f, "{kind} name '{name}' contains reserved prefix 'amq.*'")
             }
-            ChannelError::ControlCharacter { kind, name } => write!(
-                f,
-                "{kind} name '{}' contains a control character",
-                crate::ops::escape::Escaped(name)
-            ),
+            ChannelError::ControlCharacter { kind, name } => {
+                write!(f, "{kind} name '{name}' contains a control character")
+            }
             ChannelError::ExclusiveConsumer { queue, vhost } => {
                 write!(f, "queue '{queue}' in vhost '{vhost}' in exclusive use")
             }

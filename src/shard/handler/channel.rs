@@ -780,7 +780,7 @@ fn check_name_characters(kind: ObjectKind, name: &ShortStr) -> Result<(), Method
     if text.chars().any(char::is_control) {
         return Err(MethodError::Channel(ChannelError::ControlCharacter {
             kind,
-            name: text.into_owned(),
+            name: crate::ops::escape::Escaped(&text).to_string(),
         }));
     }
     Ok(())
