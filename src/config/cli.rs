@@ -59,6 +59,9 @@ pub struct Cli {
     /// [default: 127.0.0.1:15672].
     #[arg(long = "http-listen", value_name = "ADDR|off")]
     pub http_listen: Option<String>,
+
+    #[command(flatten)]
+    pub tls: super::tls::TlsFlags,
 }
 
 impl Cli {
@@ -108,6 +111,7 @@ impl Cli {
                     reason,
                 })?;
         }
+        self.tls.apply(&mut config.tls);
         if let Some(text) = &self.memory_low_watermark {
             config.policies.memory.low_watermark = Some(limit("--memory-low-watermark", text)?);
         }

@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod file;
 pub mod policy;
+pub mod tls;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -138,6 +139,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// The management listener.
     pub http: HttpConfig,
+    /// TLS (amqps) listeners.
+    pub tls: tls::TlsConfig,
 }
 
 /// `[store]`: the persistent message store under `data_dir`.
@@ -240,6 +243,7 @@ impl Default for Config {
                 page_out_fraction: 0.5,
             },
             http: HttpConfig::default(),
+            tls: tls::TlsConfig::default(),
         }
     }
 }
@@ -356,6 +360,9 @@ impl Config {
         }
         if self.shard.no_ack_window_bytes == 0 {
             return invalid("shard.no_ack_window_bytes", "must be at least 1".into());
+        }
+        if let Err((key, reason)) = self.tls.check() {
+            return invalid(key, reason);
         }
         self.validate_policies()
     }

@@ -100,6 +100,8 @@ pub struct Conn {
     /// On the shard's list of writers to wake at the end of this turn (so marking a
     /// writer is O(1) however many connections a turn touches).
     pub writer_marked: bool,
+    /// On a TLS listener: whether EXTERNAL is offered and the client certificate's CN.
+    pub tls: Option<crate::net::tls::PeerIdentity>,
 }
 
 impl Conn {
@@ -139,6 +141,7 @@ impl Conn {
             resume: Rc::new(Signal::new()),
             close_logged: false,
             writer_marked: false,
+            tls: None,
         }
     }
 

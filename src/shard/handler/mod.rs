@@ -67,7 +67,10 @@ impl State {
                 version_major: 0,
                 version_minor: 9,
                 server_properties: connection::server_properties(),
-                mechanisms: LongStr::from(connection::MECHANISMS),
+                mechanisms: LongStr::from(match &c.tls {
+                    Some(tls) if tls.offer_external => crate::net::tls::EXTERNAL_MECHANISMS,
+                    _ => connection::MECHANISMS,
+                }),
                 locales: LongStr::from(connection::LOCALES),
             }),
         );
@@ -155,11 +158,17 @@ impl State {
                     ok.mechanism.as_bytes(),
                     &ok.response.clone().into_bytes(),
                 );
-                let user = creds.and_then(|creds| {
-                    config
-                        .authenticate(&creds.user, creds.password.as_bytes())
-                        .cloned()
-                });
+                let user = if ok.mechanism.as_bytes() == b"EXTERNAL" {
+                    // The verified client certificate's CN names the user (TLS only).
+                    let peer = self.conn(conn).and_then(|c| c.tls.as_ref());
+                    crate::net::tls::external_user(&config.users, peer).cloned()
+                } else {
+                    creds.and_then(|creds| {
+                        config
+                            .authenticate(&creds.user, creds.password.as_bytes())
+                            .cloned()
+                    })
+                };
                 let Some(user) = user else {
                     tracing::warn!(
                         "login refused for a client using mechanism {}: unknown user or wrong password",
