@@ -461,3 +461,48 @@ async fn sluice_client_over_amqps() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_flood_of_bad_handshakes_is_logged_at_a_bounded_rate() {
+    let dir = TestDir::new("sluice-tls");
+    let pki = Pki::new(dir.path());
+    let (broker, port) = tls_broker(&pki, false, false);
+    // 30 plain clients on the TLS port within one 10 s window, over 2 shards: one shard
+    // took at least 15, so at least 10 lines; no shard logs more than 10.
+    for _ in 0..30 {
+        let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        sock.write_all(b"AMQP\x00\x00\x09\x01").expect("header");
+        let mut reply = Vec::new();
+        let _ = sock.read_to_end(&mut reply);
+    }
+    let count = || {
+        broker
+            .logs()
+            .iter()
+            .filter(|l| l.contains("CON-1010"))
+            .count()
+    };
+    assert!(
+        common::wait_until(Duration::from_secs(5), || count() >= 10),
+        "{} lines",
+        count()
+    );
+    // Give any further line time to appear before counting.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(count() <= 20, "{} CON-1010 lines for 30 failures", count());
+    // The broker still serves TLS clients.
+    bounded(async {
+        let tls = Connection::open(&amqprs_tls_args(
+            port,
+            &pki.ca_file(),
+            None,
+            SecurityCredentials::new_plain("guest", "guest"),
+        ))
+        .await
+        .expect("amqps connection after the flood");
+        tls.close().await.expect("close");
+    })
+    .await;
+}

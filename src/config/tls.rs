@@ -162,4 +162,36 @@ mod tests {
         t.ca_file = Some("ca.pem".into());
         assert_eq!(t.check(), Ok(()));
     }
+
+    #[test]
+    fn the_file_section_sets_every_key_and_rejects_unknown_ones() {
+        let mut c = crate::config::Config::default();
+        crate::config::file::apply_text(
+            &mut c,
+            "[tls]\nlisten = [\"0.0.0.0:5671\"]\ncert_file = \"/etc/c.pem\"\n\
+             key_file = \"/etc/k.pem\"\nca_file = \"/etc/ca.pem\"\nverify_peer = true\n\
+             fail_if_no_peer_cert = true\n",
+        )
+        .expect("parses");
+        assert_eq!(
+            c.tls,
+            TlsConfig {
+                listen: vec![SocketAddr::from(([0, 0, 0, 0], 5671))],
+                cert_file: Some("/etc/c.pem".into()),
+                key_file: Some("/etc/k.pem".into()),
+                ca_file: Some("/etc/ca.pem".into()),
+                verify_peer: true,
+                fail_if_no_peer_cert: true,
+            }
+        );
+        assert_eq!(c.validate(), Ok(()));
+        let err = crate::config::file::apply_text(&mut c, "[tls]\nverify = true\n")
+            .expect_err("unknown key");
+        assert!(err.contains("verify"), "{err}");
+        let mut c = crate::config::Config::default();
+        crate::config::file::apply_text(&mut c, "[tls]\nlisten = [\"127.0.0.1:5671\"]\n")
+            .expect("parses");
+        let err = c.validate().expect_err("no certificate");
+        assert!(err.to_string().contains("tls.cert_file"), "{err}");
+    }
 }
