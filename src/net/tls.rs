@@ -155,7 +155,8 @@ pub fn load(tls: &TlsConfig) -> Result<Option<Arc<TlsListener>>, ConfigError> {
 /// no password is checked). `None` on a plain connection, without a certificate or CN,
 /// or for an unknown name.
 pub fn external_user<'a>(users: &'a [User], peer: Option<&PeerIdentity>) -> Option<&'a User> {
-    let cn = peer?.common_name.as_deref()?;
+    let peer = peer.filter(|p| p.offer_external)?;
+    let cn = peer.common_name.as_deref()?;
     users.iter().find(|u| u.name == cn)
 }
 
@@ -512,6 +513,11 @@ mod tests {
             external_user(&users, Some(&with(Some("alice")))).map(|u| u.name.as_str()),
             Some("alice")
         );
+        let unverified = PeerIdentity {
+            offer_external: false,
+            common_name: Some("alice".into()),
+        };
+        assert_eq!(external_user(&users, Some(&unverified)), None);
     }
 
     #[test]
