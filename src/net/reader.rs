@@ -51,7 +51,7 @@ pub async fn serve_transport(
     stream: TcpStream,
     peer: SocketAddr,
     transport: Transport,
-    tls_peer: Option<super::tls::PeerIdentity>,
+    tls_peer: Option<crate::session::connection::TlsPeer>,
 ) {
     let stream = Rc::new(stream);
     let signal = Rc::new(Signal::new());

@@ -4,11 +4,12 @@
 //! the AMQP handshake timeout; a failure closes the socket and logs CON-1010,
 //! rate-limited), and afterwards the record layer shared by the connection's reader
 //! (ciphertext in, plaintext into its `ReadBuffer`) and writer (plaintext buffers in,
-//! records out) through one `Rc<RefCell<ServerConnection>>`. Also the verified client
-//! certificate's subject CN, the identity of SASL EXTERNAL.
+//! records out) through one `Rc<RefCell<ServerConnection>>`. Also reading the verified
+//! client certificate's subject CN, the identity of SASL EXTERNAL.
 //!
 //! Does not: run a runtime or thread of its own, know AMQP, or decide whether a user may
-//! log in (the handler looks the CN up among the configured users).
+//! log in (the handler looks the CN from `session::connection::external_identity` up
+//! among the users).
 
 use std::cell::{Cell, RefCell};
 use std::io::{Read, Write};
@@ -27,8 +28,9 @@ use tokio_uring::net::TcpStream;
 
 use super::read_buf::ReadBuffer;
 use crate::config::tls::TlsConfig;
-use crate::config::{ConfigError, User};
+use crate::config::ConfigError;
 use crate::ops::event::OpsEvent;
+use crate::session::connection::TlsPeer;
 use crate::session::signal::Signal;
 use crate::shard::Shard;
 
@@ -41,23 +43,11 @@ const TLS_BUFFER_LIMIT: usize = 64 * 1024;
 /// client certificate chain, fits; rustls keeps a partial record itself).
 const HANDSHAKE_READ: usize = 16 * 1024;
 
-/// SASL mechanisms offered on a TLS listener that verifies client certificates.
-pub const EXTERNAL_MECHANISMS: &str = "EXTERNAL PLAIN AMQPLAIN";
-
 /// A TLS listener's settings, shared by every shard (rustls' configuration is `Sync`).
 pub struct TlsListener {
     pub config: Arc<ServerConfig>,
     /// Client certificates are asked for and verified: SASL EXTERNAL is offered.
     pub offer_external: bool,
-}
-
-/// What a TLS connection tells the handler about its peer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerIdentity {
-    /// The listener verifies client certificates (EXTERNAL is offered).
-    pub offer_external: bool,
-    /// The subject CN of the verified client certificate, if one was sent.
-    pub common_name: Option<String>,
 }
 
 fn invalid(key: &str, path: &std::path::Path, reason: impl std::fmt::Display) -> ConfigError {
@@ -149,15 +139,6 @@ pub fn load(tls: &TlsConfig) -> Result<Option<Arc<TlsListener>>, ConfigError> {
         config: Arc::new(config),
         offer_external: tls.verify_peer,
     })))
-}
-
-/// The configured user named by the verified client certificate's CN (SASL EXTERNAL;
-/// no password is checked). `None` on a plain connection, without a certificate or CN,
-/// or for an unknown name.
-pub fn external_user<'a>(users: &'a [User], peer: Option<&PeerIdentity>) -> Option<&'a User> {
-    let peer = peer.filter(|p| p.offer_external)?;
-    let cn = peer.common_name.as_deref()?;
-    users.iter().find(|u| u.name == cn)
 }
 
 /// The first subject CN of a DER certificate, if it has one in a string form.
@@ -379,7 +360,7 @@ pub async fn serve(
     if shard.stopping.get() {
         return;
     }
-    let identity = PeerIdentity {
+    let identity = TlsPeer {
         offer_external: listener.offer_external,
         common_name: tls
             .peer_certificates()
@@ -490,35 +471,6 @@ fn handshake_failed(peer: SocketAddr, reason: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn user(name: &str) -> User {
-        User {
-            name: name.into(),
-            password: "x".into(),
-            tags: vec![],
-        }
-    }
-
-    #[test]
-    fn external_needs_a_verified_cn_naming_a_user() {
-        let users = vec![user("alice")];
-        let with = |cn: Option<&str>| PeerIdentity {
-            offer_external: true,
-            common_name: cn.map(str::to_owned),
-        };
-        assert_eq!(external_user(&users, None), None);
-        assert_eq!(external_user(&users, Some(&with(None))), None);
-        assert_eq!(external_user(&users, Some(&with(Some("bob")))), None);
-        assert_eq!(
-            external_user(&users, Some(&with(Some("alice")))).map(|u| u.name.as_str()),
-            Some("alice")
-        );
-        let unverified = PeerIdentity {
-            offer_external: false,
-            common_name: Some("alice".into()),
-        };
-        assert_eq!(external_user(&users, Some(&unverified)), None);
-    }
 
     #[test]
     fn garbage_is_no_certificate() {

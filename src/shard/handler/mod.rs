@@ -68,7 +68,7 @@ impl State {
                 version_minor: 9,
                 server_properties: connection::server_properties(),
                 mechanisms: LongStr::from(match &c.tls {
-                    Some(tls) if tls.offer_external => crate::net::tls::EXTERNAL_MECHANISMS,
+                    Some(tls) if tls.offer_external => connection::EXTERNAL_MECHANISMS,
                     _ => connection::MECHANISMS,
                 }),
                 locales: LongStr::from(connection::LOCALES),
@@ -161,7 +161,9 @@ impl State {
                 let user = if ok.mechanism.as_bytes() == b"EXTERNAL" {
                     // The verified client certificate's CN names the user (TLS only).
                     let peer = self.conn(conn).and_then(|c| c.tls.as_ref());
-                    crate::net::tls::external_user(&config.users, peer).cloned()
+                    connection::external_identity(peer)
+                        .and_then(|cn| config.users.iter().find(|u| u.name == cn))
+                        .cloned()
                 } else {
                     creds.and_then(|creds| {
                         config
