@@ -506,3 +506,22 @@ async fn a_flood_of_bad_handshakes_is_logged_at_a_bounded_rate() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn sigterm_closes_tls_connections_with_320_and_close_notify() {
+    let dir = TestDir::new("sluice-tls");
+    let pki = Pki::new(dir.path());
+    let (mut broker, port) = tls_broker(&pki, false, false);
+    let mut c = TlsAmqp::connect(port, raw::client_config(&pki.ca_file(), None)).expect("connect");
+    c.open_as_guest().expect("open");
+    broker.sigterm();
+    let (code, text) = c.expect_close().expect("connection.close");
+    assert_eq!(code, 320, "{text}");
+    assert!(text.starts_with("CONNECTION_FORCED"), "{text}");
+    // The TLS session ends with the broker's close_notify, not a bare TCP close.
+    assert_eq!(c.read_after_close().expect("clean TLS close"), 0);
+    let status = broker
+        .wait_exit(Duration::from_secs(10))
+        .expect("sluice still running 10 s after SIGTERM");
+    assert_eq!(status.code(), Some(0), "{status}");
+}

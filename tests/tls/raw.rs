@@ -89,12 +89,54 @@ impl TlsAmqp {
         args.extend_from_slice(response);
         args.push(5);
         args.extend_from_slice(b"en_US");
+        self.send_method(&args)
+    }
+
+    fn send_method(&mut self, args: &[u8]) -> std::io::Result<()> {
         let mut frame = vec![1, 0, 0];
         frame.extend_from_slice(&(args.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&args);
+        frame.extend_from_slice(args);
         frame.push(0xCE);
         self.stream.write_all(&frame)?;
         self.stream.flush()
+    }
+
+    /// Logs in with PLAIN guest/guest and opens vhost `/` (no heartbeats).
+    pub fn open_as_guest(&mut self) -> std::io::Result<()> {
+        self.read_mechanisms()?;
+        self.send_start_ok("PLAIN", b"\0guest\0guest")?;
+        let (_, _, tune) = self.read_frame()?;
+        assert_eq!(&tune[..4], &[0, 10, 0, 30], "connection.tune");
+        let mut tune_ok = vec![0, 10, 0, 31];
+        tune_ok.extend_from_slice(&tune[4..10]); // channel-max, frame-max as offered
+        tune_ok.extend_from_slice(&[0, 0]); // no heartbeats
+        self.send_method(&tune_ok)?;
+        self.send_method(&[0, 10, 0, 40, 1, b'/', 0, 0])?;
+        let (_, _, open_ok) = self.read_frame()?;
+        assert_eq!(&open_ok[..4], &[0, 10, 0, 41], "connection.open-ok");
+        Ok(())
+    }
+
+    /// Reads frames until `connection.close`, answers close-ok, and returns the close's
+    /// code and text.
+    pub fn expect_close(&mut self) -> std::io::Result<(u16, String)> {
+        loop {
+            let (ty, _, p) = self.read_frame()?;
+            if ty == 1 && p[..4] == [0, 10, 0, 50] {
+                let code = u16::from_be_bytes([p[4], p[5]]);
+                let len = p[6] as usize;
+                let text = String::from_utf8_lossy(&p[7..7 + len]).into_owned();
+                self.send_method(&[0, 10, 0, 51])?;
+                return Ok((code, text));
+            }
+        }
+    }
+
+    /// Reads once more: `Ok(0)` once the server's close_notify has arrived (a TCP close
+    /// without it is an error in rustls).
+    pub fn read_after_close(&mut self) -> std::io::Result<usize> {
+        let mut buf = [0u8; 64];
+        self.stream.read(&mut buf)
     }
 
     /// Reads the reply to start-ok: `Ok(None)` for connection.tune, `Ok(Some((code,
