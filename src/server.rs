@@ -50,6 +50,8 @@ pub struct Broker {
     _data_dir_lock: crate::store::DataDirLock,
     /// The addresses actually bound (ephemeral ports resolved).
     pub addresses: Vec<std::net::SocketAddr>,
+    /// The TLS (amqps) addresses actually bound.
+    pub tls_addresses: Vec<std::net::SocketAddr>,
     /// The management listener, when `http.listen` is not off.
     http: Option<crate::http::HttpServer>,
 }
@@ -158,8 +160,12 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     }
     .emit();
     raise_file_limit();
+    let tls = crate::net::tls::load(&config.tls).map_err(StartError::Config)?;
     let (listeners, addresses) =
         crate::net::listener::bind_all(&config.listen, config.shards).map_err(StartError::Bind)?;
+    let (tls_listeners, tls_addresses) =
+        crate::net::listener::bind_all(&config.tls.listen, config.shards)
+            .map_err(StartError::Bind)?;
     let (peers, inboxes) = inbox::mesh(
         config.shards,
         config.shard.inbox_capacity,
@@ -195,6 +201,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     let mut recovered_shards = recovered.shards.into_iter();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::with_capacity(config.shards);
+    let mut tls_listeners = tls_listeners.into_iter();
     for (i, (inbox, listeners)) in inboxes.into_iter().zip(listeners).enumerate() {
         let seed = ShardSeed {
             id: i as u16,
@@ -203,6 +210,8 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
             memory: Arc::clone(&memory),
             inbox,
             listeners,
+            tls_listeners: tls_listeners.next().unwrap_or_default(),
+            tls: tls.clone(),
             core: config.pin_cores.as_ref().and_then(|c| c.get(i).copied()),
             ready: ready_tx.clone(),
             recovered: RecoveredSeed {
@@ -228,6 +237,9 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     }
     for addr in &addresses {
         OpsEvent::BrokerListening { addr: *addr }.emit();
+    }
+    for addr in &tls_addresses {
+        OpsEvent::TlsListening { addr: *addr }.emit();
     }
     // The management listener starts once every shard answers its inbox.
     let http = match config.http.listen {
@@ -262,6 +274,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         peers,
         _data_dir_lock: recovered.lock,
         addresses,
+        tls_addresses,
         http,
     })
 }

@@ -109,7 +109,7 @@ pub enum BrokerKind {
     /// A child process of the sluice binary.
     Process(Child),
     /// Shards running in this process.
-    InProcess(sluice::server::Broker),
+    InProcess(Box<sluice::server::Broker>),
     /// Some broker at `--url`; `pid` from `--broker-pid`.
     External(Option<u32>),
 }
@@ -458,7 +458,7 @@ impl BrokerUnderTest {
             .ok_or("embedded sluice listens nowhere")?;
         Ok(BrokerUnderTest {
             url: format!("amqp://guest:guest@{addr}/"),
-            kind: BrokerKind::InProcess(broker),
+            kind: BrokerKind::InProcess(Box::new(broker)),
             label: format!(
                 "sluice embedded in-process, {shards} shards{}",
                 flags_label(extra)

@@ -50,6 +50,11 @@ pub struct Cli {
     /// Broker to drive (amqp://user:pass@host:port/vhost); none = embedded sluice.
     #[arg(long)]
     pub url: Option<String>,
+    /// CA bundle (PEM) that an amqps:// --url's server certificate must chain to.
+    /// Over TLS the subscribers use sluice's full client (the wire client is plain TCP
+    /// only). There is no option to skip verification.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
     /// PID of an external broker, to report its CPU per message and RSS.
     #[arg(long)]
     pub broker_pid: Option<u32>,

@@ -251,6 +251,15 @@ fn main() -> std::process::ExitCode {
         eprintln!("sluice-bench: {e}");
         return std::process::ExitCode::from(2);
     }
+    if let Some(ca) = &cli.tls_ca {
+        match sluice::client::TlsOptions::from_ca_file(ca) {
+            Ok(tls) => scenario::setup::use_tls(tls),
+            Err(e) => {
+                eprintln!("sluice-bench: --tls-ca: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        }
+    }
     let opts = cli.opts();
     let in_process = cli.url.is_none() && cli.embedded == broker::Embedded::Inproc;
     let needed = descriptors_needed(&opts, cli.scenario, in_process);

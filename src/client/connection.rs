@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use super::channel::Channel;
 use super::error::ClientError;
-use super::io::{Cmd, ConnTask, Pending, Tuning};
+use super::io::{BoxRead, BoxWrite, Cmd, ConnTask, Pending, Tuning};
 use super::shared::{ConnShared, FlowOptions};
 use super::url::AmqpUrl;
 use crate::protocol::frame::{encode_method, split_frame, FrameKind, PROTOCOL_HEADER};
@@ -56,6 +56,9 @@ pub struct ConnectionOptions {
     pub connect_timeout: Duration,
     /// Set `TCP_NODELAY` (default on: the task batches writes itself).
     pub nodelay: bool,
+    /// Trust roots (and client certificate) for `amqps://` URLs; an `amqps://` URL
+    /// without them is refused.
+    pub tls: Option<super::tls::TlsOptions>,
 }
 
 impl Default for ConnectionOptions {
@@ -69,6 +72,7 @@ impl Default for ConnectionOptions {
             command_queue: 8192,
             connect_timeout: Duration::from_secs(30),
             nodelay: true,
+            tls: None,
         }
     }
 }
@@ -108,8 +112,8 @@ fn client_properties(name: Option<&str>) -> FieldTable {
 }
 
 /// Reads one frame during the handshake.
-async fn read_frame(
-    sock: &mut TcpStream,
+async fn read_frame<S: AsyncRead + Unpin>(
+    sock: &mut S,
     buf: &mut BytesMut,
 ) -> Result<crate::protocol::frame::Frame, ClientError> {
     loop {
@@ -128,7 +132,10 @@ async fn read_frame(
 
 /// Reads the next connection-level method of the handshake; a `connection.close`
 /// becomes [`ClientError::ConnectionClosed`].
-async fn read_method(sock: &mut TcpStream, buf: &mut BytesMut) -> Result<Method, ClientError> {
+async fn read_method<S: AsyncRead + AsyncWrite + Unpin>(
+    sock: &mut S,
+    buf: &mut BytesMut,
+) -> Result<Method, ClientError> {
     loop {
         let f = read_frame(sock, buf).await?;
         match f.kind {
@@ -186,8 +193,37 @@ impl Connection {
     }
 
     async fn handshake(url: AmqpUrl, opts: ConnectionOptions) -> Result<Connection, ClientError> {
-        let mut sock = TcpStream::connect((url.host.as_str(), url.port)).await?;
+        let sock = TcpStream::connect((url.host.as_str(), url.port)).await?;
         sock.set_nodelay(opts.nodelay)?;
+        if !url.tls {
+            return Connection::amqp_handshake(sock, url, opts, |sock| {
+                let (r, w) = sock.into_split();
+                (Box::new(r) as BoxRead, Box::new(w) as BoxWrite)
+            })
+            .await;
+        }
+        let tls = opts.tls.clone().ok_or_else(|| {
+            ClientError::io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "an amqps:// URL needs trust roots (ConnectionOptions::tls, --tls-ca)",
+            ))
+        })?;
+        let sock = tls.connect(&url.host, sock).await?;
+        Connection::amqp_handshake(sock, url, opts, |sock| {
+            let (r, w) = tokio::io::split(sock);
+            (Box::new(r) as BoxRead, Box::new(w) as BoxWrite)
+        })
+        .await
+    }
+
+    /// The AMQP handshake on a connected (and, for amqps, TLS-wrapped) stream; `split`
+    /// hands its halves to the connection task.
+    async fn amqp_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+        mut sock: S,
+        url: AmqpUrl,
+        opts: ConnectionOptions,
+        split: impl FnOnce(S) -> (BoxRead, BoxWrite),
+    ) -> Result<Connection, ClientError> {
         sock.write_all(&PROTOCOL_HEADER).await?;
         let mut rbuf = BytesMut::with_capacity(8192);
         let mut out = BytesMut::with_capacity(1024);
@@ -281,7 +317,7 @@ impl Connection {
 
         let shared = Arc::new(ConnShared::default());
         let (cmd, cmds) = mpsc::channel(opts.command_queue.max(16));
-        let (reader, writer) = sock.into_split();
+        let (reader, writer) = split(sock);
         let task = ConnTask::new(reader, writer, rbuf, cmds, Arc::clone(&shared), tuning);
         tokio::spawn(task.run());
         Ok(Connection {

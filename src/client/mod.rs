@@ -57,6 +57,7 @@ mod error;
 mod io;
 mod message;
 mod shared;
+mod tls;
 mod url;
 
 pub use channel::{
@@ -70,4 +71,5 @@ pub use message::{
     encode_properties, Delivery, GetMessage, Returned, NO_PROPERTIES, PERSISTENT_PROPERTIES,
 };
 pub use shared::{FlowOptions, FlowStats, NOTIFY_PERIOD_ENV, WAIT_FAILURE_ENV};
+pub use tls::TlsOptions;
 pub use url::AmqpUrl;

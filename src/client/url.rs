@@ -1,5 +1,5 @@
-//! Owns: parsing `amqp://user:pass@host:port/vhost` into [`AmqpUrl`], with the
-//! defaults guest/guest, 127.0.0.1, 5672 and `/`, and percent-decoding of user,
+//! Owns: parsing `amqp://user:pass@host:port/vhost` (or `amqps://`, TLS) into
+//! [`AmqpUrl`], with the defaults guest/guest, 127.0.0.1, 5672 (5671 for amqps) and `/`, and percent-decoding of user,
 //! password and vhost (`%2f` is `/`).
 //! Does not: resolve names or open sockets.
 
@@ -18,6 +18,8 @@ pub struct AmqpUrl {
     pub port: u16,
     /// Virtual host.
     pub vhost: String,
+    /// `amqps://`: the connection runs over TLS (default port 5671).
+    pub tls: bool,
 }
 
 impl Default for AmqpUrl {
@@ -28,6 +30,7 @@ impl Default for AmqpUrl {
             host: "127.0.0.1".into(),
             port: 5672,
             vhost: "/".into(),
+            tls: false,
         }
     }
 }
@@ -62,10 +65,19 @@ impl AmqpUrl {
             url: url.into(),
             reason,
         };
-        let rest = url
-            .strip_prefix("amqp://")
-            .ok_or_else(|| invalid("scheme must be amqp://"))?;
-        let mut parsed = AmqpUrl::default();
+        let (rest, tls) = match url.strip_prefix("amqps://") {
+            Some(rest) => (rest, true),
+            None => (
+                url.strip_prefix("amqp://")
+                    .ok_or_else(|| invalid("scheme must be amqp:// or amqps://"))?,
+                false,
+            ),
+        };
+        let mut parsed = AmqpUrl {
+            tls,
+            port: if tls { 5671 } else { 5672 },
+            ..AmqpUrl::default()
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], Some(&rest[i + 1..])),
             None => (rest, None),
@@ -134,5 +146,9 @@ mod tests {
         assert!(AmqpUrl::parse("http://x").is_err());
         assert!(AmqpUrl::parse("amqp://h:x").is_err());
         assert!(AmqpUrl::parse("amqp://h/%zz").is_err());
+        let u = AmqpUrl::parse("amqps://h").unwrap();
+        assert_eq!((u.tls, u.port), (true, 5671));
+        let u = AmqpUrl::parse("amqps://h:6000/").unwrap();
+        assert_eq!((u.tls, u.port), (true, 6000));
     }
 }

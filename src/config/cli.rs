@@ -64,6 +64,8 @@ pub struct Cli {
     /// import-definitions`); none starts the broker.
     #[command(subcommand)]
     pub command: Option<crate::auth::command::Command>,
+    #[command(flatten)]
+    pub tls: super::tls::TlsFlags,
 }
 
 impl Cli {
@@ -113,6 +115,7 @@ impl Cli {
                     reason,
                 })?;
         }
+        self.tls.apply(&mut config.tls);
         if let Some(text) = &self.memory_low_watermark {
             config.policies.memory.low_watermark = Some(limit("--memory-low-watermark", text)?);
         }

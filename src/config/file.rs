@@ -34,6 +34,7 @@ struct FileConfig {
     topic: Option<Vec<TopicSection>>,
     queue: Option<Vec<QueueSection>>,
     http: Option<HttpSection>,
+    tls: Option<super::tls::TlsSection>,
 }
 
 #[derive(Deserialize)]
@@ -303,6 +304,9 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
                 super::parse_listen_or_off(&listen).map_err(|e| format!("http.listen: {e}"))?;
         }
         set(&mut config.http.per_queue_metrics, h.per_queue_metrics);
+    }
+    if let Some(t) = file.tls {
+        t.apply(&mut config.tls);
     }
     if let Some(v) = file.vhosts {
         set(&mut config.vhosts, v.names);

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod file;
 pub mod limits;
 pub mod policy;
+pub mod tls;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -144,6 +145,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// `[auth] permissions`: per-vhost configure/write/read patterns (`crate::auth`).
     pub permissions: crate::auth::permissions::Permissions,
+    /// TLS (amqps) listeners.
+    pub tls: tls::TlsConfig,
 }
 
 /// `[store]`: the persistent message store under `data_dir`.
@@ -248,6 +251,7 @@ impl Default for Config {
             },
             http: HttpConfig::default(),
             permissions: crate::auth::permissions::Permissions::default(),
+            tls: tls::TlsConfig::default(),
         }
     }
 }
@@ -368,6 +372,9 @@ impl Config {
         }
         crate::auth::file::validate(self)?;
         self.limits.resources.validate(&self.vhosts)?;
+        if let Err((key, reason)) = self.tls.check() {
+            return invalid(key, reason);
+        }
         self.validate_policies()
     }
 

@@ -129,6 +129,12 @@ impl ShardLimits {
         }
     }
 
+    /// An admitted socket closed before it became a connection (a TLS handshake that
+    /// failed or timed out): it no longer counts as unauthenticated.
+    pub fn socket_gone(&self) {
+        self.unauth.set(self.unauth.get().saturating_sub(1));
+    }
+
     /// What to do with a login attempt from `peer` (CON-1009 when dropped).
     pub fn login_gate(&self, peer: SocketAddr, now: Instant) -> Gate {
         let gate = self.login.borrow_mut().gate(peer.ip(), now);

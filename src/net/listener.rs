@@ -1,7 +1,8 @@
 //! Owns: listening sockets — bound with `SO_REUSEPORT` so every shard accepts its own
 //! connections on the same port — and each shard's accept loop.
 //!
-//! Does not: know AMQP; an accepted socket is handed to `reader::serve`.
+//! Does not: know AMQP; an accepted socket is handed to `reader::serve`, or on a TLS
+//! listener to `tls::serve` (handshake first).
 
 use std::io;
 use std::net::SocketAddr;
@@ -58,7 +59,12 @@ const ACCEPT_REPORT_GAP: Duration = Duration::from_secs(10);
 /// [`ACCEPT_REPORT_GAP`] with the number of failures, and goes on: connections already
 /// open are served meanwhile, and a connection waiting in the backlog is accepted once
 /// a descriptor is free.
-pub async fn accept_loop(shard: Rc<Shard>, listener: std::net::TcpListener) {
+/// On a TLS listener (`tls` set) each socket goes through `tls::serve` first.
+pub async fn accept_loop(
+    shard: Rc<Shard>,
+    listener: std::net::TcpListener,
+    tls: Option<std::sync::Arc<super::tls::TlsListener>>,
+) {
     let listener = tokio_uring::net::TcpListener::from_std(listener);
     let mut failures = 0u64;
     let mut reported: Option<std::time::Instant> = None;
@@ -71,7 +77,19 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: std::net::TcpListener) {
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!("set_nodelay failed for {peer}: {e}");
                 }
-                tokio_uring::spawn(super::reader::serve(Rc::clone(&shard), stream, peer));
+                match &tls {
+                    None => {
+                        tokio_uring::spawn(super::reader::serve(Rc::clone(&shard), stream, peer));
+                    }
+                    Some(tls) => {
+                        tokio_uring::spawn(super::tls::serve(
+                            Rc::clone(&shard),
+                            stream,
+                            peer,
+                            std::sync::Arc::clone(tls),
+                        ));
+                    }
+                }
             }
             Err(e) => {
                 failures += 1;

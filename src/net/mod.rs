@@ -9,4 +9,5 @@
 pub mod listener;
 pub mod read_buf;
 pub mod reader;
+pub mod tls;
 pub mod writer;

@@ -76,6 +76,13 @@ impl ReadBuffer {
         }
     }
 
+    /// Sizes the next read after a read of `n` bytes that offered `offered` into a
+    /// buffer of its own (TLS reads ciphertext elsewhere and appends the plaintext).
+    pub fn note_read(&mut self, n: usize, offered: usize) {
+        let buf = std::mem::take(&mut self.buf);
+        self.put_back(buf, n, offered);
+    }
+
     /// Called once the frames in the buffer have been handled: an empty buffer much
     /// larger than the target is dropped, so the next read allocates only the target.
     pub fn settle(&mut self) {

@@ -32,8 +32,27 @@ const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// times `write_high_water` (deliveries stop at 1x; replies and returns could go on).
 const READ_PAUSE_FACTOR: usize = 4;
 
-/// Serves one accepted connection until it closes.
+/// How a connection's bytes reach the socket: as they are (zero-copy `writev` of the
+/// outbound buffers), or through a TLS session (`net::tls`).
+#[derive(Clone)]
+pub enum Transport {
+    Plain,
+    Tls(Rc<super::tls::Session>),
+}
+
+/// Serves one accepted plain connection until it closes.
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
+    serve_transport(shard, stream, peer, Transport::Plain, None).await;
+}
+
+/// Serves one connection (plain, or TLS after its handshake) until it closes.
+pub async fn serve_transport(
+    shard: Rc<Shard>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    transport: Transport,
+    tls_peer: Option<crate::session::connection::TlsPeer>,
+) {
     let stream = Rc::new(stream);
     let signal = Rc::new(Signal::new());
     let now = shard.clock.now();
@@ -52,6 +71,11 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
             )
         })
     };
+    if tls_peer.is_some() {
+        if let Some(c) = shard.state.borrow_mut().conn_mut(conn) {
+            c.tls = tls_peer;
+        }
+    }
     {
         let mut st = shard.state.borrow_mut();
         let deadline = now + crate::shard::handler::HANDSHAKE_TIMEOUT;
@@ -63,12 +87,13 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
     tokio_uring::spawn(super::writer::run(
         Rc::clone(&shard),
         Rc::clone(&stream),
+        transport.clone(),
         conn,
-        signal,
+        Rc::clone(&signal),
         Rc::clone(&writer_progress),
         Rc::clone(&writer_done),
     ));
-    read_loop(&shard, &stream, conn, &writer_progress).await;
+    read_loop(&shard, &stream, &transport, conn, &writer_progress, &signal).await;
     if matches!(phase(&shard, conn), Some(Phase::Lingering)) {
         // The client has its close-ok and closes the socket itself; otherwise the close
         // timeout or broker shutdown cuts it off, which ends the read here.
@@ -135,7 +160,14 @@ async fn linger(stream: &TcpStream) {
     }
 }
 
-async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress: &Signal) {
+async fn read_loop(
+    shard: &Rc<Shard>,
+    stream: &TcpStream,
+    transport: &Transport,
+    conn: ConnId,
+    progress: &Signal,
+    writer: &Signal,
+) {
     let mut rb = ReadBuffer::new(
         shard.config.net.read_buffer_min,
         shard.config.net.read_buffer,
@@ -163,17 +195,27 @@ async fn read_loop(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId, progress
             }
             set_paused(shard, conn, false);
         }
-        // tokio-uring reads at the start of the buffer it is given, so hand it the spare
-        // capacity as a slice; the bytes already there (a partial frame) stay intact.
-        let buf = rb.take_for_read();
-        let (start, end) = (buf.len(), buf.capacity());
-        let (res, returned) = stream.read(buf.slice(start..end)).await;
-        let n = match res {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
+        let n = match transport {
+            Transport::Plain => {
+                // tokio-uring reads at the start of the buffer it is given, so hand it the
+                // spare capacity as a slice; the bytes already there (a partial frame)
+                // stay intact.
+                let buf = rb.take_for_read();
+                let (start, end) = (buf.len(), buf.capacity());
+                let (res, returned) = stream.read(buf.slice(start..end)).await;
+                let n = match res {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                rb.put_back(returned.into_inner(), n, end - start);
+                n
+            }
+            Transport::Tls(session) => match session.read(stream, &mut rb, writer).await {
+                Some(n) => n,
+                None => return,
+            },
         };
         crate::shard::ShardCounters::add(&shard.counters.bytes_read, n);
-        rb.put_back(returned.into_inner(), n, end - start);
         let buf = rb.bytes();
         shard.clock.refresh();
         let current = phase(shard, conn);

@@ -14,6 +14,7 @@ use std::rc::Rc;
 use bytes::{Buf, Bytes};
 use tokio_uring::net::TcpStream;
 
+use super::reader::Transport;
 use crate::model::ids::ConnId;
 use crate::session::connection::Phase;
 use crate::session::signal::Signal;
@@ -26,12 +27,13 @@ const IOV_MAX: usize = 1024;
 pub async fn run(
     shard: Rc<Shard>,
     stream: Rc<TcpStream>,
+    transport: Transport,
     conn: ConnId,
     signal: Rc<Signal>,
     progress: Rc<Signal>,
     done: Rc<Signal>,
 ) {
-    write_loop(&shard, &stream, conn, &signal, &progress).await;
+    write_loop(&shard, &stream, &transport, conn, &signal, &progress).await;
     let _ = stream.shutdown(std::net::Shutdown::Both);
     // Whatever ended the writer (close handshake done, or a failed write: the peer is
     // gone), the connection is finished; a reader that is not reading (held, or paused
@@ -47,6 +49,7 @@ pub async fn run(
 async fn write_loop(
     shard: &Rc<Shard>,
     stream: &TcpStream,
+    transport: &Transport,
     conn: ConnId,
     signal: &Signal,
     progress: &Signal,
@@ -64,12 +67,23 @@ async fn write_loop(
             };
             let (bufs, closed) = taken;
             if bufs.is_empty() {
+                if let Transport::Tls(session) = transport {
+                    // Handshake or alert records, and a close_notify when closing.
+                    if let Err(e) = session.flush(stream, closed).await {
+                        tracing::debug!("TLS write failed: {e}");
+                        return;
+                    }
+                }
                 if closed {
                     return;
                 }
                 break;
             }
-            let written = match write_all(stream, bufs).await {
+            let sent = match transport {
+                Transport::Plain => write_all(stream, bufs).await,
+                Transport::Tls(session) => session.write(stream, bufs).await,
+            };
+            let written = match sent {
                 Ok(n) => {
                     crate::shard::ShardCounters::add(&shard.counters.bytes_written, n);
                     n

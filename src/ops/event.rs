@@ -77,6 +77,15 @@ pub enum OpsEvent {
     NotifyFailed { socket: String, error: String },
     /// BRK-1014: the management listener (metrics and HTTP API) is bound.
     ManagementListening { addr: SocketAddr },
+    /// BRK-1015: a TLS (amqps) listener is bound.
+    TlsListening { addr: SocketAddr },
+    /// CON-1010: a TLS handshake failed or timed out; the socket was closed. Rate-limited
+    /// per shard; `suppressed` counts the failures not logged since the last line.
+    TlsHandshakeFailed {
+        peer: SocketAddr,
+        reason: String,
+        suppressed: u64,
+    },
     /// CON-1005: accepting failed (out of file descriptors, usually); summed per report.
     AcceptFailed {
         shard: u16,
@@ -237,6 +246,8 @@ impl OpsEvent {
             OpsEvent::NotifyFailed { .. } => "BRK-1013",
             OpsEvent::ManagementListening { .. } => "BRK-1014",
             OpsEvent::AcceptFailed { .. } => "CON-1005",
+            OpsEvent::TlsListening { .. } => "BRK-1015",
+            OpsEvent::TlsHandshakeFailed { .. } => "CON-1010",
             OpsEvent::ReadingSuspended { .. } => "CON-1003",
             OpsEvent::ReadingResumed { .. } => "CON-1004",
             OpsEvent::FlowEnforced { .. } => "CHN-1005",
@@ -272,7 +283,8 @@ impl OpsEvent {
             | OpsEvent::AccessRefused { .. }
             | OpsEvent::VhostRefused { .. }
             | OpsEvent::NotifyFailed { .. }
-            | OpsEvent::AcceptFailed { .. } => Level::WARN,
+            | OpsEvent::AcceptFailed { .. }
+            | OpsEvent::TlsHandshakeFailed { .. } => Level::WARN,
             OpsEvent::Panic { .. } => Level::ERROR,
             _ => Level::INFO,
         };
@@ -458,6 +470,24 @@ impl fmt::Display for OpsEvent {
             ),
             OpsEvent::ManagementListening { addr } => {
                 write!(f, "{code} : Management listening on http://{addr}")
+            }
+            OpsEvent::TlsListening { addr } => {
+                write!(f, "{code} : Starting : Listening on TLS {addr}")
+            }
+            OpsEvent::TlsHandshakeFailed {
+                peer,
+                reason,
+                suppressed,
+            } => {
+                write!(
+                    f,
+                    "{code} : TLS handshake failed from {peer} : {reason} : socket closed",
+                    reason = Escaped(reason),
+                )?;
+                if *suppressed > 0 {
+                    write!(f, " ({suppressed} more failures not logged)")?;
+                }
+                Ok(())
             }
             OpsEvent::AcceptFailed {
                 shard,

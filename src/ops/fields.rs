@@ -107,6 +107,8 @@ impl OpsEvent {
             | OpsEvent::Panic { .. }
             | OpsEvent::NotifyFailed { .. }
             | OpsEvent::ManagementListening { .. }
+            | OpsEvent::TlsListening { .. }
+            | OpsEvent::TlsHandshakeFailed { .. }
             | OpsEvent::MemoryReport { .. }
             | OpsEvent::PlaintextPasswords { .. } => LogFields::code(code),
             OpsEvent::AccessRefused {

@@ -1,7 +1,8 @@
 //! Owns: one connection's state — handshake phase, negotiated limits (channel-max,
 //! frame-max, heartbeat), the client's capabilities, its channels, its outbound bytes and
 //! the signals that wake its writer and reader — plus the pure parts of the handshake:
-//! server properties and SASL (PLAIN, AMQPLAIN) parsing.
+//! server properties and SASL (PLAIN, AMQPLAIN) parsing, and the identity SASL EXTERNAL
+//! takes from a TLS peer ([`TlsPeer`]).
 //!
 //! Does not: write to the socket (the writer task drains `out`) or act on other shards.
 
@@ -102,6 +103,8 @@ pub struct Conn {
     pub writer_marked: bool,
     /// The user's permissions on the vhost (set at `connection.open`).
     pub access: crate::auth::permissions::Access,
+    /// On a TLS listener: whether EXTERNAL is offered and the client certificate's CN.
+    pub tls: Option<TlsPeer>,
 }
 
 impl Conn {
@@ -142,6 +145,7 @@ impl Conn {
             close_logged: false,
             writer_marked: false,
             access: crate::auth::permissions::Access::default(),
+            tls: None,
         }
     }
 
@@ -267,6 +271,25 @@ pub fn parse_sasl(mechanism: &[u8], response: &Bytes) -> Option<Credentials> {
 /// Mechanisms offered in `connection.start`.
 pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
 
+/// Mechanisms offered on a TLS listener that verifies client certificates.
+pub const EXTERNAL_MECHANISMS: &str = "EXTERNAL PLAIN AMQPLAIN";
+
+/// What a TLS connection's transport tells about its peer (`net::tls`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsPeer {
+    /// The listener verifies client certificates: SASL EXTERNAL is offered.
+    pub offer_external: bool,
+    /// The subject CN of the verified client certificate, if one was sent.
+    pub common_name: Option<String>,
+}
+
+/// The user name SASL EXTERNAL logs in as: the verified client certificate's CN (the
+/// handler checks that such a user exists; no password is checked). `None` on a plain
+/// connection, on a listener that does not verify peers, or without a certificate or CN.
+pub fn external_identity(peer: Option<&TlsPeer>) -> Option<&str> {
+    peer.filter(|p| p.offer_external)?.common_name.as_deref()
+}
+
 /// Locales offered in `connection.start`.
 pub const LOCALES: &str = "en_US";
 
@@ -278,6 +301,22 @@ pub fn vhost_name(path: &ShortStr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn external_needs_a_verified_certificate_cn() {
+        let with = |cn: Option<&str>| TlsPeer {
+            offer_external: true,
+            common_name: cn.map(str::to_owned),
+        };
+        assert_eq!(external_identity(None), None);
+        assert_eq!(external_identity(Some(&with(None))), None);
+        assert_eq!(external_identity(Some(&with(Some("alice")))), Some("alice"));
+        let unverified = TlsPeer {
+            offer_external: false,
+            common_name: Some("alice".into()),
+        };
+        assert_eq!(external_identity(Some(&unverified)), None);
+    }
 
     #[test]
     fn plain_and_amqplain() {

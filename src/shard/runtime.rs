@@ -34,6 +34,9 @@ pub struct ShardSeed {
     pub memory: Arc<MemoryBoard>,
     pub inbox: Inbox,
     pub listeners: Vec<std::net::TcpListener>,
+    /// TLS listeners and their settings (`[tls]`), if any.
+    pub tls_listeners: Vec<std::net::TcpListener>,
+    pub tls: Option<Arc<crate::net::tls::TlsListener>>,
     pub core: Option<usize>,
     /// Told once the shard accepts connections.
     pub ready: std::sync::mpsc::Sender<ShardId>,
@@ -94,6 +97,8 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
         memory,
         inbox,
         listeners,
+        tls_listeners,
+        tls,
         core,
         ready,
         recovered,
@@ -119,7 +124,17 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
             tokio_uring::spawn(crate::net::listener::accept_loop(
                 Rc::clone(&shard),
                 listener,
+                None,
             ));
+        }
+        if let Some(tls) = &tls {
+            for listener in tls_listeners {
+                tokio_uring::spawn(crate::net::listener::accept_loop(
+                    Rc::clone(&shard),
+                    listener,
+                    Some(Arc::clone(tls)),
+                ));
+            }
         }
         tokio_uring::spawn(inbox_loop(Rc::clone(&shard), inbox));
         tokio_uring::spawn(housekeeping_loop(Rc::clone(&shard)));

@@ -66,9 +66,18 @@ pub fn wire_refuses(spec: &SubSpec) -> Option<&'static str> {
     }
 }
 
-/// The client the run's subscribers use: `Wire` or `Full` (never `Auto`).
-pub fn choose(asked: SubscriberClient, subs: &[SubSpec]) -> Result<SubscriberClient, String> {
-    let refusal = subs.iter().find_map(wire_refuses);
+/// The client the run's subscribers use: `Wire` or `Full` (never `Auto`). `tls`: the
+/// URL is amqps://, which the wire client does not speak.
+pub fn choose(
+    asked: SubscriberClient,
+    subs: &[SubSpec],
+    tls: bool,
+) -> Result<SubscriberClient, String> {
+    let refusal = if tls {
+        Some("amqps:// (TLS)")
+    } else {
+        subs.iter().find_map(wire_refuses)
+    };
     match (asked, refusal) {
         (SubscriberClient::Wire, Some(why)) => Err(format!(
             "--subscriber-client wire does not support {why}; use --subscriber-client full"

@@ -104,7 +104,8 @@ pub async fn execute(
     let max_ahead = if opts.rate > 0 { 0 } else { opts.max_ahead };
     let pacer = Pacer::new(max_ahead, plan.pacing, &throttled, plan.pacing_scale);
     let e = |what: &str, err: ClientError| format!("{what}: {err}");
-    let client = fleet::choose(opts.subscriber_client, &plan.subs)?;
+    let tls = url.starts_with("amqps://");
+    let client = fleet::choose(opts.subscriber_client, &plan.subs, tls)?;
     let n_subs = plan.subs.len();
     let n_pubs = plan.pubs.len();
     let n_confirming = plan.pubs.iter().filter(|p| p.confirm > 0).count();

@@ -1,5 +1,6 @@
 //! Owns: the `idle` scenario — what connections cost a broker when they do nothing:
-//! broker RSS before; `--connections N` wire connections opened (handshake and one
+//! broker RSS before; `--connections N` wire connections (sluice's full client for an
+//! amqps:// URL) opened (handshake and one
 //! channel, at most `--setup-concurrency` at once, timed); RSS once they are all
 //! open and every second for `--duration` seconds; all closed (`connection.close`);
 //! RSS again after `--settle` seconds. Reports RSS per connection and how much of it
@@ -24,9 +25,19 @@ use crate::stats::{fmt_bytes, Sample};
 /// How long a close may take.
 const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 
+/// One idle connection: the wire client's, or (amqps://, which the wire client does
+/// not speak) sluice's full client with one channel open.
+enum IdleConn {
+    Wire(WireConn),
+    Full(sluice::client::Connection, sluice::client::Channel),
+}
+
 /// Opens `n` connections, at most `concurrency` at once.
-async fn open_all(url: &str, n: usize, concurrency: usize) -> Result<Vec<WireConn>, String> {
+async fn open_all(url: &str, n: usize, concurrency: usize) -> Result<Vec<IdleConn>, String> {
     let parsed = Arc::new(AmqpUrl::parse(url).map_err(|e| e.to_string())?);
+    if parsed.tls {
+        return open_all_full(url, n, concurrency).await;
+    }
     let permits = Arc::new(Semaphore::new(concurrency.max(1)));
     let mut set = JoinSet::new();
     for i in 0..n {
@@ -36,6 +47,7 @@ async fn open_all(url: &str, n: usize, concurrency: usize) -> Result<Vec<WireCon
             let name = format!("sluice-bench idle {i}");
             WireConn::open(&parsed, &name, super::fleet::SETUP_LIMIT)
                 .await
+                .map(IdleConn::Wire)
                 .map_err(|e| format!("idle connection {i}: {e}"))
         });
     }
@@ -52,17 +64,58 @@ async fn open_all(url: &str, n: usize, concurrency: usize) -> Result<Vec<WireCon
     Ok(conns)
 }
 
+/// As [`open_all`] with sluice's full client (amqps:// URLs).
+async fn open_all_full(url: &str, n: usize, concurrency: usize) -> Result<Vec<IdleConn>, String> {
+    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    let mut set = JoinSet::new();
+    for i in 0..n {
+        let (url, permits) = (url.to_owned(), Arc::clone(&permits));
+        set.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let name = format!("sluice-bench idle {i}");
+            let open = async {
+                let conn = super::setup::connect_plain(&url, &name).await?;
+                let ch = conn.open_channel().await?;
+                Ok::<_, sluice::client::ClientError>(IdleConn::Full(conn, ch))
+            };
+            match tokio::time::timeout(super::fleet::SETUP_LIMIT, open).await {
+                Ok(r) => r.map_err(|e| format!("idle connection {i}: {e}")),
+                Err(_) => Err(format!("idle connection {i}: set-up timed out")),
+            }
+        });
+    }
+    let mut conns = Vec::with_capacity(n);
+    while let Some(joined) = set.join_next().await {
+        match joined.map_err(|e| e.to_string()).and_then(|r| r) {
+            Ok(c) => conns.push(c),
+            Err(e) => {
+                set.abort_all();
+                return Err(format!("{e} (after {} were open)", conns.len()));
+            }
+        }
+    }
+    Ok(conns)
+}
+
 /// Closes every connection, at most `concurrency` at once.
-async fn close_all(conns: Vec<WireConn>, concurrency: usize) {
+async fn close_all(conns: Vec<IdleConn>, concurrency: usize) {
     let permits = Arc::new(Semaphore::new(concurrency.max(1)));
     let mut set = JoinSet::new();
     for c in conns {
         let permits = Arc::clone(&permits);
         set.spawn(async move {
             let _permit = permits.acquire_owned().await;
-            let mut parser = Parser::new(c.frame_max as usize);
-            let mut carry = Vec::new();
-            c.close(&mut parser, &mut carry, CLOSE_LIMIT).await;
+            match c {
+                IdleConn::Wire(c) => {
+                    let mut parser = Parser::new(c.frame_max as usize);
+                    let mut carry = Vec::new();
+                    c.close(&mut parser, &mut carry, CLOSE_LIMIT).await;
+                }
+                IdleConn::Full(conn, ch) => {
+                    drop(ch);
+                    let _ = tokio::time::timeout(CLOSE_LIMIT, conn.close()).await;
+                }
+            }
         });
     }
     while set.join_next().await.is_some() {}
@@ -115,7 +168,11 @@ pub async fn run(
     };
     let mut c = Connections {
         connections: n,
-        subscriber_client: "wire".into(),
+        subscriber_client: if broker.url.starts_with("amqps://") {
+            "full".into()
+        } else {
+            "wire".into()
+        },
         setup_concurrency: opts.setup_concurrency.max(1),
         setup_s,
         broker_rss_baseline_bytes: baseline,

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use sluice::client::{
     ClientError, Connection, ConnectionOptions, ExchangeDeclareOptions, FlowOptions,
-    QueueDeclareOptions,
+    QueueDeclareOptions, TlsOptions,
 };
 use sluice::protocol::FieldTable;
 
@@ -15,7 +15,18 @@ use sluice::protocol::FieldTable;
 /// flow-control environment variables, which would log a bad value per connection).
 fn defaults() -> &'static ConnectionOptions {
     static DEFAULTS: OnceLock<ConnectionOptions> = OnceLock::new();
-    DEFAULTS.get_or_init(ConnectionOptions::default)
+    DEFAULTS.get_or_init(|| ConnectionOptions {
+        tls: TLS.get().cloned(),
+        ..ConnectionOptions::default()
+    })
+}
+
+/// Trust roots for amqps:// URLs (`--tls-ca`), set once before any connection.
+static TLS: OnceLock<TlsOptions> = OnceLock::new();
+
+/// Makes every connection of the tool trust `tls` for amqps:// URLs.
+pub fn use_tls(tls: TlsOptions) {
+    let _ = TLS.set(tls);
 }
 
 /// Connects with the tool's options. `flow` and `command_queue` (commands that may

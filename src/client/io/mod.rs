@@ -19,7 +19,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+/// The connection task's halves of the socket: a TCP socket's own halves, or a TLS
+/// stream's (`amqps://`).
+pub(crate) type BoxRead = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+pub(crate) type BoxWrite = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::ClientError;
@@ -246,8 +249,8 @@ pub struct Tuning {
 }
 
 pub(crate) struct ConnTask {
-    reader: OwnedReadHalf,
-    writer: OwnedWriteHalf,
+    reader: BoxRead,
+    writer: BoxWrite,
     rbuf: BytesMut,
     wbuf: BytesMut,
     cmds: mpsc::Receiver<Cmd>,
@@ -281,8 +284,8 @@ enum Event {
 
 impl ConnTask {
     pub(crate) fn new(
-        reader: OwnedReadHalf,
-        writer: OwnedWriteHalf,
+        reader: BoxRead,
+        writer: BoxWrite,
         rbuf: BytesMut,
         cmds: mpsc::Receiver<Cmd>,
         shared: Arc<ConnShared>,

@@ -69,7 +69,10 @@ impl State {
                 version_major: 0,
                 version_minor: 9,
                 server_properties: connection::server_properties(),
-                mechanisms: LongStr::from(connection::MECHANISMS),
+                mechanisms: LongStr::from(match &c.tls {
+                    Some(tls) if tls.offer_external => connection::EXTERNAL_MECHANISMS,
+                    _ => connection::MECHANISMS,
+                }),
                 locales: LongStr::from(connection::LOCALES),
             }),
         );
@@ -160,16 +163,32 @@ impl State {
                 let Some(gate) = self.login_gate(shard, conn) else {
                     return Ok(Flow::Stop);
                 };
-                let name = creds.as_ref().map(|c| c.user.clone()).unwrap_or_default();
-                let user = creds.and_then(|creds| {
-                    config
-                        .authenticate(&creds.user, creds.password.as_bytes())
-                        .cloned()
-                });
-                let Some(user) = user else {
-                    self.login_failed(shard, conn, &name, &mechanism);
-                    let refused = (ConnectionError::LoginRefused { mechanism }, 10, 11);
-                    return Ok(self.login_reply(shard, conn, gate, Err(refused)));
+                let user = if ok.mechanism.as_bytes() == b"EXTERNAL" {
+                    // The verified client certificate's CN names the user (TLS only).
+                    let peer = self.conn(conn).and_then(|c| c.tls.as_ref());
+                    let cn = connection::external_identity(peer);
+                    let user = cn
+                        .as_deref()
+                        .and_then(|cn| config.users.iter().find(|u| u.name == cn))
+                        .cloned();
+                    user.ok_or_else(|| cn.unwrap_or_default().to_owned())
+                } else {
+                    let name = creds.as_ref().map(|c| c.user.clone()).unwrap_or_default();
+                    creds
+                        .and_then(|creds| {
+                            config
+                                .authenticate(&creds.user, creds.password.as_bytes())
+                                .cloned()
+                        })
+                        .ok_or(name)
+                };
+                let user = match user {
+                    Ok(user) => user,
+                    Err(name) => {
+                        self.login_failed(shard, conn, &name, &mechanism);
+                        let refused = (ConnectionError::LoginRefused { mechanism }, 10, 11);
+                        return Ok(self.login_reply(shard, conn, gate, Err(refused)));
+                    }
                 };
                 let Some(c) = self.conn_mut(conn) else {
                     return Ok(Flow::Stop);
