@@ -168,7 +168,6 @@ impl State {
                     let peer = self.conn(conn).and_then(|c| c.tls.as_ref());
                     let cn = connection::external_identity(peer);
                     let user = cn
-                        .as_deref()
                         .and_then(|cn| config.users.iter().find(|u| u.name == cn))
                         .cloned();
                     user.ok_or_else(|| cn.unwrap_or_default().to_owned())
