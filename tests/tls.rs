@@ -215,7 +215,7 @@ async fn failed_handshakes_do_not_use_up_the_unauthenticated_cap() {
     let dir = TestDir::new("sluice-tls");
     let pki = Pki::new(dir.path());
     let cap = "[limits.connections]\nunauthenticated_per_shard = 2\n";
-    let (broker, port) = tls_broker_with(&pki, 1, false, false, cap);
+    let (mut broker, port) = tls_broker_with(&pki, 1, false, false, cap);
     for _ in 0..6 {
         let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
         sock.set_read_timeout(Some(Duration::from_secs(10)))
@@ -238,6 +238,7 @@ async fn failed_handshakes_do_not_use_up_the_unauthenticated_cap() {
         }
     })
     .await;
+    broker.assert_healthy();
 }
 
 #[tokio::test]
