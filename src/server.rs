@@ -139,8 +139,14 @@ pub fn abort_on_panic() {
 }
 
 /// The systemd status line sent with `READY=1`.
-fn ready_status(config: &Config, addresses: &[std::net::SocketAddr]) -> String {
-    let listening: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
+fn ready_status(
+    config: &Config,
+    addresses: &[std::net::SocketAddr],
+    tls_addresses: &[std::net::SocketAddr],
+) -> String {
+    let plain = addresses.iter().map(|a| a.to_string());
+    let tls = tls_addresses.iter().map(|a| format!("{a} (TLS)"));
+    let listening: Vec<String> = plain.chain(tls).collect();
     format!(
         "ready: {} shards, listening on {}",
         config.shards,
@@ -268,7 +274,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         None => None,
     };
     OpsEvent::BrokerReady.emit();
-    notify::ready(&ready_status(&config, &addresses));
+    notify::ready(&ready_status(&config, &addresses, &tls_addresses));
     Ok(Broker {
         threads,
         peers,

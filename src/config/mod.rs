@@ -295,8 +295,12 @@ impl Config {
                 reason,
             })
         };
-        if self.listen.is_empty() {
-            return invalid("broker.listen", "at least one address is needed".into());
+        // A TLS-only broker has no plain listener (`listen = []` with `[tls] listen`).
+        if self.listen.is_empty() && self.tls.listen.is_empty() {
+            return invalid(
+                "broker.listen",
+                "at least one address is needed (here or in tls.listen)".into(),
+            );
         }
         if self.shards == 0 || self.shards > 256 {
             return invalid(
@@ -523,6 +527,20 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert_eq!(Config::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_broker_needs_a_plain_or_a_tls_listener() {
+        let mut c = Config::default();
+        file::apply_text(&mut c, "[broker]\nlisten = []\n").expect("parses");
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid { key, .. }) if key == "broker.listen"
+        ));
+        let tls_only =
+            "[tls]\nlisten = [\"0.0.0.0:5671\"]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n";
+        file::apply_text(&mut c, tls_only).expect("parses");
+        assert_eq!(c.validate(), Ok(()));
     }
 
     #[test]
