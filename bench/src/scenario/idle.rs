@@ -51,6 +51,14 @@ async fn open_all(url: &str, n: usize, concurrency: usize) -> Result<Vec<IdleCon
                 .map_err(|e| format!("idle connection {i}: {e}"))
         });
     }
+    collect(set, n).await
+}
+
+/// Waits for every connection being opened; the first failure aborts the rest.
+async fn collect(
+    mut set: JoinSet<Result<IdleConn, String>>,
+    n: usize,
+) -> Result<Vec<IdleConn>, String> {
     let mut conns = Vec::with_capacity(n);
     while let Some(joined) = set.join_next().await {
         match joined.map_err(|e| e.to_string()).and_then(|r| r) {
@@ -84,17 +92,7 @@ async fn open_all_full(url: &str, n: usize, concurrency: usize) -> Result<Vec<Id
             }
         });
     }
-    let mut conns = Vec::with_capacity(n);
-    while let Some(joined) = set.join_next().await {
-        match joined.map_err(|e| e.to_string()).and_then(|r| r) {
-            Ok(c) => conns.push(c),
-            Err(e) => {
-                set.abort_all();
-                return Err(format!("{e} (after {} were open)", conns.len()));
-            }
-        }
-    }
-    Ok(conns)
+    collect(set, n).await
 }
 
 /// Closes every connection, at most `concurrency` at once.
