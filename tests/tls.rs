@@ -570,3 +570,51 @@ async fn sigterm_closes_tls_connections_with_320_and_close_notify() {
         .expect("sluice still running 10 s after SIGTERM");
     assert_eq!(status.code(), Some(0), "{status}");
 }
+
+#[tokio::test]
+async fn frames_read_with_the_close_notify_are_still_handled() {
+    use common::wire::{content_header_payload, frame, method_payload, Enc, Props};
+    let dir = TestDir::new("sluice-tls");
+    let pki = Pki::new(dir.path());
+    let (broker, port) = tls_broker(&pki, false, false);
+    bounded(async move {
+        let plain = broker.connect().await;
+        let ch = plain.conn.open_channel(None).await.expect("channel");
+        ch.queue_declare(QueueDeclareArguments::new("tls.last"))
+            .await
+            .expect("declare");
+        let body = b"published just before close_notify";
+        let mut frames = frame(
+            1,
+            1,
+            &method_payload((20, 10), &Enc::new().shortstr("").done()),
+        );
+        let publish = Enc::new()
+            .short(0)
+            .shortstr("")
+            .shortstr("tls.last")
+            .bits(&[false, false])
+            .done();
+        frames.extend(frame(1, 1, &method_payload((60, 40), &publish)));
+        frames.extend(frame(
+            2,
+            1,
+            &content_header_payload(body.len() as u64, &Props::default()),
+        ));
+        frames.extend(frame(3, 1, body));
+        let config = raw::client_config(&pki.ca_file(), None);
+        tokio::task::spawn_blocking(move || {
+            let mut c = TlsAmqp::connect(port, config).expect("connect");
+            c.open_as_guest().expect("open");
+            // The publish and the end of the TLS session arrive in one read.
+            c.send_then_close_notify(&frames).expect("send");
+        })
+        .await
+        .expect("client thread");
+        // A plain TCP client's frames before its FIN are handled; so are a TLS
+        // client's before its close_notify.
+        assert_eq!(get_body(&ch, "tls.last").await, body.to_vec());
+        plain.close().await;
+    })
+    .await;
+}

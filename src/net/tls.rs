@@ -153,6 +153,9 @@ pub struct Session {
     tls: RefCell<ServerConnection>,
     /// The reader's ciphertext buffer between reads (taken while a read is in flight).
     cipher: Cell<Option<Vec<u8>>>,
+    /// The peer's close_notify has arrived: the plaintext before it is handled, then
+    /// the next read ends the connection.
+    peer_closed: Cell<bool>,
 }
 
 /// Why reading a TLS connection stopped.
@@ -176,6 +179,9 @@ impl Session {
         if self.drain_plaintext(rb)? {
             return Some(0);
         }
+        if self.peer_closed.get() {
+            return None;
+        }
         let offered = rb.target();
         let mut cipher = self.cipher.take().unwrap_or_default();
         cipher.clear();
@@ -186,7 +192,6 @@ impl Session {
             Ok(n) => n,
         };
         let mut data = &cipher[..n];
-        let mut open = true;
         {
             let mut tls = self.tls.borrow_mut();
             while !data.is_empty() {
@@ -209,11 +214,14 @@ impl Session {
                     }
                 };
                 let plain = state.plaintext_bytes_to_read();
-                if state.peer_has_closed() {
-                    open = false;
-                }
                 if plain > 0 && !move_plaintext(&mut tls, rb, plain) {
                     return None;
+                }
+                if state.peer_has_closed() {
+                    // Nothing after close_notify counts (rustls takes no more); the
+                    // frames before it are handled before the connection ends.
+                    self.peer_closed.set(true);
+                    break;
                 }
             }
             if tls.wants_write() {
@@ -226,7 +234,7 @@ impl Session {
         if cipher.capacity() <= offered.max(HANDSHAKE_READ) {
             self.cipher.set(Some(cipher));
         }
-        open.then_some(n)
+        Some(n)
     }
 
     /// Moves plaintext rustls already decrypted into `rb`. `Some(true)` if there was
@@ -375,6 +383,7 @@ pub async fn serve(
     let session = Rc::new(Session {
         tls: RefCell::new(tls),
         cipher: Cell::new(None),
+        peer_closed: Cell::new(false),
     });
     super::reader::serve_transport(
         shard,

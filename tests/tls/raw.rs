@@ -139,6 +139,19 @@ impl TlsAmqp {
         self.stream.read(&mut buf)
     }
 
+    /// Sends `frames` (already framed AMQP bytes) and a close_notify as one TCP write,
+    /// so the broker reads the last frames and the end of the session together.
+    pub fn send_then_close_notify(&mut self, frames: &[u8]) -> std::io::Result<()> {
+        self.stream.conn.writer().write_all(frames)?;
+        self.stream.conn.send_close_notify();
+        let mut records = Vec::new();
+        while self.stream.conn.wants_write() {
+            self.stream.conn.write_tls(&mut records)?;
+        }
+        self.stream.sock.write_all(&records)?;
+        self.stream.sock.flush()
+    }
+
     /// Reads the reply to start-ok: `Ok(None)` for connection.tune, `Ok(Some((code,
     /// text)))` for connection.close.
     pub fn read_login_reply(&mut self) -> std::io::Result<Option<(u16, String)>> {
