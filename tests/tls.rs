@@ -88,6 +88,30 @@ fn amqprs_tls_args(
     args
 }
 
+/// An amqprs connection as guest over TLS, trusting the test CA.
+async fn open_tls_guest(port: u16, pki: &Pki) -> Result<Connection, amqprs::error::Error> {
+    Connection::open(&amqprs_tls_args(
+        port,
+        &pki.ca_file(),
+        None,
+        SecurityCredentials::new_plain("guest", "guest"),
+    ))
+    .await
+}
+
+/// Sends a plain AMQP protocol header to `port` and reads until the broker closes:
+/// the socket's local address and everything the broker sent.
+fn plain_header_to(port: u16) -> (std::net::SocketAddr, Vec<u8>) {
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let local = sock.local_addr().expect("local addr");
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    sock.write_all(b"AMQP\x00\x00\x09\x01").expect("header");
+    let mut reply = Vec::new();
+    let _ = sock.read_to_end(&mut reply);
+    (local, reply)
+}
+
 /// A body whose bytes depend on their position and on `seed`.
 fn body(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -116,14 +140,7 @@ async fn large_messages_round_trip_over_tls_beside_plain() {
     let pki = Pki::new(dir.path());
     let (broker, port) = tls_broker(&pki, false, false);
     bounded(async {
-        let tls = Connection::open(&amqprs_tls_args(
-            port,
-            &pki.ca_file(),
-            None,
-            SecurityCredentials::new_plain("guest", "guest"),
-        ))
-        .await
-        .expect("amqps connection");
+        let tls = open_tls_guest(port, &pki).await.expect("amqps connection");
         let plain = broker.connect().await;
         let tls_ch = tls.open_channel(None).await.expect("channel");
         let plain_ch = plain.conn.open_channel(None).await.expect("channel");
@@ -170,13 +187,7 @@ async fn plain_amqp_on_the_tls_port_is_closed_and_logged() {
     let dir = TestDir::new("sluice-tls");
     let pki = Pki::new(dir.path());
     let (broker, port) = tls_broker(&pki, false, false);
-    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let local = sock.local_addr().expect("local addr");
-    sock.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    sock.write_all(b"AMQP\x00\x00\x09\x01").expect("header");
-    let mut reply = Vec::new();
-    let _ = sock.read_to_end(&mut reply);
+    let (local, reply) = plain_header_to(port);
     // No AMQP reply (no protocol header, no connection.start); at most a TLS alert
     // record (content type 21).
     assert!(
@@ -194,14 +205,9 @@ async fn plain_amqp_on_the_tls_port_is_closed_and_logged() {
     assert!(line.contains("socket closed"), "{line}");
     // Others are served: a TLS client and a plain one.
     bounded(async {
-        let tls = Connection::open(&amqprs_tls_args(
-            port,
-            &pki.ca_file(),
-            None,
-            SecurityCredentials::new_plain("guest", "guest"),
-        ))
-        .await
-        .expect("amqps connection after the bad client");
+        let tls = open_tls_guest(port, &pki)
+            .await
+            .expect("amqps connection after the bad client");
         tls.close().await.expect("close");
         broker.connect().await.close().await;
     })
@@ -217,23 +223,13 @@ async fn failed_handshakes_do_not_use_up_the_unauthenticated_cap() {
     let cap = "[limits.connections]\nunauthenticated_per_shard = 2\n";
     let (mut broker, port) = tls_broker_with(&pki, 1, false, false, cap);
     for _ in 0..6 {
-        let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        sock.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        sock.write_all(b"AMQP\x00\x00\x09\x01").expect("header");
-        let mut reply = Vec::new();
-        let _ = sock.read_to_end(&mut reply);
+        plain_header_to(port);
     }
     bounded(async {
         for _ in 0..3 {
-            let tls = Connection::open(&amqprs_tls_args(
-                port,
-                &pki.ca_file(),
-                None,
-                SecurityCredentials::new_plain("guest", "guest"),
-            ))
-            .await
-            .expect("amqps connection after failed handshakes");
+            let tls = open_tls_guest(port, &pki)
+                .await
+                .expect("amqps connection after failed handshakes");
             tls.close().await.expect("close");
         }
     })
@@ -515,12 +511,7 @@ async fn a_flood_of_bad_handshakes_is_logged_at_a_bounded_rate() {
     // 30 plain clients on the TLS port within one 10 s window, over 2 shards: one shard
     // took at least 15, so at least 10 lines; no shard logs more than 10.
     for _ in 0..30 {
-        let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        sock.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        sock.write_all(b"AMQP\x00\x00\x09\x01").expect("header");
-        let mut reply = Vec::new();
-        let _ = sock.read_to_end(&mut reply);
+        plain_header_to(port);
     }
     let count = || {
         broker
@@ -539,14 +530,9 @@ async fn a_flood_of_bad_handshakes_is_logged_at_a_bounded_rate() {
     assert!(count() <= 20, "{} CON-1010 lines for 30 failures", count());
     // The broker still serves TLS clients.
     bounded(async {
-        let tls = Connection::open(&amqprs_tls_args(
-            port,
-            &pki.ca_file(),
-            None,
-            SecurityCredentials::new_plain("guest", "guest"),
-        ))
-        .await
-        .expect("amqps connection after the flood");
+        let tls = open_tls_guest(port, &pki)
+            .await
+            .expect("amqps connection after the flood");
         tls.close().await.expect("close");
     })
     .await;

@@ -85,19 +85,9 @@ impl State {
         kind: ObjectKind,
         name: &ShortStr,
     ) -> Result<(), ChannelError> {
-        let name = name.as_bytes();
-        let Some(c) = self.conn(conn) else {
-            return Ok(());
-        };
-        let allowed = match kind {
-            ObjectKind::Exchange if name.is_empty() && perm != Perm::Write => true,
-            ObjectKind::Exchange => c.access.allows(perm, exchange_resource(name)),
-            ObjectKind::Queue => c.access.allows(perm, name),
-        };
-        if allowed {
-            return Ok(());
-        }
-        Err(self.refusal(conn, number, perm, kind, name))
+        self.check(conn, number, perm, kind, name, |access, resource| {
+            access.allows(perm, resource)
+        })
     }
 
     /// A passive declare needs any of the three permissions; the refusal names
@@ -109,19 +99,39 @@ impl State {
         kind: ObjectKind,
         name: &ShortStr,
     ) -> Result<(), ChannelError> {
+        self.check(
+            conn,
+            number,
+            Perm::Configure,
+            kind,
+            name,
+            Access::allows_any,
+        )
+    }
+
+    /// `allowed` on the resource behind `kind` and `name`, or a 403 naming `perm`.
+    fn check(
+        &self,
+        conn: ConnId,
+        number: u16,
+        perm: Perm,
+        kind: ObjectKind,
+        name: &ShortStr,
+        allowed: impl FnOnce(&Access, &[u8]) -> bool,
+    ) -> Result<(), ChannelError> {
         let name = name.as_bytes();
         let Some(c) = self.conn(conn) else {
             return Ok(());
         };
         let resource = match kind {
-            ObjectKind::Exchange if name.is_empty() => return Ok(()),
+            ObjectKind::Exchange if name.is_empty() && perm != Perm::Write => return Ok(()),
             ObjectKind::Exchange => exchange_resource(name),
             ObjectKind::Queue => name,
         };
-        if c.access.allows_any(resource) {
+        if allowed(&c.access, resource) {
             return Ok(());
         }
-        Err(self.refusal(conn, number, Perm::Configure, kind, name))
+        Err(self.refusal(conn, number, perm, kind, name))
     }
 
     /// Write on a publish's exchange: a cached decision per connection (no allocation
