@@ -107,7 +107,11 @@ async fn serve(
             a = listener.accept() => a,
         };
         let (stream, peer) = match accepted {
-            Ok(a) => a,
+            // An IPv4 client of a dual-stack listener is its IPv4 address (loopback).
+            Ok((stream, peer)) => (
+                stream,
+                SocketAddr::new(peer.ip().to_canonical(), peer.port()),
+            ),
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
                 tracing::debug!("management accept failed: {e}");
