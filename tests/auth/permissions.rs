@@ -437,6 +437,19 @@ async fn a_vhost_without_permissions_is_refused_at_open(shards: usize) {
             Duration::from_secs(5)
         )
         .is_some());
+    // A burst of refusals: CON-1015 is rate-limited, and no per-connection line
+    // repeats it (a user cannot flood the log by opening a vhost it may not).
+    for _ in 0..5 {
+        assert_eq!(
+            login(&broker, "u", "p", "other").err().map(|e| e.0),
+            Some(530)
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let logs = broker.logs();
+    let count = |needle: &str| logs.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("closed during handshake"), 0, "{logs:#?}");
+    assert!(count("CON-1015") <= 4, "{logs:#?}");
     // guest has an entry for "other"; an unknown vhost keeps its own answer.
     login(&broker, "guest", "guest", "other").expect("guest on other");
     let unknown = login(&broker, "u", "p", "nosuch").err();
