@@ -87,10 +87,13 @@ fn dependencies_point_one_way() {
         &["protocol", "model", "queue", "policy", "timer", "auth"],
     );
     // The management listener reaches the broker only through shard inboxes and the
-    // boards: never a connection, a queue or a socket of a shard.
+    // boards: never a connection, a queue or a socket of a shard. From `limits` it takes
+    // the login throttle's table and the log rate limit (plain values it owns).
     check_layer(
         "http",
-        &["config", "shard", "store", "ops", "protocol", "model"],
+        &[
+            "config", "shard", "store", "ops", "protocol", "model", "limits",
+        ],
     );
     // Users and permissions: a leaf the handler asks; the import reuses the store's
     // definitions code.

@@ -604,3 +604,58 @@ async fn frames_read_with_the_close_notify_are_still_handled() {
     })
     .await;
 }
+
+/// A listener on `[::]` is dual-stack: an IPv4 client's address arrives IPv4-mapped
+/// (`::ffff:127.0.0.1`). Loopback is still loopback (guest, a loopback user, logs in, as
+/// in RabbitMQ), and the address is the IPv4 one for every limit and log line.
+#[test]
+fn ipv4_clients_of_a_dual_stack_listener_keep_their_ipv4_address() {
+    let dir = TestDir::new("sluice-tls-v6");
+    let pki = Pki::new(dir.path());
+    let server = pki.server();
+    let toml = format!(
+        "[limits.connections]\n\
+         per_ip = 1\n\
+         [tls]\n\
+         listen = [\"[::]:0\"]\n\
+         cert_file = {cert:?}\n\
+         key_file = {key:?}\n",
+        cert = server.cert.display().to_string(),
+        key = server.key.display().to_string(),
+    );
+    let broker = Broker::start_with_config(1, &toml);
+    let marker = "BRK-1015 : Starting : Listening on TLS [::]:";
+    let line = broker
+        .wait_for_log(marker, Duration::from_secs(5))
+        .expect("BRK-1015 line");
+    let rest = &line[line.find(marker).expect("marker") + marker.len()..];
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let port: u16 = digits.parse().expect("TLS port");
+    let config = raw::client_config(&pki.ca_file(), None);
+    let mut first = TlsAmqp::connect(port, config.clone()).expect("connect");
+    first
+        .open_as_guest()
+        .expect("guest from 127.0.0.1 is a loopback client");
+    // The per-address limit counts it as 127.0.0.1, as on the IPv4 listener.
+    let mut plain = RawConn::connect(&broker.addr());
+    plain.send_protocol_header();
+    plain.read_start();
+    plain.send_start_ok("PLAIN", b"\0guest\0guest");
+    plain.read_method().expect("tune");
+    plain.send_tune_ok(common::raw::Tune {
+        channel_max: 2047,
+        frame_max: 131072,
+        heartbeat: 0,
+    });
+    plain.send_open("/");
+    let close = plain.read_method().expect("close");
+    let mut d = close.dec();
+    let (code, text) = (d.short(), d.shortstr());
+    assert_eq!(
+        (code, text.as_str()),
+        (
+            530,
+            "NOT_ALLOWED - connection refused for address 127.0.0.1: source address connection limit (1) is reached"
+        )
+    );
+}

@@ -3,17 +3,54 @@
 //! by the router). Users listed in `loopback_users` are refused from other addresses, as
 //! they are on AMQP.
 //!
+//! Failed logins are throttled per source address as AMQP logins are (`[limits.login]`:
+//! growing delays before the 401, then 429 for every request from the address until it
+//! has been quiet) and logged as CON-1008 / CON-1009; the listener's thread keeps its
+//! own table, as each shard keeps its own.
+//!
 //! Does not: keep sessions or cookies; every request carries its credentials.
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use base64::Engine;
 use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
 use hyper::StatusCode;
 
+use crate::config::limits::LoginThrottleSettings;
 use crate::config::{Config, User};
+use crate::limits::login::{Gate, LoginThrottle};
+use crate::limits::report::Reporter;
+use crate::ops::limit_event::LimitEvent;
 
 use super::{error, HttpResponse};
+
+const MISSING: &str = "credentials needed (HTTP basic auth)";
+
+/// The basic-auth user name and password of a request, if it has them.
+fn request_credentials(headers: &HeaderMap) -> Option<(String, String)> {
+    headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(credentials)
+}
+
+/// Whether `name` / `password` log in from `peer`, or why not.
+fn verify<'a>(
+    config: &'a Config,
+    name: &str,
+    password: &str,
+    peer: SocketAddr,
+) -> Result<&'a User, &'static str> {
+    let user = config
+        .authenticate(name, password.as_bytes())
+        .ok_or("bad user name or password")?;
+    if !peer.ip().is_loopback() && config.loopback_users.contains(&user.name) {
+        return Err("this user may only log in from loopback");
+    }
+    Ok(user)
+}
 
 /// The user the request authenticates as, or why not (answered with [`unauthorized`]).
 pub fn check<'a>(
@@ -21,18 +58,99 @@ pub fn check<'a>(
     headers: &HeaderMap,
     peer: SocketAddr,
 ) -> Result<&'a User, &'static str> {
-    let (name, password) = headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(credentials)
-        .ok_or("credentials needed (HTTP basic auth)")?;
-    let user = config
-        .authenticate(&name, password.as_bytes())
-        .ok_or("bad user name or password")?;
-    if !peer.ip().is_loopback() && config.loopback_users.contains(&user.name) {
-        return Err("this user may only log in from loopback");
+    let (name, password) = request_credentials(headers).ok_or(MISSING)?;
+    verify(config, &name, &password, peer)
+}
+
+/// As [`check`], with the login throttle: a request from an address that failed too
+/// often is answered 429 without a check, a failure is recorded (and logged) and
+/// answered after the address's delay. A request without credentials is not a failure
+/// (a browser asks first without them).
+pub async fn admit<'a>(
+    config: &'a Config,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<&'a User, HttpResponse> {
+    let Some((name, password)) = request_credentials(headers) else {
+        return Err(unauthorized(MISSING));
+    };
+    let settings = &config.limits.resources.login;
+    let gate = with_logins(settings, |l| l.gate(peer, Instant::now()));
+    if let Gate::Drop { .. } = gate {
+        return Err(error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many failed logins from this address; try again later",
+        ));
     }
-    Ok(user)
+    match verify(config, &name, &password, peer) {
+        Ok(user) => Ok(user),
+        Err(reason) => {
+            with_logins(settings, |l| l.failed(peer, &name, Instant::now()));
+            if let Gate::Delay(delay) = gate {
+                tokio::time::sleep(delay).await;
+            }
+            Err(unauthorized(reason))
+        }
+    }
+}
+
+/// The management listener's failed logins per source address, and the rate limits of
+/// their log lines.
+struct Logins {
+    throttle: LoginThrottle,
+    refused: Reporter,
+    dropped: Reporter,
+}
+
+thread_local! {
+    // The listener is one thread (a current-thread runtime): a table without a lock,
+    // made from the configuration at the first request with credentials.
+    static LOGINS: RefCell<Option<Logins>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on this thread's table (never across an await).
+fn with_logins<T>(settings: &LoginThrottleSettings, f: impl FnOnce(&mut Logins) -> T) -> T {
+    LOGINS.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let logins = slot.get_or_insert_with(|| Logins {
+            throttle: LoginThrottle::new(settings.clone()),
+            refused: Reporter::default(),
+            dropped: Reporter::default(),
+        });
+        f(logins)
+    })
+}
+
+impl Logins {
+    /// What to do with a request from `peer` (CON-1009, rate-limited, when refused).
+    fn gate(&mut self, peer: SocketAddr, now: Instant) -> Gate {
+        let gate = self.throttle.gate(peer.ip(), now);
+        if let Gate::Drop { failures } = gate {
+            if let Some(count) = self.dropped.note(now) {
+                LimitEvent::LoginDropped {
+                    peer: peer.ip().to_string(),
+                    failures,
+                    count,
+                }
+                .emit();
+            }
+        }
+        gate
+    }
+
+    /// A refused login from `peer` as `user`: remembered, logged (CON-1008, rate-limited).
+    fn failed(&mut self, peer: SocketAddr, user: &str, now: Instant) {
+        self.throttle.failed(peer.ip(), now);
+        if let Some(count) = self.refused.note(now) {
+            LimitEvent::LoginRefused {
+                user: user.to_owned(),
+                peer: peer.to_string(),
+                mechanism: "HTTP basic".to_owned(),
+                count,
+            }
+            .emit();
+        }
+    }
 }
 
 /// `Basic base64(user:password)` → (user, password).

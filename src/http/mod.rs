@@ -107,7 +107,11 @@ async fn serve(
             a = listener.accept() => a,
         };
         let (stream, peer) = match accepted {
-            Ok(a) => a,
+            // An IPv4 client of a dual-stack listener is its IPv4 address (loopback).
+            Ok((stream, peer)) => (
+                stream,
+                SocketAddr::new(peer.ip().to_canonical(), peer.port()),
+            ),
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
                 tracing::debug!("management accept failed: {e}");
@@ -134,9 +138,9 @@ async fn handle<B>(ctx: &Context, req: Request<B>, peer: SocketAddr) -> HttpResp
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
-    let user = match auth::check(&ctx.config, req.headers(), peer) {
+    let user = match auth::admit(&ctx.config, req.headers(), peer).await {
         Ok(user) => user,
-        Err(reason) => return auth::unauthorized(reason),
+        Err(response) => return response,
     };
     let segments = match split_path(&path) {
         Some(s) => s,

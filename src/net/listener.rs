@@ -71,6 +71,10 @@ pub async fn accept_loop(
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
+                // A dual-stack (`[::]`) listener reports an IPv4 client IPv4-mapped
+                // (`::ffff:a.b.c.d`): it is that IPv4 address for the loopback-only
+                // users, the per-address limit, the login throttle and the logs.
+                let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
                 if shard.stopping.get() || !shard.limits.admit_socket(peer, shard.clock.now()) {
                     continue;
                 }

@@ -98,6 +98,7 @@ const IDX_HEADERS: usize = 2;
 const IDX_DELIVERY_MODE: usize = 3;
 const IDX_PRIORITY: usize = 4;
 const IDX_EXPIRATION: usize = 7;
+const IDX_USER_ID: usize = 11;
 
 /// Result of walking the property part.
 struct Walk {
@@ -191,6 +192,18 @@ pub fn raw_priority(raw: &[u8]) -> Option<u8> {
 /// if absent or malformed.
 pub fn raw_expiration(raw: &[u8]) -> Option<&[u8]> {
     let at = walk(raw, Some(IDX_EXPIRATION)).ok()?.target?;
+    let len = usize::from(*raw.get(at)?);
+    raw.get(at + 1..at + 1 + len)
+}
+
+/// The user-id property's bytes, read without decoding the rest (one flag test when
+/// it is absent, the usual case). `None` if absent or malformed.
+pub fn raw_user_id(raw: &[u8]) -> Option<&[u8]> {
+    let flags = u16::from_be_bytes([*raw.first()?, *raw.get(1)?]);
+    if flags & (1 << (15 - IDX_USER_ID)) == 0 {
+        return None;
+    }
+    let at = walk(raw, Some(IDX_USER_ID)).ok()?.target?;
     let len = usize::from(*raw.get(at)?);
     raw.get(at + 1..at + 1 + len)
 }
@@ -385,6 +398,7 @@ mod tests {
         assert_eq!(raw_delivery_mode(&bytes), Some(2));
         assert_eq!(raw_priority(&bytes), Some(5));
         assert_eq!(raw_expiration(&bytes), Some(&b"60000"[..]));
+        assert_eq!(raw_user_id(&bytes), Some(&b"guest"[..]));
         assert_eq!(
             raw_headers(&bytes).and_then(|h| h.get("h").cloned()),
             Some(FieldValue::Bool(true))
@@ -400,6 +414,7 @@ mod tests {
         assert_eq!(raw_delivery_mode(&bytes), None);
         assert_eq!(raw_priority(&bytes), None);
         assert_eq!(raw_expiration(&bytes), None);
+        assert_eq!(raw_user_id(&bytes), None);
         assert_eq!(raw_headers(&bytes), None);
     }
 

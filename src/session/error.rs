@@ -93,6 +93,12 @@ pub enum ChannelError {
         value: String,
         reason: String,
     },
+    /// A publish whose `user-id` property names another user (RabbitMQ's validated
+    /// user-id; only users tagged `impersonator` may).
+    UserIdMismatch {
+        claimed: String,
+        user: String,
+    },
     MessageTooLarge {
         size: u64,
         max: u64,
@@ -143,6 +149,7 @@ impl ChannelError {
             | ChannelError::TxInConfirm
             | ChannelError::UnknownExchangeType(_)
             | ChannelError::InvalidExpiration { .. }
+            | ChannelError::UserIdMismatch { .. }
             | ChannelError::ControlCharacter { .. } => ReplyCode::PreconditionFailed,
             ChannelError::DefaultExchange
             | ChannelError::ReservedPrefix { .. }
@@ -233,6 +240,10 @@ impl fmt::Display for ChannelError {
             ChannelError::InvalidExpiration { value, reason } => {
                 write!(f, "invalid expiration '{value}': {reason}")
             }
+            ChannelError::UserIdMismatch { claimed, user } => write!(
+                f,
+                "user_id property set to '{claimed}' but authenticated user was '{user}'"
+            ),
             ChannelError::QueueArgument {
                 queue,
                 vhost,

@@ -27,12 +27,14 @@ users = [
   { name = "guest", password = "guest" },
   { name = "u", password = "p" },
   { name = "w", password = "p" },
+  { name = "imp", password = "p", tags = ["impersonator"] },
 ]
 permissions = [
   { user = "guest", vhost = "/", configure = ".*", write = ".*", read = ".*" },
   { user = "guest", vhost = "other", configure = ".*", write = ".*", read = ".*" },
   { user = "u", vhost = "/", configure = '^u\.', write = '^(u\.|amq\.default$)', read = '^u\.' },
   { user = "w", vhost = "/", configure = "", write = '^amq\.default$', read = "" },
+  { user = "imp", vhost = "/", configure = "", write = '^amq\.default$', read = "" },
 ]
 "#;
 
@@ -42,6 +44,7 @@ shard_tests!(
     read_is_checked_on_consume_get_purge_and_bind_sources,
     a_vhost_without_permissions_is_refused_at_open,
     refusals_are_logged_rate_limited,
+    a_user_id_property_must_name_the_publisher,
 );
 
 fn refused(user: &str, perm: &str, kind: &str, name: &str) -> String {
@@ -434,6 +437,19 @@ async fn a_vhost_without_permissions_is_refused_at_open(shards: usize) {
             Duration::from_secs(5)
         )
         .is_some());
+    // A burst of refusals: CON-1015 is rate-limited, and no per-connection line
+    // repeats it (a user cannot flood the log by opening a vhost it may not).
+    for _ in 0..5 {
+        assert_eq!(
+            login(&broker, "u", "p", "other").err().map(|e| e.0),
+            Some(530)
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let logs = broker.logs();
+    let count = |needle: &str| logs.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("closed during handshake"), 0, "{logs:#?}");
+    assert!(count("CON-1015") <= 4, "{logs:#?}");
     // guest has an entry for "other"; an unknown vhost keeps its own answer.
     login(&broker, "guest", "guest", "other").expect("guest on other");
     let unknown = login(&broker, "u", "p", "nosuch").err();
@@ -474,4 +490,64 @@ async fn refusals_are_logged_rate_limited(shards: usize) {
         "{lines} CHN-1010 lines for {} refusals",
         BURST + 1
     );
+}
+
+/// RabbitMQ's validated user-id: a publish whose `user-id` property names another user
+/// closes the channel with 406 (60, 40), so a consumer can trust the property; the own
+/// name passes, and a user tagged `impersonator` may name anyone.
+async fn a_user_id_property_must_name_the_publisher(shards: usize) {
+    let broker = Broker::start_with_config(shards, CONFIG);
+    let mut c = login(&broker, "u", "p", "/").expect("u logs in");
+    allowed(
+        &mut c,
+        1,
+        m::QUEUE_DECLARE,
+        &queue_declare_args("u.q"),
+        m::QUEUE_DECLARE_OK,
+    );
+    c.basic_consume(1, "u.q", true);
+    let as_user = |name: &str| Props {
+        user_id: Some(name.to_owned()),
+        ..Props::default()
+    };
+    c.channel_open(2);
+    c.publish(2, "", "u.q", &as_user("guest"), b"forged")
+        .expect("publish");
+    let close = c.expect_method(2, m::CHANNEL_CLOSE);
+    let mut d = close.dec();
+    let (code, text, class_id, method_id) = (d.short(), d.shortstr(), d.short(), d.short());
+    assert_eq!(
+        (code, text.as_str(), (class_id, method_id)),
+        (
+            406,
+            "PRECONDITION_FAILED - user_id property set to 'guest' but authenticated user was 'u'",
+            (60, 40)
+        )
+    );
+    c.send_method(2, m::CHANNEL_CLOSE_OK, &[])
+        .expect("close-ok");
+    // In a transaction the publish is refused when it is made, as RabbitMQ does.
+    c.channel_open(3);
+    c.send_method(3, (90, 10), &[]).expect("tx.select");
+    c.expect_method(3, (90, 11));
+    c.publish(3, "", "u.q", &as_user("w"), b"forged in tx")
+        .expect("publish");
+    let (code, text) = c.expect_channel_close(3);
+    assert_eq!(
+        (code, text.as_str()),
+        (
+            406,
+            "PRECONDITION_FAILED - user_id property set to 'w' but authenticated user was 'u'"
+        )
+    );
+    // Its own name, and an impersonator's claim, are delivered with the property.
+    c.channel_open(4);
+    c.publish(4, "", "u.q", &as_user("u"), b"own")
+        .expect("publish");
+    assert_eq!(c.read_delivery(1).body, b"own");
+    let mut imp = login(&broker, "imp", "p", "/").expect("imp logs in");
+    imp.channel_open(1);
+    imp.publish(1, "", "u.q", &as_user("guest"), b"on behalf")
+        .expect("publish");
+    assert_eq!(c.read_delivery(1).body, b"on behalf");
 }

@@ -167,3 +167,40 @@ fn flood(shards: usize) {
         broker.logs().len()
     );
 }
+
+/// The management listener's basic auth checks the same passwords: its failures are
+/// throttled per address too (growing delays, then 429 for every request from the
+/// address until it has been quiet), and logged as CON-1008 with the user and address,
+/// so it is no faster a password oracle than AMQP.
+#[test]
+fn failed_http_logins_are_throttled_too() {
+    use crate::common::http::request;
+    let broker = Broker::start_with_config(1, THROTTLE);
+    let port = broker.http_port();
+    let good = Some(("guest", "guest"));
+    assert_eq!(request(port, "GET", "/api/overview", good).status, 200);
+    let mut took = Vec::new();
+    for _ in 0..4 {
+        let started = Instant::now();
+        let r = request(port, "GET", "/api/overview", Some(("guest", "wrong")));
+        took.push(started.elapsed());
+        assert_eq!(r.status, 401);
+    }
+    assert!(
+        took[1] >= Duration::from_millis(500) && took[1] < Duration::from_secs(5),
+        "second failure answered after {:?}",
+        took[1]
+    );
+    // The burst is spent: even the right password is refused, without a check.
+    let r = request(port, "GET", "/api/overview", good);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(broker
+        .wait_for_log(
+            "CON-1008 : Login refused : user 'guest' from 127.0.0.1:",
+            Duration::from_secs(5)
+        )
+        .is_some());
+    // Quiet for quiet_ms: forgotten.
+    std::thread::sleep(Duration::from_millis(2200));
+    assert_eq!(request(port, "GET", "/api/overview", good).status, 200);
+}

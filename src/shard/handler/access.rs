@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::auth::permissions::{exchange_resource, Access, Perm};
 use crate::model::ids::ConnId;
 use crate::ops::event::OpsEvent;
+use crate::protocol::properties::raw_user_id;
 use crate::protocol::table::FieldValue;
 use crate::protocol::{FieldTable, ShortStr};
 use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
@@ -155,6 +156,38 @@ impl State {
             ObjectKind::Exchange,
             exchange.as_bytes(),
         ))
+    }
+
+    /// A publish's `user-id` property, when set, must name the connection's user
+    /// unless that user is tagged `impersonator` (RabbitMQ's `check_user_id`): 406.
+    pub(super) fn check_user_id(
+        &self,
+        shard: &Shard,
+        conn: ConnId,
+        raw_properties: &[u8],
+    ) -> Result<(), ChannelError> {
+        let Some(claimed) = raw_user_id(raw_properties) else {
+            return Ok(());
+        };
+        let Some(c) = self.conn(conn) else {
+            return Ok(());
+        };
+        if claimed == c.user.as_bytes() {
+            return Ok(());
+        }
+        let impersonator = shard
+            .config
+            .users
+            .iter()
+            .find(|u| u.name == c.user)
+            .is_some_and(|u| u.tags.iter().any(|t| t == "impersonator"));
+        if impersonator {
+            return Ok(());
+        }
+        Err(ChannelError::UserIdMismatch {
+            claimed: String::from_utf8_lossy(claimed).into_owned(),
+            user: c.user.clone(),
+        })
     }
 
     /// RabbitMQ's 403 text, logged (rate-limited) as CHN-1010.

@@ -23,14 +23,16 @@ use crate::shard::{Shard, State};
 /// and method ids.
 pub type LoginOutcome = Result<(), (ConnectionError, u16, u16)>;
 
-/// Whether a connection error during the handshake is logged by the limits (CON-1006,
-/// CON-1008, rate-limited) instead of one line per connection.
+/// Whether a connection error during the handshake is logged by the limits or the
+/// permission checks (CON-1006, CON-1008, CON-1015, rate-limited) instead of one line per
+/// connection.
 pub fn logged_as_limit(err: &ConnectionError) -> bool {
     matches!(
         err,
         ConnectionError::Limit(_)
             | ConnectionError::LoginRefused { .. }
             | ConnectionError::LoopbackOnly { .. }
+            | ConnectionError::VhostRefused { .. }
     )
 }
 

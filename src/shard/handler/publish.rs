@@ -56,6 +56,9 @@ impl State {
                 }
             },
         };
+        if let Err(e) = self.check_user_id(shard, conn, &header.raw_properties) {
+            return self.close_channel(shard, conn, number, &e, 60, 40);
+        }
         let msg = Message::with_ttl(
             publish.exchange.clone(),
             publish.routing_key.clone(),
