@@ -20,6 +20,7 @@ shard_tests!(
     invalid_expiration,
     heartbeat_with_payload,
     plain_authzid_differs,
+    mechanism_not_offered,
 );
 
 /// Healthy connections that watch each offence.
@@ -297,6 +298,40 @@ async fn plain_authzid_differs(shards: usize) {
     c.send_tune_ok(tune);
     c.send_open("/");
     c.read_open_ok();
+    c.channel_open(1);
+    bystanders.assert_unharmed(&broker).await;
+    broker.assert_healthy();
+}
+
+/// A start-ok that picks a mechanism `connection.start` did not offer closes the
+/// connection with 503 as RabbitMQ's reader does: "unknown" for a mechanism the broker
+/// does not have, "invalid" for one it has but offers only on verifying TLS listeners.
+/// Neither counts as a failed login.
+async fn mechanism_not_offered(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let mut bystanders = Bystanders::start(&broker, BYSTANDERS).await;
+    for (mechanism, text) in [
+        (
+            "CRAM-MD5",
+            "COMMAND_INVALID - unknown authentication mechanism 'CRAM-MD5'",
+        ),
+        (
+            "EXTERNAL",
+            "COMMAND_INVALID - invalid authentication mechanism 'EXTERNAL'",
+        ),
+    ] {
+        let mut c = RawConn::connect(&broker.addr());
+        c.send_protocol_header();
+        assert_eq!(c.read_start().mechanisms, "PLAIN AMQPLAIN");
+        c.send_start_ok(mechanism, b"\0guest\0guest");
+        assert_eq!(c.expect_connection_close(), (503, text.to_owned()));
+    }
+    assert!(
+        !broker.logs().iter().any(|l| l.contains("CON-1008")),
+        "a mechanism error is not a failed login"
+    );
+    let mut c = RawConn::connect(&broker.addr());
+    c.handshake();
     c.channel_open(1);
     bystanders.assert_unharmed(&broker).await;
     broker.assert_healthy();

@@ -42,14 +42,18 @@ pub enum Transport {
 
 /// Serves one accepted plain connection until it closes.
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
-    serve_transport(shard, stream, peer, Transport::Plain, None).await;
+    let accepted = shard.clock.now();
+    serve_transport(shard, stream, peer, accepted, Transport::Plain, None).await;
 }
 
-/// Serves one connection (plain, or TLS after its handshake) until it closes.
+/// Serves one connection (plain, or TLS after its handshake) until it closes. The
+/// handshake deadline counts from `accepted`, so a TLS handshake's time counts against
+/// it too.
 pub async fn serve_transport(
     shard: Rc<Shard>,
     stream: TcpStream,
     peer: SocketAddr,
+    accepted: std::time::Instant,
     transport: Transport,
     tls_peer: Option<crate::session::connection::TlsPeer>,
 ) {
@@ -78,7 +82,7 @@ pub async fn serve_transport(
     }
     {
         let mut st = shard.state.borrow_mut();
-        let deadline = now + crate::shard::handler::HANDSHAKE_TIMEOUT;
+        let deadline = accepted + crate::shard::handler::HANDSHAKE_TIMEOUT;
         st.wheel
             .arm(deadline, crate::shard::TimerKey::Handshake(conn));
     }

@@ -344,6 +344,7 @@ pub async fn serve(
 ) {
     // Until `reader::serve_transport` makes it a connection, the socket counts as
     // unauthenticated (`ShardLimits::admit_socket`); every early return gives it back.
+    let accepted = shard.clock.now();
     let mut tls = match ServerConnection::new(Arc::clone(&listener.config)) {
         Ok(tls) => tls,
         Err(e) => {
@@ -389,6 +390,7 @@ pub async fn serve(
         shard,
         stream,
         peer,
+        accepted,
         super::reader::Transport::Tls(session),
         Some(identity),
     )

@@ -17,6 +17,7 @@ use crate::model::ids::{ConnId, IdMap, QueueRef};
 use crate::model::routing::VhostIdx;
 use crate::protocol::{FieldTable, FieldValue, LongStr, ShortStr};
 use crate::session::channel::Channel;
+use crate::session::error::ConnectionError;
 use crate::session::outbound::Outbound;
 use crate::session::signal::Signal;
 
@@ -273,6 +274,34 @@ pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
 
 /// Mechanisms offered on a TLS listener that verifies client certificates.
 pub const EXTERNAL_MECHANISMS: &str = "EXTERNAL PLAIN AMQPLAIN";
+
+/// The mechanisms `connection.start` offers a connection: EXTERNAL only on a TLS
+/// listener that verifies client certificates.
+pub fn offered_mechanisms(peer: Option<&TlsPeer>) -> &'static str {
+    match peer {
+        Some(p) if p.offer_external => EXTERNAL_MECHANISMS,
+        _ => MECHANISMS,
+    }
+}
+
+/// A `start-ok` must pick one of the offered mechanisms; otherwise the connection is
+/// closed with 503, as RabbitMQ's reader does ("unknown" for a mechanism the broker does
+/// not have, "invalid" for one it has but did not offer here).
+pub fn check_mechanism(chosen: &[u8], offered: &str) -> Result<(), ConnectionError> {
+    if offered.split(' ').any(|m| m.as_bytes() == chosen) {
+        return Ok(());
+    }
+    let known = EXTERNAL_MECHANISMS
+        .split(' ')
+        .any(|m| m.as_bytes() == chosen);
+    // Log lines escape the reply text; the client gets the name as sent.
+    let name = String::from_utf8_lossy(chosen);
+    Err(ConnectionError::CommandInvalid(if known {
+        format!("invalid authentication mechanism '{name}'")
+    } else {
+        format!("unknown authentication mechanism '{name}'")
+    }))
+}
 
 /// What a TLS connection's transport tells about its peer (`net::tls`).
 #[derive(Debug, Clone, PartialEq, Eq)]

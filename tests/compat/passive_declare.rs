@@ -174,6 +174,23 @@ async fn passive_through_amqprs(shards: usize) {
         )
     );
     assert!(conn.conn.is_open(), "a 404 closed the connection");
+    // Not even a passive declare may name the default exchange (RabbitMQ's
+    // check_not_default_exchange).
+    let mut default = conn.channel().await;
+    let r = default
+        .exchange_declare(ExchangeDeclareArguments::new("", "").passive(true).finish())
+        .await;
+    assert!(
+        r.is_err(),
+        "passive declare of the default exchange succeeded"
+    );
+    assert_eq!(
+        default.expect_close().await,
+        (
+            403,
+            "ACCESS_REFUSED - operation not permitted on the default exchange".to_owned()
+        )
+    );
     ch.exchange_declare(ExchangeDeclareArguments::new(&x, "").passive(true).finish())
         .await
         .expect("the other channel goes on");

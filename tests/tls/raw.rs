@@ -49,7 +49,12 @@ pub type Frame = (u8, u16, Vec<u8>);
 impl TlsAmqp {
     /// Connects to `port` on 127.0.0.1 as `localhost` and sends the protocol header.
     pub fn connect(port: u16, config: Arc<ClientConfig>) -> std::io::Result<TlsAmqp> {
-        let sock = TcpStream::connect(("127.0.0.1", port))?;
+        TlsAmqp::over(TcpStream::connect(("127.0.0.1", port))?, config)
+    }
+
+    /// As [`TlsAmqp::connect`], on a socket already connected (the TLS handshake
+    /// starts now).
+    pub fn over(sock: TcpStream, config: Arc<ClientConfig>) -> std::io::Result<TlsAmqp> {
         sock.set_read_timeout(Some(Duration::from_secs(10)))?;
         let name = ServerName::try_from("localhost").expect("name");
         let conn = ClientConnection::new(config, name).map_err(std::io::Error::other)?;

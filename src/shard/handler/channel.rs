@@ -282,6 +282,11 @@ impl State {
                 // A passive declare only checks that the exchange exists: type (even an
                 // empty one), flags and arguments are ignored, as RabbitMQ does.
                 if decl.passive {
+                    // Not even a passive declare may name the default exchange
+                    // (RabbitMQ's check_not_default_exchange): 403.
+                    if decl.exchange.is_empty() {
+                        return Err(MethodError::Channel(ChannelError::DefaultExchange));
+                    }
                     self.authorize_any(conn, number, ObjectKind::Exchange, &decl.exchange)?;
                     self.passive_exchange(conn, &decl.exchange)?;
                     if !decl.nowait {
@@ -717,7 +722,7 @@ impl State {
             .directory
             .vhost(vhost)
             .ok_or_else(|| ChannelError::Internal("vhost gone".into()))?;
-        if name.is_empty() || dir.exchange(name).is_some() {
+        if dir.exchange(name).is_some() {
             return Ok(());
         }
         Err(ChannelError::NotFound {

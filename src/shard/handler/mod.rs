@@ -69,10 +69,7 @@ impl State {
                 version_major: 0,
                 version_minor: 9,
                 server_properties: connection::server_properties(),
-                mechanisms: LongStr::from(match &c.tls {
-                    Some(tls) if tls.offer_external => connection::EXTERNAL_MECHANISMS,
-                    _ => connection::MECHANISMS,
-                }),
+                mechanisms: LongStr::from(connection::offered_mechanisms(c.tls.as_ref())),
                 locales: LongStr::from(connection::LOCALES),
             }),
         );
@@ -155,6 +152,11 @@ impl State {
         let config = &shard.config;
         match (phase, method) {
             (Some(Phase::AwaitStartOk), Method::ConnectionStartOk(ok)) => {
+                let offered =
+                    connection::offered_mechanisms(self.conn(conn).and_then(|c| c.tls.as_ref()));
+                if let Err(e) = connection::check_mechanism(ok.mechanism.as_bytes(), offered) {
+                    return fail(e);
+                }
                 let mechanism = ok.mechanism.as_str_lossy().into_owned();
                 let creds = connection::parse_sasl(
                     ok.mechanism.as_bytes(),
