@@ -1,13 +1,14 @@
-//! Owns: turning a connection's frames into actions on its shard — the handshake and
-//! connection methods here, channel and basic methods in `channel`, operations that must
-//! wait for another shard in `pending` — and the one place where typed errors become
-//! `channel.close` / `connection.close`.
+//! Owns: turning a connection's frames into actions on its shard — the connection
+//! methods of an open connection here, the handshake in `handshake`, channel and basic
+//! methods in `channel`, operations that must wait for another shard in `pending` — and
+//! the one place where typed errors become `channel.close` / `connection.close`.
 //!
 //! Does not: touch sockets (it appends to the connection's outbound buffer) or another
 //! shard's state (it goes through outboxes and the control plane).
 
 pub mod access;
 pub mod channel;
+mod handshake;
 mod login;
 pub mod pending;
 pub mod publish;
@@ -18,14 +19,14 @@ use std::time::{Duration, Instant};
 use crate::model::ids::ConnId;
 use crate::ops::escape::Escaped;
 use crate::ops::event::OpsEvent;
-use crate::protocol::frame::{Frame, FrameKind, PROTOCOL_HEADER};
+use crate::protocol::frame::{Frame, FrameKind};
 use crate::protocol::method::{
     ChannelClose, ChannelCloseOk, ChannelOpenOk, ConnectionClose, ConnectionCloseOk,
-    ConnectionOpenOk, ConnectionStart, ConnectionUpdateSecretOk,
+    ConnectionUpdateSecretOk,
 };
 use crate::protocol::{LongStr, Method, ShortStr};
 use crate::session::channel::{Channel, ChannelPhase};
-use crate::session::connection::{self, Phase};
+use crate::session::connection::Phase;
 use crate::session::error::{ChannelError, ConnectionError};
 
 use super::inbox::SettleOp;
@@ -52,32 +53,6 @@ pub enum HeaderCheck {
 }
 
 impl State {
-    /// Checks the 8-byte protocol header and starts the handshake.
-    pub fn on_protocol_header(&mut self, conn: ConnId, header: &[u8]) -> HeaderCheck {
-        let Some(c) = self.conn_mut(conn) else {
-            return HeaderCheck::Refused;
-        };
-        if header != PROTOCOL_HEADER {
-            c.out.raw(&PROTOCOL_HEADER);
-            c.phase = Phase::Closed;
-            self.mark_writer(conn);
-            return HeaderCheck::Refused;
-        }
-        c.out.method(
-            0,
-            &Method::ConnectionStart(ConnectionStart {
-                version_major: 0,
-                version_minor: 9,
-                server_properties: connection::server_properties(),
-                mechanisms: LongStr::from(connection::offered_mechanisms(c.tls.as_ref())),
-                locales: LongStr::from(connection::LOCALES),
-            }),
-        );
-        c.phase = Phase::AwaitStartOk;
-        self.mark_writer(conn);
-        HeaderCheck::Accepted
-    }
-
     /// Handles one frame. A hard error is turned into `connection.close` here.
     pub fn on_frame(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> Flow {
         let now = shard.clock.now();
@@ -119,174 +94,6 @@ impl State {
                 Flow::Stop
             }
             _ => Flow::Continue,
-        }
-    }
-
-    fn on_handshake_frame(
-        &mut self,
-        shard: &Shard,
-        conn: ConnId,
-        frame: Frame,
-    ) -> Result<Flow, (ConnectionError, u16, u16)> {
-        let phase = self.conn(conn).map(|c| c.phase);
-        if frame.kind == FrameKind::Heartbeat {
-            if !frame.payload.is_empty() {
-                return Err((ConnectionError::heartbeat_payload(&frame.payload), 0, 0));
-            }
-            return Ok(Flow::Continue);
-        }
-        if frame.kind != FrameKind::Method || frame.channel != 0 {
-            return Err((
-                ConnectionError::UnexpectedFrame(format!(
-                    "expected a connection method on channel 0 during the handshake, got a {:?} frame on channel {}",
-                    frame.kind, frame.channel
-                )),
-                0,
-                0,
-            ));
-        }
-        let method =
-            Method::decode(frame.payload).map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
-        let (class_id, method_id) = (method.class_id(), method.method_id());
-        let fail = |e| Err((e, class_id, method_id));
-        let config = &shard.config;
-        match (phase, method) {
-            (Some(Phase::AwaitStartOk), Method::ConnectionStartOk(ok)) => {
-                let offered =
-                    connection::offered_mechanisms(self.conn(conn).and_then(|c| c.tls.as_ref()));
-                if let Err(e) = connection::check_mechanism(ok.mechanism.as_bytes(), offered) {
-                    return fail(e);
-                }
-                let mechanism = ok.mechanism.as_str_lossy().into_owned();
-                let creds = connection::parse_sasl(
-                    ok.mechanism.as_bytes(),
-                    &ok.response.clone().into_bytes(),
-                );
-                let Some(gate) = self.login_gate(shard, conn) else {
-                    return Ok(Flow::Stop);
-                };
-                let user = if ok.mechanism.as_bytes() == b"EXTERNAL" {
-                    // The verified client certificate's CN names the user (TLS only).
-                    let peer = self.conn(conn).and_then(|c| c.tls.as_ref());
-                    let cn = connection::external_identity(peer);
-                    let user = cn
-                        .and_then(|cn| config.users.iter().find(|u| u.name == cn))
-                        .cloned();
-                    user.ok_or_else(|| cn.unwrap_or_default().to_owned())
-                } else {
-                    let name = creds.as_ref().map(|c| c.user.clone()).unwrap_or_default();
-                    creds
-                        .and_then(|creds| {
-                            config
-                                .authenticate(&creds.user, creds.password.as_bytes())
-                                .cloned()
-                        })
-                        .ok_or(name)
-                };
-                let user = match user {
-                    Ok(user) => user,
-                    Err(name) => {
-                        self.login_failed(shard, conn, &name, &mechanism);
-                        let refused = (ConnectionError::LoginRefused { mechanism }, 10, 11);
-                        return Ok(self.login_reply(shard, conn, gate, Err(refused)));
-                    }
-                };
-                let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
-                };
-                if config.loopback_users.contains(&user.name) && !c.peer.ip().is_loopback() {
-                    self.login_failed(shard, conn, &user.name, &mechanism);
-                    let refused = (ConnectionError::LoopbackOnly { user: user.name }, 10, 11);
-                    return Ok(self.login_reply(shard, conn, gate, Err(refused)));
-                }
-                c.user = user.name;
-                c.capabilities = connection::client_capabilities(&ok.client_properties);
-                c.phase = Phase::AwaitTuneOk;
-                Ok(self.login_reply(shard, conn, gate, Ok(())))
-            }
-            (Some(Phase::AwaitTuneOk), Method::ConnectionTuneOk(tune)) => {
-                let server_max = config.limits.frame_max;
-                if tune.frame_max != 0 && tune.frame_max < 4096 {
-                    return fail(ConnectionError::NotAllowed(format!(
-                        "frame_max={} < 4096 min size",
-                        tune.frame_max
-                    )));
-                }
-                if tune.frame_max > server_max {
-                    return fail(ConnectionError::NotAllowed(format!(
-                        "frame_max={} > {} max size",
-                        tune.frame_max, server_max
-                    )));
-                }
-                if tune.channel_max > config.limits.channel_max {
-                    return fail(ConnectionError::NotAllowed(format!(
-                        "channel_max={} > {} max channels",
-                        tune.channel_max, config.limits.channel_max
-                    )));
-                }
-                let now = shard.clock.now();
-                let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
-                };
-                c.frame_max = if tune.frame_max == 0 {
-                    server_max
-                } else {
-                    tune.frame_max
-                };
-                c.channel_max = if tune.channel_max == 0 {
-                    config.limits.channel_max
-                } else {
-                    tune.channel_max
-                };
-                c.heartbeat = tune.heartbeat;
-                c.out.set_frame_max(c.frame_max);
-                c.phase = Phase::AwaitOpen;
-                if c.heartbeat > 0 {
-                    let at = now + heartbeat_period(c.heartbeat);
-                    self.wheel.arm(at, TimerKey::Heartbeat(conn));
-                }
-                Ok(Flow::Continue)
-            }
-            (Some(Phase::AwaitOpen), Method::ConnectionOpen(open)) => {
-                let name = connection::vhost_name(&open.virtual_host);
-                let Some(vhost) = self.directory.vhost_index(&name) else {
-                    return fail(ConnectionError::VhostNotFound(name));
-                };
-                if let Err(e) = self.open_access(shard, conn, &name) {
-                    return fail(e);
-                }
-                let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
-                };
-                let now = shard.clock.now();
-                if let Err(refusal) = shard.limits.admit_open(conn, c.peer, &name, &c.user, now) {
-                    return fail(ConnectionError::Limit(refusal));
-                }
-                c.vhost = vhost;
-                c.vhost_name = name;
-                c.phase = Phase::Open;
-                c.out.method(
-                    0,
-                    &Method::ConnectionOpenOk(ConnectionOpenOk {
-                        known_hosts: ShortStr::default(),
-                    }),
-                );
-                OpsEvent::ConnectionOpen {
-                    subject: c.log_subject(),
-                    client: c.peer.to_string(),
-                }
-                .emit();
-                self.mark_writer(conn);
-                Ok(Flow::Continue)
-            }
-            (_, Method::ConnectionClose(_)) => {
-                self.answer_close(shard, conn);
-                Ok(Flow::Stop)
-            }
-            (_, other) => fail(ConnectionError::CommandInvalid(format!(
-                "'{}' is not expected during the handshake",
-                other.name()
-            ))),
         }
     }
 
