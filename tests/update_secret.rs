@@ -107,3 +107,32 @@ async fn wrong_secret_closes_with_530(shards: usize) {
     let mut other = broker.raw();
     other.channel_open(1);
 }
+
+/// A wrong secret counts as a failed login from the connection's address (logged as
+/// CON-1008 naming the user and `update-secret`): a connection that logged in without
+/// a password (EXTERNAL) cannot guess one unthrottled. With a burst of one, the next
+/// connection from the address is dropped without a reply. (One shard: the throttle is
+/// per shard.)
+#[test]
+fn a_wrong_secret_counts_as_a_failed_login() {
+    let config =
+        format!("{USERS}[limits.login]\ninitial_delay_ms = 0\nburst = 1\nquiet_ms = 60000\n");
+    let broker = Broker::start_with_config(1, &config);
+    let mut c = login(&broker, "alice", "s3cret");
+    send_update_secret(&mut c, b"guess", "token refresh");
+    expect_refused(&mut c);
+    let line = broker
+        .wait_for_log("CON-1008", std::time::Duration::from_secs(5))
+        .expect("CON-1008 line");
+    assert!(
+        line.contains("user 'alice'") && line.contains("(update-secret)"),
+        "{line}"
+    );
+    let mut sock = std::net::TcpStream::connect(broker.addr()).expect("connect");
+    sock.set_read_timeout(Some(common::raw::READ_TIMEOUT))
+        .expect("timeout");
+    let _ = std::io::Write::write_all(&mut sock, b"AMQP\x00\x00\x09\x01");
+    let mut reply = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut sock, &mut reply);
+    assert!(reply.is_empty(), "the next connection got {reply:?}");
+}

@@ -151,18 +151,12 @@ impl State {
                 };
                 let secret = update.new_secret.into_bytes();
                 if shard.config.authenticate(&c.user, &secret).is_none() {
-                    tracing::warn!(
-                        "{}: secret update refused for user '{}'",
-                        Escaped(&c.log_subject()),
-                        Escaped(&c.user)
-                    );
-                    return Err((
-                        ConnectionError::SecretRefused {
-                            user: c.user.clone(),
-                        },
-                        10,
-                        70,
-                    ));
+                    // A wrong secret is a failed login: it counts against the address
+                    // (so a connection made without a password, by EXTERNAL, cannot guess
+                    // one unthrottled) and is logged as CON-1008, rate-limited.
+                    let user = c.user.clone();
+                    self.login_failed(shard, conn, &user, "update-secret");
+                    return Err((ConnectionError::SecretRefused { user }, 10, 70));
                 }
                 tracing::info!(
                     "{}: user '{}' updated secret, reason: {}",
