@@ -259,11 +259,17 @@ impl Default for Config {
 impl Config {
     /// The configured user with this name and password: the check of a login (PLAIN or
     /// AMQPLAIN) and of `connection.update-secret`.
+    /// An unknown user costs hashing too, so the time of a refusal does not tell
+    /// whether the user exists.
     pub fn authenticate(&self, user: &str, password: &[u8]) -> Option<&User> {
-        self.users
-            .iter()
-            .find(|u| u.name == user)
-            .filter(|u| u.password.verify(password))
+        match self.users.iter().find(|u| u.name == user) {
+            Some(u) => u.password.verify(password).then_some(u),
+            None => {
+                let unknown = crate::auth::password::Password::sha256_with_salt([0; 4], b"");
+                let _ = std::hint::black_box(unknown.verify(password));
+                None
+            }
+        }
     }
 
     /// Defaults, then the file named by `--config` (if any), then the flags.
