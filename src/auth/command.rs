@@ -125,7 +125,8 @@ fn import_definitions(
     );
     let config = format!("{header}{}", conversion.toml);
     match output {
-        Some(path) => std::fs::write(path, &config)
+        // The entries hold password hashes: readable by the owner alone.
+        Some(path) => write_private(path, config.as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
         None => std::io::stdout()
             .write_all(config.as_bytes())
@@ -133,4 +134,18 @@ fn import_definitions(
     }
     eprint!("{summary}{}", skipped.report());
     Ok(())
+}
+
+/// Writes `bytes` to `path` with mode 0600 (an existing file is truncated and its mode
+/// set too).
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(bytes)
 }

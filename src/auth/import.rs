@@ -194,6 +194,19 @@ pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String
             );
             continue;
         }
+        // RabbitMQ's patterns are PCRE; one this broker's regex syntax refuses (a
+        // lookaround, a backreference) would stop the broker at start.
+        if let Err(e) = super::permissions::Grant::compile(
+            text(p, "configure"),
+            text(p, "write"),
+            text(p, "read"),
+        ) {
+            skipped.add(
+                "permissions",
+                format!("user '{user}' on vhost '{vhost}': {e}"),
+            );
+            continue;
+        }
         toml.push_str(&format!(
             "  {{ user = {}, vhost = {}, configure = {}, write = {}, read = {} }},\n",
             quoted(user),
@@ -264,6 +277,8 @@ pub fn apply(
             Some("not durable")
         } else if name.is_empty() || name.starts_with("amq.") {
             Some("a built-in exchange")
+        } else if name.len() > 255 {
+            Some("a name longer than 255 bytes")
         } else {
             None
         };
@@ -357,6 +372,11 @@ pub fn apply(
             Some("its vhost is not defined")
         } else if source.is_empty() {
             Some("the default exchange binds every queue by itself")
+        } else if [source, dest, text(b, "routing_key")]
+            .iter()
+            .any(|t| t.len() > 255)
+        {
+            Some("a name or routing key longer than 255 bytes")
         } else if !exchange_exists(&defs, vhost, source) || !dest_durable {
             Some("an end is not a durable object in the data dir")
         } else {

@@ -199,3 +199,74 @@ fn without_a_data_dir_the_config_goes_to_stdout() {
         "{stderr}"
     );
 }
+
+/// What would break the broker or be cut short is refused with a reason, never written:
+/// a PCRE-only permission pattern (a lookahead would stop the broker at start), an
+/// exchange name and a routing key longer than a short string. The written config holds
+/// password hashes, so only its owner may read it.
+#[test]
+fn unusable_entries_are_skipped_and_the_output_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TestDir::new("sluice-import");
+    let long = "x".repeat(256);
+    let export = serde_json::json!({
+        "users": [{
+            "name": "pcre",
+            "password_hash": "Gis8TUynIOQALo1YOd3fBqE1koN6M+BeKk4lVqwF2I54q5iI",
+            "hashing_algorithm": "rabbit_password_hashing_sha256",
+            "tags": []
+        }],
+        "vhosts": [{ "name": "/" }],
+        "permissions": [{
+            "user": "pcre", "vhost": "/",
+            "configure": "^(?!amq\\.).*", "write": ".*", "read": ".*"
+        }],
+        "exchanges": [
+            { "name": long, "vhost": "/", "type": "topic", "durable": true,
+              "auto_delete": false, "internal": false, "arguments": {} },
+            { "name": "events", "vhost": "/", "type": "topic", "durable": true,
+              "auto_delete": false, "internal": false, "arguments": {} }
+        ],
+        "queues": [{ "name": "audit", "vhost": "/", "durable": true,
+                     "auto_delete": false, "arguments": {} }],
+        "bindings": [{ "source": "events", "vhost": "/", "destination": "audit",
+                       "destination_type": "queue", "routing_key": long, "arguments": {} }]
+    });
+    let file = dir.path().join("export.json");
+    std::fs::write(&file, export.to_string()).expect("write export");
+    let data = dir.path().join("data");
+    let config = dir.path().join("imported.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("import-definitions")
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--output")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sluice import-definitions");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("added to ") && stderr.contains(": 1 exchanges, 1 queues, 0 bindings\n"),
+        "{stderr}"
+    );
+    for reason in [
+        "  permissions: user 'pcre' on vhost '/': configure: invalid regex '^(?!amq\\.).*'",
+        &format!("  exchanges: '{long}' in vhost '/': a name longer than 255 bytes"),
+        "  bindings: 'events' -> 'audit' in vhost '/': a name or routing key longer than 255 bytes",
+    ] {
+        assert!(stderr.contains(reason), "missing {reason:?} in\n{stderr}");
+    }
+    let toml = std::fs::read_to_string(&config).expect("config written");
+    assert!(!toml.contains("(?!"), "{toml}");
+    let mode = std::fs::metadata(&config)
+        .expect("stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+    // The written configuration starts a broker.
+    let mut broker = Broker::start_in(&data, 1, Some(&toml));
+    broker.assert_healthy();
+}
