@@ -35,6 +35,13 @@ impl User {
     pub fn is_administrator(&self) -> bool {
         self.tags.iter().any(|t| t == "administrator")
     }
+
+    /// Whether the management API admits this user once `[auth] permissions` is set:
+    /// RabbitMQ's management-family tags.
+    pub fn may_use_management(&self) -> bool {
+        const TAGS: [&str; 4] = ["management", "policymaker", "monitoring", "administrator"];
+        self.tags.iter().any(|t| TAGS.contains(&t.as_str()))
+    }
 }
 
 /// `[http]`: the management listener (metrics and API).

@@ -142,6 +142,11 @@ async fn handle<B>(ctx: &Context, req: Request<B>, peer: SocketAddr) -> HttpResp
         Ok(user) => user,
         Err(response) => return response,
     };
+    // With permissions in force, RabbitMQ's rule: only management-family tags may use
+    // the API (without them, as before, any user may read).
+    if ctx.config.permissions.entries.is_some() && !user.may_use_management() {
+        return error(StatusCode::UNAUTHORIZED, "Not management user");
+    }
     let segments = match split_path(&path) {
         Some(s) => s,
         None => return error(StatusCode::BAD_REQUEST, "bad percent-encoding in the path"),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::common::wire::{m, Enc, Props, Val};
-use crate::common::{Broker, RawConn};
+use crate::common::{http, Broker, RawConn};
 use crate::login;
 
 const EXCHANGE_DELETE: (u16, u16) = (40, 20);
@@ -550,4 +550,42 @@ async fn a_user_id_property_must_name_the_publisher(shards: usize) {
     imp.publish(1, "", "u.q", &as_user("guest"), b"on behalf")
         .expect("publish");
     assert_eq!(c.read_delivery(1).body, b"on behalf");
+}
+
+/// Once `[auth] permissions` is set, the management API admits only RabbitMQ's
+/// management-family tags (management, policymaker, monitoring, administrator): a user
+/// without one gets 401 `Not management user` (and is not counted as a failed login);
+/// changes still need administrator.
+#[test]
+fn the_management_api_needs_a_management_tag_once_permissions_are_set() {
+    let config = r#"
+[auth]
+users = [
+  { name = "app", password = "p" },
+  { name = "mon", password = "p", tags = ["monitoring"] },
+  { name = "admin", password = "p", tags = ["administrator"] },
+]
+permissions = [{ user = "app", vhost = "/", configure = ".*", write = ".*", read = ".*" }]
+"#;
+    let broker = Broker::start_with_config(1, config);
+    let port = broker.http_port();
+    for _ in 0..3 {
+        let r = http::request(port, "GET", "/api/overview", Some(("app", "p")));
+        assert_eq!(r.status, 401, "{}", r.body);
+        assert!(r.body.contains("Not management user"), "{}", r.body);
+    }
+    assert_eq!(
+        http::request(port, "GET", "/api/overview", Some(("mon", "p"))).status,
+        200
+    );
+    let r = http::request(port, "DELETE", "/api/connections/x", Some(("mon", "p")));
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(
+        http::request(port, "GET", "/api/queues", Some(("admin", "p"))).status,
+        200
+    );
+    assert!(
+        !broker.logs().iter().any(|l| l.contains("CON-1008")),
+        "a user without a tag is not a failed login"
+    );
 }
