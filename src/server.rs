@@ -257,6 +257,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
                 disk: Arc::clone(&disk),
                 started,
                 amqp: addresses.clone(),
+                amqps: tls_addresses.clone(),
             };
             match crate::http::start(addr, ctx) {
                 Ok(server) => Some(server),

@@ -681,3 +681,31 @@ fn ipv4_clients_of_a_dual_stack_listener_keep_their_ipv4_address() {
         )
     );
 }
+
+/// `/api/overview` lists the TLS listener beside the plain one, as RabbitMQ names it.
+#[test]
+fn the_overview_lists_tls_listeners_as_amqp_ssl() {
+    let dir = TestDir::new("sluice-tls");
+    let pki = Pki::new(dir.path());
+    let (broker, port) = tls_broker(&pki, false, false);
+    let overview = http::get(broker.http_port(), "/api/overview").json();
+    let listeners: Vec<(String, u64)> = overview["listeners"]
+        .as_array()
+        .expect("listeners")
+        .iter()
+        .map(|l| {
+            (
+                l["protocol"].as_str().unwrap_or_default().to_owned(),
+                l["port"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        listeners.contains(&("amqp".to_owned(), u64::from(broker.port()))),
+        "{listeners:?}"
+    );
+    assert!(
+        listeners.contains(&("amqp/ssl".to_owned(), u64::from(port))),
+        "{listeners:?}"
+    );
+}

@@ -205,9 +205,11 @@ async fn overview(ctx: &Context) -> HttpResponse {
             "messages_unacknowledged": unacked,
         },
         "message_stats": { "publish": publish, "deliver_get": deliver, "ack": ack },
-        "listeners": ctx.amqp.iter().map(|a| json!({
-            "protocol": "amqp", "ip_address": a.ip().to_string(), "port": a.port(),
-        })).collect::<Vec<_>>(),
+        "listeners": ctx.amqp.iter().map(|a| ("amqp", a))
+            .chain(ctx.amqps.iter().map(|a| ("amqp/ssl", a)))
+            .map(|(protocol, a)| json!({
+                "protocol": protocol, "ip_address": a.ip().to_string(), "port": a.port(),
+            })).collect::<Vec<_>>(),
         "shards": ctx.peers.len(),
         "uptime_seconds": ctx.uptime(),
         "memory": {

@@ -46,6 +46,8 @@ pub struct Context {
     pub started: Instant,
     /// The AMQP listeners (for `/api/overview`).
     pub amqp: Vec<SocketAddr>,
+    /// The AMQP-over-TLS listeners (`amqp/ssl` in `/api/overview`, as RabbitMQ names them).
+    pub amqps: Vec<SocketAddr>,
 }
 
 /// The running listener; dropping it leaves the thread running until the process ends,
