@@ -20,9 +20,7 @@ use hyper::StatusCode;
 
 use crate::config::limits::LoginThrottleSettings;
 use crate::config::{Config, User};
-use crate::limits::login::{Gate, LoginThrottle};
-use crate::limits::report::Reporter;
-use crate::ops::limit_event::LimitEvent;
+use crate::limits::login::{Gate, LoggedThrottle};
 
 use super::{error, HttpResponse};
 
@@ -85,7 +83,9 @@ pub async fn admit<'a>(
     match verify(config, &name, &password, peer) {
         Ok(user) => Ok(user),
         Err(reason) => {
-            with_logins(settings, |l| l.failed(peer, &name, Instant::now()));
+            with_logins(settings, |l| {
+                l.failed(peer, &name, "HTTP basic", Instant::now())
+            });
             if let Gate::Delay(delay) = gate {
                 tokio::time::sleep(delay).await;
             }
@@ -94,63 +94,18 @@ pub async fn admit<'a>(
     }
 }
 
-/// The management listener's failed logins per source address, and the rate limits of
-/// their log lines.
-struct Logins {
-    throttle: LoginThrottle,
-    refused: Reporter,
-    dropped: Reporter,
-}
-
 thread_local! {
     // The listener is one thread (a current-thread runtime): a table without a lock,
     // made from the configuration at the first request with credentials.
-    static LOGINS: RefCell<Option<Logins>> = const { RefCell::new(None) };
+    static LOGINS: RefCell<Option<LoggedThrottle>> = const { RefCell::new(None) };
 }
 
 /// Runs `f` on this thread's table (never across an await).
-fn with_logins<T>(settings: &LoginThrottleSettings, f: impl FnOnce(&mut Logins) -> T) -> T {
+fn with_logins<T>(settings: &LoginThrottleSettings, f: impl FnOnce(&LoggedThrottle) -> T) -> T {
     LOGINS.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let logins = slot.get_or_insert_with(|| Logins {
-            throttle: LoginThrottle::new(settings.clone()),
-            refused: Reporter::default(),
-            dropped: Reporter::default(),
-        });
-        f(logins)
+        f(slot.get_or_insert_with(|| LoggedThrottle::new(settings.clone())))
     })
-}
-
-impl Logins {
-    /// What to do with a request from `peer` (CON-1009, rate-limited, when refused).
-    fn gate(&mut self, peer: SocketAddr, now: Instant) -> Gate {
-        let gate = self.throttle.gate(peer.ip(), now);
-        if let Gate::Drop { failures } = gate {
-            if let Some(count) = self.dropped.note(now) {
-                LimitEvent::LoginDropped {
-                    peer: peer.ip().to_string(),
-                    failures,
-                    count,
-                }
-                .emit();
-            }
-        }
-        gate
-    }
-
-    /// A refused login from `peer` as `user`: remembered, logged (CON-1008, rate-limited).
-    fn failed(&mut self, peer: SocketAddr, user: &str, now: Instant) {
-        self.throttle.failed(peer.ip(), now);
-        if let Some(count) = self.refused.note(now) {
-            LimitEvent::LoginRefused {
-                user: user.to_owned(),
-                peer: peer.to_string(),
-                mechanism: "HTTP basic".to_owned(),
-                count,
-            }
-            .emit();
-        }
-    }
 }
 
 /// `Basic base64(user:password)` → (user, password).

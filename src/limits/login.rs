@@ -10,13 +10,21 @@
 //! picks one per connection, `SO_REUSEPORT`), so an address gets at most `burst`
 //! failures per quiet period on each shard — the shard count times `burst` in all.
 //!
+//! [`LoggedThrottle`] is the throttle with its rate-limited log lines (CON-1008 for a
+//! refused login, CON-1009 for a dropped attempt), as shards and the management listener
+//! use it.
+//!
 //! Does not: read clocks (it is given `now`), sleep, or touch connections.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::config::limits::LoginThrottleSettings;
+use crate::ops::limit_event::LimitEvent;
+
+use super::report::Reporter;
 
 /// Addresses one shard remembers at most (about 48 bytes each).
 pub const MAX_TRACKED: usize = 16_384;
@@ -147,6 +155,55 @@ impl LoginThrottle {
     /// Addresses remembered now.
     pub fn tracked(&self) -> usize {
         self.table.len()
+    }
+}
+
+/// A [`LoginThrottle`] that logs its decisions: each refused login (CON-1008, with the
+/// user, address and mechanism) and each dropped attempt (CON-1009), rate-limited.
+pub struct LoggedThrottle {
+    throttle: RefCell<LoginThrottle>,
+    refused: Reporter,
+    dropped: Reporter,
+}
+
+impl LoggedThrottle {
+    pub fn new(settings: LoginThrottleSettings) -> LoggedThrottle {
+        LoggedThrottle {
+            throttle: RefCell::new(LoginThrottle::new(settings)),
+            refused: Reporter::default(),
+            dropped: Reporter::default(),
+        }
+    }
+
+    /// What to do with a login attempt from `peer` (CON-1009 when dropped).
+    pub fn gate(&self, peer: SocketAddr, now: Instant) -> Gate {
+        let gate = self.throttle.borrow_mut().gate(peer.ip(), now);
+        if let Gate::Drop { failures } = gate {
+            if let Some(count) = self.dropped.note(now) {
+                LimitEvent::LoginDropped {
+                    peer: peer.ip().to_string(),
+                    failures,
+                    count,
+                }
+                .emit();
+            }
+        }
+        gate
+    }
+
+    /// A login from `peer` as `user` was refused: remembered for throttling, logged
+    /// (CON-1008, rate-limited) with the username, address and mechanism.
+    pub fn failed(&self, peer: SocketAddr, user: &str, mechanism: &str, now: Instant) {
+        self.throttle.borrow_mut().failed(peer.ip(), now);
+        if let Some(count) = self.refused.note(now) {
+            LimitEvent::LoginRefused {
+                user: user.to_owned(),
+                peer: peer.to_string(),
+                mechanism: mechanism.to_owned(),
+                count,
+            }
+            .emit();
+        }
     }
 }
 

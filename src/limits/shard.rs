@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::connections::{Admission, ConnectionCounts};
-use super::login::{Gate, LoginThrottle};
+use super::login::{Gate, LoggedThrottle};
 use super::report::Reporter;
 use crate::config::Config;
 use crate::model::ids::ConnId;
@@ -28,11 +28,9 @@ pub struct ShardLimits {
     unauth_cap: u32,
     unauth: Cell<u32>,
     opened: RefCell<HashMap<ConnId, Admission>>,
-    login: RefCell<LoginThrottle>,
+    login: LoggedThrottle,
     accept_report: Reporter,
     open_report: Reporter,
-    login_report: Reporter,
-    drop_report: Reporter,
     channel_report: Reporter,
     queue_report: Reporter,
     binding_report: Reporter,
@@ -47,11 +45,9 @@ impl ShardLimits {
             unauth_cap: r.connections.unauthenticated_per_shard,
             unauth: Cell::new(0),
             opened: RefCell::default(),
-            login: RefCell::new(LoginThrottle::new(r.login.clone())),
+            login: LoggedThrottle::new(r.login.clone()),
             accept_report: Reporter::default(),
             open_report: Reporter::default(),
-            login_report: Reporter::default(),
-            drop_report: Reporter::default(),
             channel_report: Reporter::default(),
             queue_report: Reporter::default(),
             binding_report: Reporter::default(),
@@ -137,33 +133,13 @@ impl ShardLimits {
 
     /// What to do with a login attempt from `peer` (CON-1009 when dropped).
     pub fn login_gate(&self, peer: SocketAddr, now: Instant) -> Gate {
-        let gate = self.login.borrow_mut().gate(peer.ip(), now);
-        if let Gate::Drop { failures } = gate {
-            if let Some(count) = self.drop_report.note(now) {
-                LimitEvent::LoginDropped {
-                    peer: peer.ip().to_string(),
-                    failures,
-                    count,
-                }
-                .emit();
-            }
-        }
-        gate
+        self.login.gate(peer, now)
     }
 
     /// A login from `peer` was refused: remembered for throttling, logged (CON-1008,
     /// rate-limited) with the username and address.
     pub fn login_failed(&self, peer: SocketAddr, user: &str, mechanism: &str, now: Instant) {
-        self.login.borrow_mut().failed(peer.ip(), now);
-        if let Some(count) = self.login_report.note(now) {
-            LimitEvent::LoginRefused {
-                user: user.to_owned(),
-                peer: peer.to_string(),
-                mechanism: mechanism.to_owned(),
-                count,
-            }
-            .emit();
-        }
+        self.login.failed(peer, user, mechanism, now);
     }
 
     /// A channel limit (channel_max, consumers per channel) refused an operation
