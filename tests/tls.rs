@@ -102,6 +102,19 @@ async fn open_tls_guest(port: u16, pki: &Pki) -> Result<Connection, amqprs::erro
     .await
 }
 
+/// Connects over TLS with `config`, reads the offered mechanisms and tries EXTERNAL:
+/// the mechanisms and the reply (`None` for connection.tune, else the close's code and
+/// text).
+fn try_external(
+    port: u16,
+    config: std::sync::Arc<rustls::ClientConfig>,
+) -> (String, Option<(u16, String)>) {
+    let mut c = TlsAmqp::connect(port, config).expect("TLS connect");
+    let mechanisms = c.read_mechanisms().expect("start");
+    c.send_start_ok("EXTERNAL", b"").expect("start-ok");
+    (mechanisms, c.read_login_reply().expect("reply"))
+}
+
 /// Sends a plain AMQP protocol header to `port` and reads until the broker closes:
 /// the socket's local address and everything the broker sent.
 fn plain_header_to(port: u16) -> (std::net::SocketAddr, Vec<u8>) {
@@ -330,28 +343,14 @@ async fn external_with_an_unknown_cn_or_no_certificate_is_refused() {
     let (_broker, port) = tls_broker(&pki, true, false);
     let ca = pki.ca_file();
     // A certificate whose CN is no user.
+    let refused = (
+        "EXTERNAL PLAIN AMQPLAIN".to_owned(),
+        Some((403, LOGIN_REFUSED_EXTERNAL.to_owned())),
+    );
     let config = raw::client_config(&ca, Some((&mallory.cert, &mallory.key)));
-    let mut c = TlsAmqp::connect(port, config).expect("TLS connect");
-    assert_eq!(
-        c.read_mechanisms().expect("start"),
-        "EXTERNAL PLAIN AMQPLAIN"
-    );
-    c.send_start_ok("EXTERNAL", b"").expect("start-ok");
-    assert_eq!(
-        c.read_login_reply().expect("reply"),
-        Some((403, LOGIN_REFUSED_EXTERNAL.to_owned()))
-    );
+    assert_eq!(try_external(port, config), refused);
     // No certificate at all (allowed by fail_if_no_peer_cert = false): no identity.
-    let mut c = TlsAmqp::connect(port, raw::client_config(&ca, None)).expect("TLS connect");
-    assert_eq!(
-        c.read_mechanisms().expect("start"),
-        "EXTERNAL PLAIN AMQPLAIN"
-    );
-    c.send_start_ok("EXTERNAL", b"").expect("start-ok");
-    assert_eq!(
-        c.read_login_reply().expect("reply"),
-        Some((403, LOGIN_REFUSED_EXTERNAL.to_owned()))
-    );
+    assert_eq!(try_external(port, raw::client_config(&ca, None)), refused);
     // PLAIN still works on the same listener.
     let mut c = TlsAmqp::connect(port, raw::client_config(&ca, None)).expect("TLS connect");
     c.read_mechanisms().expect("start");
@@ -369,12 +368,12 @@ async fn external_is_offered_only_where_peers_are_verified() {
     // Verification off: neither listener offers EXTERNAL, and it is refused.
     let (broker, port) = tls_broker(&pki, false, false);
     let config = raw::client_config(&ca, Some((&alice.cert, &alice.key)));
-    let mut c = TlsAmqp::connect(port, config).expect("TLS connect");
-    assert_eq!(c.read_mechanisms().expect("start"), "PLAIN AMQPLAIN");
-    c.send_start_ok("EXTERNAL", b"").expect("start-ok");
     assert_eq!(
-        c.read_login_reply().expect("reply"),
-        Some((503, EXTERNAL_NOT_OFFERED.to_owned()))
+        try_external(port, config),
+        (
+            "PLAIN AMQPLAIN".to_owned(),
+            Some((503, EXTERNAL_NOT_OFFERED.to_owned()))
+        )
     );
     let mut plain = RawConn::connect(&broker.addr());
     plain.send_protocol_header();
@@ -418,17 +417,11 @@ async fn fail_if_no_peer_cert_refuses_a_client_without_one() {
         .expect("CON-1010 line");
     assert!(line.to_lowercase().contains("certificate"), "{line}");
     // With one, the connection proceeds.
-    let mut c = TlsAmqp::connect(
-        port,
-        raw::client_config(&ca, Some((&alice.cert, &alice.key))),
-    )
-    .expect("TLS connect");
+    let config = raw::client_config(&ca, Some((&alice.cert, &alice.key)));
     assert_eq!(
-        c.read_mechanisms().expect("start"),
-        "EXTERNAL PLAIN AMQPLAIN"
+        try_external(port, config),
+        ("EXTERNAL PLAIN AMQPLAIN".to_owned(), None)
     );
-    c.send_start_ok("EXTERNAL", b"").expect("start-ok");
-    assert_eq!(c.read_login_reply().expect("tune"), None);
 }
 
 #[test]
