@@ -16,6 +16,7 @@ use crate::protocol::{FieldTable, FieldValue, ShortStr};
 use crate::shard::inbox::{ControlOk, ControlRequest, ShardMsg};
 use crate::shard::observe::{ObserveReply, ObserveRequest, QueueView, ShardView, Want};
 
+use super::auth::Viewer;
 use super::{error, respond, unavailable, Context, HttpResponse};
 
 fn ok_json(v: &Value) -> HttpResponse {
@@ -34,29 +35,44 @@ fn not_found(what: &str) -> HttpResponse {
     error(StatusCode::NOT_FOUND, &format!("{what} not found"))
 }
 
-pub async fn get(ctx: &Context, path: &[&str], _query: &str) -> HttpResponse {
+/// A GET under `/api/`, showing `viewer` what it may see: a vhost named in the path that
+/// it may not see is 401, as RabbitMQ's management answers; listings leave out the rest.
+pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>) -> HttpResponse {
+    if let ["queues" | "exchanges" | "bindings", vhost, ..] = path {
+        if !viewer.sees_vhost(vhost) {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "User not authorised to access virtual host",
+            );
+        }
+    }
     match path {
         ["overview"] => overview(ctx).await,
-        ["queues"] => queues(ctx, None).await,
-        ["queues", vhost] => queues(ctx, Some(vhost)).await,
+        ["queues"] => queues(ctx, None, viewer).await,
+        ["queues", vhost] => queues(ctx, Some(vhost), viewer).await,
         ["queues", vhost, name] => queue(ctx, vhost, name).await,
-        ["exchanges"] | ["exchanges", _] => exchanges(ctx, path.get(1).copied()).await,
-        ["bindings"] | ["bindings", _] => bindings(ctx, path.get(1).copied()).await,
+        ["exchanges"] | ["exchanges", _] => exchanges(ctx, path.get(1).copied(), viewer).await,
+        ["bindings"] | ["bindings", _] => bindings(ctx, path.get(1).copied(), viewer).await,
         ["connections"] => {
             listing(ctx, CONNECTIONS, |s| {
-                s.connections.iter().map(connection_json).collect()
+                let mine = s.connections.iter();
+                let mine = mine.filter(|c| viewer.sees_connection_of(&c.user));
+                mine.map(connection_json).collect()
             })
             .await
         }
         ["channels"] => {
             listing(ctx, CONNECTIONS, |s| {
-                s.channels.iter().map(channel_json).collect()
+                let mine = s.channels.iter();
+                let mine = mine.filter(|c| viewer.sees_connection_of(&c.user));
+                mine.map(channel_json).collect()
             })
             .await
         }
         ["consumers"] => {
             listing(ctx, CONSUMERS, |s| {
-                s.consumers.iter().map(consumer_json).collect()
+                let seen = s.consumers.iter().filter(|c| viewer.sees_vhost(&c.vhost));
+                seen.map(consumer_json).collect()
             })
             .await
         }
@@ -222,14 +238,14 @@ async fn overview(ctx: &Context) -> HttpResponse {
     }))
 }
 
-async fn queues(ctx: &Context, vhost: Option<&str>) -> HttpResponse {
+async fn queues(ctx: &Context, vhost: Option<&str>, viewer: &Viewer<'_>) -> HttpResponse {
     let Some(shards) = ctx.snapshots(QUEUES).await else {
         return unavailable();
     };
     let mut all: Vec<&QueueView> = shards
         .iter()
         .flat_map(|s| &s.queues)
-        .filter(|q| vhost.is_none_or(|v| q.vhost == v))
+        .filter(|q| vhost.is_none_or(|v| q.vhost == v) && viewer.sees_vhost(&q.vhost))
         .collect();
     all.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
     ok_json(&Value::Array(all.into_iter().map(queue_json).collect()))
@@ -246,13 +262,13 @@ async fn queue(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
         .map_or_else(|| not_found("queue"), |q| ok_json(&queue_json(q)))
 }
 
-async fn exchanges(ctx: &Context, vhost: Option<&str>) -> HttpResponse {
+async fn exchanges(ctx: &Context, vhost: Option<&str>, viewer: &Viewer<'_>) -> HttpResponse {
     let Some(dir) = ctx.directory().await else {
         return unavailable();
     };
     let all: Vec<Value> = dir
         .iter()
-        .filter(|v| vhost.is_none_or(|h| v.vhost == h))
+        .filter(|v| vhost.is_none_or(|h| v.vhost == h) && viewer.sees_vhost(&v.vhost))
         .flat_map(|v| {
             v.exchanges.iter().map(|e| {
                 json!({
@@ -266,13 +282,13 @@ async fn exchanges(ctx: &Context, vhost: Option<&str>) -> HttpResponse {
     ok_json(&Value::Array(all))
 }
 
-async fn bindings(ctx: &Context, vhost: Option<&str>) -> HttpResponse {
+async fn bindings(ctx: &Context, vhost: Option<&str>, viewer: &Viewer<'_>) -> HttpResponse {
     let Some(dir) = ctx.directory().await else {
         return unavailable();
     };
     let all: Vec<Value> = dir
         .iter()
-        .filter(|v| vhost.is_none_or(|h| v.vhost == h))
+        .filter(|v| vhost.is_none_or(|h| v.vhost == h) && viewer.sees_vhost(&v.vhost))
         .flat_map(|v| {
             v.bindings.iter().map(|b| {
                 json!({

@@ -1,7 +1,9 @@
 //! Owns: HTTP basic authentication of the management listener against the broker's
-//! `[auth]` users: any valid user may read; changes need the `administrator` tag (checked
-//! by the router). Users listed in `loopback_users` are refused from other addresses, as
-//! they are on AMQP.
+//! `[auth]` users, and what each may see ([`Viewer`]). Without `[auth] permissions` any
+//! valid user may read everything; with it, RabbitMQ's rules: only management-family tags
+//! get in, and `management` / `policymaker` users see their vhosts and their own
+//! connections. Changes need the `administrator` tag (checked by the router). Users
+//! listed in `loopback_users` are refused from other addresses, as they are on AMQP.
 //!
 //! Failed logins are throttled per source address as AMQP logins are (`[limits.login]`:
 //! growing delays before the 401, then 429 for every request from the address until it
@@ -106,6 +108,47 @@ fn with_logins<T>(settings: &LoginThrottleSettings, f: impl FnOnce(&LoggedThrott
         let mut slot = cell.borrow_mut();
         f(slot.get_or_insert_with(|| LoggedThrottle::new(settings.clone())))
     })
+}
+
+/// What a user may see through the API. Without `[auth] permissions`, or for users
+/// tagged `monitoring` or `administrator`, everything; otherwise (RabbitMQ's rule for
+/// `management` and `policymaker` users) the objects of the vhosts the user has
+/// permissions on, and only the user's own connections and channels.
+pub enum Viewer<'a> {
+    All,
+    Limited { user: &'a User, config: &'a Config },
+}
+
+impl<'a> Viewer<'a> {
+    pub fn of(config: &'a Config, user: &'a User) -> Viewer<'a> {
+        let monitor = user
+            .tags
+            .iter()
+            .any(|t| t == "monitoring" || t == "administrator");
+        if config.permissions.entries.is_none() || monitor {
+            Viewer::All
+        } else {
+            Viewer::Limited { user, config }
+        }
+    }
+
+    /// Whether the user may see `vhost`'s queues, exchanges, bindings and consumers.
+    pub fn sees_vhost(&self, vhost: &str) -> bool {
+        match self {
+            Viewer::All => true,
+            Viewer::Limited { user, config } => {
+                config.permissions.grant(&user.name, vhost).is_some()
+            }
+        }
+    }
+
+    /// Whether the user may see a connection (or its channels) logged in as `owner`.
+    pub fn sees_connection_of(&self, owner: &str) -> bool {
+        match self {
+            Viewer::All => true,
+            Viewer::Limited { user, .. } => user.name == owner,
+        }
+    }
 }
 
 /// `Basic base64(user:password)` → (user, password).

@@ -162,7 +162,9 @@ async fn handle<B>(ctx: &Context, req: Request<B>, peer: SocketAddr) -> HttpResp
     }
     match (&method, segs.as_slice()) {
         (&Method::GET, ["metrics"]) => metrics::scrape(ctx).await,
-        (&Method::GET, ["api", rest @ ..]) => api::get(ctx, rest, &query).await,
+        (&Method::GET, ["api", rest @ ..]) => {
+            api::get(ctx, rest, &query, &auth::Viewer::of(&ctx.config, user)).await
+        }
         (&Method::DELETE, ["api", rest @ ..]) => api::delete(ctx, rest).await,
         (_, ["metrics"] | ["api", ..]) => {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
