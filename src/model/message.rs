@@ -15,6 +15,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use smallvec::SmallVec;
 
+use crate::protocol::reply::{erlang_term, ErlangShape};
 use crate::protocol::ShortStr;
 
 /// A shard-local handle to a message. Queues on one shard share one `Arc` reference
@@ -273,7 +274,10 @@ pub fn parse_expiration(raw: &[u8]) -> Result<u64, String> {
     }
     let rest = &unsigned[digits..];
     if !rest.is_empty() {
-        return Err(format!("{{leftover_string,{}}}", erlang_string(rest)));
+        return Err(format!(
+            "{{leftover_string,{}}}",
+            erlang_term(rest, ErlangShape::List)
+        ));
     }
     let text = &unsigned[..digits];
     let trimmed = match text.iter().position(|&b| b != b'0') {
@@ -288,26 +292,6 @@ pub fn parse_expiration(raw: &[u8]) -> Result<u64, String> {
     match value {
         Some(ms) if ms <= MAX_EXPIRY_MS => Ok(ms),
         _ => Err(format!("{{value_too_large,{number}}}")),
-    }
-}
-
-/// Bytes as Erlang's `~p` prints a list of characters: `"abc"` when printable ASCII,
-/// else `[1,2,3]`.
-fn erlang_string(bytes: &[u8]) -> String {
-    if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
-        let mut out = String::with_capacity(bytes.len() + 2);
-        out.push('"');
-        for &b in bytes {
-            if b == b'"' || b == b'\\' {
-                out.push('\\');
-            }
-            out.push(char::from(b));
-        }
-        out.push('"');
-        out
-    } else {
-        let items: Vec<String> = bytes.iter().map(u8::to_string).collect();
-        format!("[{}]", items.join(","))
     }
 }
 

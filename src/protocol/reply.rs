@@ -1,7 +1,8 @@
 //! AMQP reply codes.
 //!
 //! Owns: [`ReplyCode`] (generated from the spec's constants, with its
-//! soft/hard class) and its `"404 NOT_FOUND"` rendering.
+//! soft/hard class) and its `"404 NOT_FOUND"` rendering, and [`erlang_term`], bytes as
+//! RabbitMQ's texts print them.
 //! Does not: decide *when* to close a channel or connection (that is
 //! `session`), or build reply texts for particular failures.
 
@@ -21,6 +22,40 @@ impl fmt::Display for ReplyCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.code(), self.name())
     }
+}
+
+/// How Erlang's `~p` prints bytes inside RabbitMQ's reply texts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErlangShape {
+    /// A binary: `<<"abc">>` when printable ASCII, else `<<1,2,3>>`.
+    Binary,
+    /// A list of characters: `"abc"` when printable ASCII, else `[1,2,3]`.
+    List,
+}
+
+/// `bytes` as Erlang's `~p` prints them in `shape`.
+pub fn erlang_term(bytes: &[u8], shape: ErlangShape) -> String {
+    let printable = !bytes.is_empty() && bytes.iter().all(|b| (0x20..0x7f).contains(b));
+    let (open, close) = match (shape, printable) {
+        (ErlangShape::Binary, true) => ("<<\"", "\">>"),
+        (ErlangShape::Binary, false) => ("<<", ">>"),
+        (ErlangShape::List, true) => ("\"", "\""),
+        (ErlangShape::List, false) => ("[", "]"),
+    };
+    let mut out = String::from(open);
+    if printable {
+        for &b in bytes {
+            if b == b'"' || b == b'\\' {
+                out.push('\\');
+            }
+            out.push(char::from(b));
+        }
+    } else {
+        let items: Vec<String> = bytes.iter().map(u8::to_string).collect();
+        out.push_str(&items.join(","));
+    }
+    out.push_str(close);
+    out
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 use std::fmt;
 
 use crate::policy::queue_args::QueueArgError;
+use crate::protocol::reply::{erlang_term, ErlangShape};
 use crate::protocol::ReplyCode;
 
 /// Which kind of object an error is about, for texts like "no queue 'x' in vhost '/'".
@@ -393,27 +394,8 @@ impl ConnectionError {
         };
         ConnectionError::Frame(format!(
             "type 8, {which} octets = {}: unknown_frame",
-            erlang_binary(shown)
+            erlang_term(shown, ErlangShape::Binary)
         ))
-    }
-}
-
-/// A binary as Erlang's `~p` prints it: `<<"abc">>` when printable ASCII, else
-/// `<<1,2,3>>`.
-fn erlang_binary(bytes: &[u8]) -> String {
-    if !bytes.is_empty() && bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
-        let mut out = String::from("<<\"");
-        for &b in bytes {
-            if b == b'"' || b == b'\\' {
-                out.push('\\');
-            }
-            out.push(char::from(b));
-        }
-        out.push_str("\">>");
-        out
-    } else {
-        let items: Vec<String> = bytes.iter().map(u8::to_string).collect();
-        format!("<<{}>>", items.join(","))
     }
 }
 
