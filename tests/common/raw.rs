@@ -394,6 +394,15 @@ impl RawConn {
         exclusive: bool,
         auto_delete: bool,
     ) -> String {
+        self.send_queue_declare(channel, name, [durable, exclusive, auto_delete]);
+        let ok = self.expect_method(channel, m::QUEUE_DECLARE_OK);
+        ok.dec().shortstr()
+    }
+
+    /// Sends queue.declare with flags (durable, exclusive, auto-delete), without
+    /// waiting for the answer.
+    pub fn send_queue_declare(&mut self, channel: u16, name: &str, flags: [bool; 3]) {
+        let [durable, exclusive, auto_delete] = flags;
         let args = Enc::new()
             .short(0)
             .shortstr(name)
@@ -402,8 +411,6 @@ impl RawConn {
             .done();
         self.send_method(channel, m::QUEUE_DECLARE, &args)
             .expect("send queue.declare");
-        let ok = self.expect_method(channel, m::QUEUE_DECLARE_OK);
-        ok.dec().shortstr()
     }
 
     pub fn queue_bind(&mut self, channel: u16, queue: &str, exchange: &str, key: &str) {

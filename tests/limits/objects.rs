@@ -80,14 +80,7 @@ fn declare(c: &mut RawConn, channel: u16, name: &str) {
 }
 
 fn send_declare(c: &mut RawConn, channel: u16, name: &str) {
-    let args = Enc::new()
-        .short(0)
-        .shortstr(name)
-        .bits(&[false, false, false, false, false])
-        .table(&vec![])
-        .done();
-    c.send_method(channel, m::QUEUE_DECLARE, &args)
-        .expect("queue.declare");
+    c.send_queue_declare(channel, name, [false; 3]);
 }
 
 fn delete(c: &mut RawConn, channel: u16, name: &str) {
