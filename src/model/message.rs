@@ -2,11 +2,14 @@
 //! shared, immutable handle to the raw content-header properties and the body chunks as
 //! they were read from the publisher's socket, plus the routing facts a queue needs.
 //!
-//! Does not: mutate a message after publish, re-encode its properties, or copy its body.
+//! Does not: mutate a message after publish, re-encode its properties, or copy a large
+//! body.
 //!
 //! # Invariants
-//! - `raw_properties` and `body` are `Bytes` slices of the publisher's read buffer; the
-//!   same slices are written to every subscriber.
+//! - A body chunk above `WIRE_TAIL_MAX_BODY` is a `Bytes` slice of the publisher's read
+//!   buffer (or of an allocation the reader gave that frame alone); the same slices are
+//!   written to every subscriber. Names, properties and smaller bodies are copied out
+//!   of the read buffer, so that nothing a queue keeps pins more than the ledger charges.
 //! - `body_size` is the sum of the chunk lengths and equals the content header's
 //!   announced body size.
 
@@ -25,6 +28,22 @@ pub type LocalMessage = std::rc::Rc<Message>;
 
 /// Body chunks as received: one per body frame.
 pub type BodyChunks = SmallVec<[Bytes; 1]>;
+
+/// A publish's body as it was received: its chunks, and how many bytes of the read
+/// buffers they were cut from they keep alive beyond their own (`Frame::pinned`), which
+/// the memory ledger charges to the message.
+#[derive(Debug, Default)]
+pub struct ReceivedBody {
+    pub chunks: BodyChunks,
+    pub pinned: u64,
+}
+
+impl ReceivedBody {
+    /// A body with no read-buffer bytes beyond its own.
+    pub fn owned(chunks: BodyChunks) -> ReceivedBody {
+        ReceivedBody { chunks, pinned: 0 }
+    }
+}
 
 /// A shared handle to a published message. Cloning is a reference-count increment.
 #[derive(Clone, Debug)]
@@ -73,6 +92,36 @@ pub struct WireTail {
     pub body_channel_at: usize,
     props_at: usize,
     body_at: usize,
+}
+
+impl WireTail {
+    /// The exchange and routing key, as slices of the tail (the tail starts with them,
+    /// each after its length octet).
+    fn names(&self, exchange_len: usize, routing_key_len: usize) -> (ShortStr, ShortStr) {
+        let exchange = self.bytes.slice(1..1 + exchange_len);
+        let at = 2 + exchange_len;
+        let routing_key = self.bytes.slice(at..at + routing_key_len);
+        (ShortStr::from(exchange), ShortStr::from(routing_key))
+    }
+}
+
+/// The exchange, routing key and properties copied into one allocation of their own.
+fn copy_names_and_properties(
+    exchange: &ShortStr,
+    routing_key: &ShortStr,
+    raw_properties: &Bytes,
+) -> (ShortStr, ShortStr, Bytes) {
+    let (e, r) = (exchange.len(), routing_key.len());
+    let mut out = BytesMut::with_capacity(e + r + raw_properties.len());
+    out.put_slice(exchange.as_bytes());
+    out.put_slice(routing_key.as_bytes());
+    out.put_slice(raw_properties);
+    let all = out.freeze();
+    (
+        ShortStr::from(all.slice(..e)),
+        ShortStr::from(all.slice(e..e + r)),
+        all.slice(e + r..),
+    )
 }
 
 /// Largest body for which a [`WireTail`] is built, bytes.
@@ -141,28 +190,40 @@ impl Message {
             exchange,
             routing_key,
             raw_properties,
-            body,
+            ReceivedBody::owned(body),
             body_size,
             ttl_ms,
         )
     }
 
     /// [`Message::new`] with the `expiration` property already parsed (the publish path
-    /// parses it once, to refuse an invalid one).
+    /// parses it once, to refuse an invalid one), for a body as received.
+    ///
+    /// Nothing the message keeps may pin more memory than the ledger charges it: the
+    /// names and properties are slices of the publisher's read buffer, so they are
+    /// copied out — into the delivery tail for a small message (which then holds every
+    /// byte the message keeps), else into one allocation of their own; body chunks too
+    /// small to have been given their own allocation are copied as well. A large chunk
+    /// stays the publisher's bytes, and what it pins beyond itself is charged.
     pub fn with_ttl(
         exchange: ShortStr,
         routing_key: ShortStr,
         raw_properties: Bytes,
-        body: BodyChunks,
+        body: ReceivedBody,
         body_size: u64,
         ttl_ms: Option<u64>,
     ) -> Message {
         let persistent = crate::protocol::properties::raw_delivery_mode(&raw_properties) == Some(2);
-        let wire_tail = build_wire_tail(&exchange, &routing_key, &raw_properties, &body, body_size);
-        // A small message's properties and body are re-pointed into its own tail, so a
-        // queued message does not keep the publisher's whole read buffer alive.
-        let (raw_properties, body) = match &wire_tail {
+        let wire_tail = build_wire_tail(
+            &exchange,
+            &routing_key,
+            &raw_properties,
+            &body.chunks,
+            body_size,
+        );
+        let (exchange, routing_key, raw_properties, chunks, memory) = match &wire_tail {
             Some(tail) => {
+                let (exchange, routing_key) = tail.names(exchange.len(), routing_key.len());
                 let props = tail
                     .bytes
                     .slice(tail.props_at..tail.props_at + raw_properties.len());
@@ -173,15 +234,27 @@ impl Message {
                             .slice(tail.body_at..tail.body_at + body_size as usize),
                     );
                 }
-                (props, chunks)
+                let memory = MESSAGE_OVERHEAD + tail.bytes.len() as u64;
+                (exchange, routing_key, props, chunks, memory)
             }
-            None => (raw_properties, body),
+            None => {
+                let (exchange, routing_key, props) =
+                    copy_names_and_properties(&exchange, &routing_key, &raw_properties);
+                let mut chunks = body.chunks;
+                for chunk in chunks.iter_mut() {
+                    if chunk.len() as u64 <= WIRE_TAIL_MAX_BODY {
+                        *chunk = Bytes::copy_from_slice(chunk);
+                    }
+                }
+                let memory = MESSAGE_OVERHEAD
+                    + exchange.len() as u64
+                    + routing_key.len() as u64
+                    + props.len() as u64
+                    + body_size
+                    + body.pinned;
+                (exchange, routing_key, props, chunks, memory)
+            }
         };
-        let memory = MESSAGE_OVERHEAD
-            + match &wire_tail {
-                Some(tail) => tail.bytes.len() as u64,
-                None => body_size + raw_properties.len() as u64,
-            };
         super::ledger::messages(memory as i64);
         Message(Arc::new(MessageInner {
             memory,
@@ -189,7 +262,7 @@ impl Message {
             exchange,
             routing_key,
             raw_properties,
-            body,
+            body: chunks,
             body_size,
             persistent,
             ttl_ms,
@@ -360,5 +433,54 @@ mod tests {
         let msg = Message::new("ex".into(), "k".into(), Bytes::new(), chunks, 4000);
         assert!(msg.wire_tail().is_none());
         assert!(within(&msg.body()[0], &read_buffer));
+    }
+
+    /// The names and properties of a publish are slices of its method and header frames
+    /// in the read buffer: no message keeps them there, small or large.
+    #[test]
+    fn names_and_properties_never_pin_the_read_buffer() {
+        let read_buffer = Bytes::from(b"..amq.topic..a.b.c..\x10\x00\x02".to_vec());
+        let exchange = ShortStr::from(read_buffer.slice(2..11));
+        let key = ShortStr::from(read_buffer.slice(13..18));
+        let props = read_buffer.slice(20..);
+        for size in [8usize, 4000] {
+            let body = Bytes::from(vec![1u8; size]);
+            let mut chunks = BodyChunks::new();
+            chunks.push(body);
+            let msg = Message::new(
+                exchange.clone(),
+                key.clone(),
+                props.clone(),
+                chunks,
+                size as u64,
+            );
+            assert_eq!(msg.exchange(), &exchange);
+            assert_eq!(msg.routing_key(), &key);
+            assert_eq!(msg.raw_properties(), &props);
+            assert!(!within(msg.exchange().as_bytes(), &read_buffer), "{size}");
+            assert!(
+                !within(msg.routing_key().as_bytes(), &read_buffer),
+                "{size}"
+            );
+            assert!(!within(msg.raw_properties(), &read_buffer), "{size}");
+        }
+    }
+
+    /// A body chunk too small to have had an allocation of its own (a small frame of a
+    /// multi-frame message) is copied; what a large one pins is charged.
+    #[test]
+    fn small_chunks_of_a_large_message_are_copied_and_pinned_bytes_charged() {
+        let read_buffer = Bytes::from(vec![5u8; 65_536]);
+        let mut chunks = BodyChunks::new();
+        chunks.push(read_buffer.slice(0..400));
+        chunks.push(read_buffer.slice(400..40_400));
+        let body = ReceivedBody {
+            chunks,
+            pinned: 25_136,
+        };
+        let msg = Message::with_ttl("".into(), "q".into(), Bytes::new(), body, 40_400, None);
+        assert!(!within(&msg.body()[0], &read_buffer));
+        assert!(within(&msg.body()[1], &read_buffer));
+        assert_eq!(msg.memory_size(), MESSAGE_OVERHEAD + 1 + 40_400 + 25_136);
     }
 }

@@ -12,13 +12,11 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use bytes::BytesMut;
 use tokio_uring::buf::BoundedBuf;
 use tokio_uring::net::TcpStream;
 
 use super::read_buf::ReadBuffer;
 use crate::model::ids::ConnId;
-use crate::protocol::frame::split_frame;
 use crate::session::connection::{Conn, Phase};
 use crate::session::error::ConnectionError;
 use crate::session::signal::Signal;
@@ -199,12 +197,13 @@ async fn read_loop(
             }
             set_paused(shard, conn, false);
         }
+        let frame_max = shard.state.borrow().conn(conn).map_or(0, |c| c.frame_max);
         let n = match transport {
             Transport::Plain => {
                 // tokio-uring reads at the start of the buffer it is given, so hand it the
                 // spare capacity as a slice; the bytes already there (a partial frame)
                 // stay intact.
-                let buf = rb.take_for_read();
+                let buf = rb.take_for_read(frame_max);
                 let (start, end) = (buf.len(), buf.capacity());
                 let (res, returned) = stream.read(buf.slice(start..end)).await;
                 let n = match res {
@@ -214,19 +213,20 @@ async fn read_loop(
                 rb.put_back(returned.into_inner(), n, end - start);
                 n
             }
-            Transport::Tls(session) => match session.read(stream, &mut rb, writer).await {
+            Transport::Tls(session) => match session.read(stream, &mut rb, frame_max, writer).await
+            {
                 Some(n) => n,
                 None => return,
             },
         };
         crate::shard::ShardCounters::add(&shard.counters.bytes_read, n);
-        let buf = rb.bytes();
         shard.clock.refresh();
         let current = phase(shard, conn);
         if !reading(current) {
             return;
         }
         if current == Some(Phase::AwaitHeader) {
+            let buf = rb.bytes();
             if buf.len() < 8 {
                 continue;
             }
@@ -237,7 +237,7 @@ async fn read_loop(
                 return;
             }
         }
-        if !process_frames(shard, stream, conn, buf).await {
+        if !process_frames(shard, stream, conn, &mut rb).await {
             return;
         }
         rb.settle();
@@ -249,7 +249,7 @@ async fn process_frames(
     shard: &Rc<Shard>,
     stream: &TcpStream,
     conn: ConnId,
-    buf: &mut BytesMut,
+    rb: &mut ReadBuffer,
 ) -> bool {
     loop {
         let step = {
@@ -257,7 +257,7 @@ async fn process_frames(
             let frame_max = st.conn(conn).map_or(0, |c| c.frame_max);
             let mut step = Step::NeedMore;
             loop {
-                match split_frame(buf, frame_max) {
+                match rb.next_frame(frame_max) {
                     Ok(Some(frame)) => match st.on_frame(shard, conn, frame) {
                         Flow::Continue => {
                             if st.conn(conn).is_some_and(|c| c.hold_requested) {

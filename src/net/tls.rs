@@ -173,10 +173,11 @@ impl Session {
         &self,
         stream: &TcpStream,
         rb: &mut ReadBuffer,
+        frame_max: u32,
         writer: &Signal,
     ) -> Option<usize> {
         // Plaintext that arrived with the end of the handshake is served first.
-        if self.drain_plaintext(rb)? {
+        if self.drain_plaintext(rb, frame_max)? {
             return Some(0);
         }
         if self.peer_closed.get() {
@@ -214,7 +215,7 @@ impl Session {
                     }
                 };
                 let plain = state.plaintext_bytes_to_read();
-                if plain > 0 && !move_plaintext(&mut tls, rb, plain) {
+                if plain > 0 && !move_plaintext(&mut tls, rb, plain, frame_max) {
                     return None;
                 }
                 if state.peer_has_closed() {
@@ -239,14 +240,14 @@ impl Session {
 
     /// Moves plaintext rustls already decrypted into `rb`. `Some(true)` if there was
     /// some, `None` on a broken session.
-    fn drain_plaintext(&self, rb: &mut ReadBuffer) -> Option<bool> {
+    fn drain_plaintext(&self, rb: &mut ReadBuffer, frame_max: u32) -> Option<bool> {
         let mut tls = self.tls.borrow_mut();
         let state = tls.process_new_packets().ok()?;
         let plain = state.plaintext_bytes_to_read();
         if plain == 0 {
             return Some(false);
         }
-        move_plaintext(&mut tls, rb, plain).then_some(true)
+        move_plaintext(&mut tls, rb, plain, frame_max).then_some(true)
     }
 
     /// Encrypts `bufs` and writes the records to the socket, at most
@@ -302,8 +303,13 @@ impl Session {
 
 /// Moves `plain` decrypted bytes into the read buffer. False on a short read (a broken
 /// session).
-fn move_plaintext(tls: &mut ServerConnection, rb: &mut ReadBuffer, plain: usize) -> bool {
-    let buf = rb.bytes();
+fn move_plaintext(
+    tls: &mut ServerConnection,
+    rb: &mut ReadBuffer,
+    plain: usize,
+    frame_max: u32,
+) -> bool {
+    let buf = rb.room_for(plain, frame_max);
     let len = buf.len();
     buf.resize(len + plain, 0);
     match tls.reader().read_exact(&mut buf[len..]) {

@@ -69,6 +69,10 @@ pub struct Frame {
     pub channel: u16,
     /// The payload, without header or frame-end octet (zero-copy slice).
     pub payload: Bytes,
+    /// Bytes of the buffer the payload was cut from that it keeps alive beyond its own
+    /// length, for the memory ledger to charge whoever keeps the payload (0 when the
+    /// payload has an allocation of its own; set by the reader, which knows the buffer).
+    pub pinned: u32,
 }
 
 /// A frame-level protocol violation. All are connection errors (501
@@ -151,6 +155,7 @@ pub fn split_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, 
         kind,
         channel,
         payload: frame.freeze(),
+        pinned: 0,
     }))
 }
 

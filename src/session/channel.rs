@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::model::ids::{IdMap, QueueRef};
 use crate::model::ledger::PartialBytes;
-use crate::model::message::{BodyChunks, Message};
+use crate::model::message::{Message, ReceivedBody};
 use crate::protocol::method::BasicPublish;
 use crate::protocol::{ContentHeader, ShortStr};
 use crate::session::confirm::ConfirmTracker;
@@ -38,7 +38,7 @@ pub enum Content {
     AwaitBody {
         publish: BasicPublish,
         header: ContentHeader,
-        chunks: BodyChunks,
+        body: ReceivedBody,
         received: u64,
         /// The body bytes received so far, counted in the memory ledger until the
         /// message is complete (or abandoned).

@@ -33,11 +33,13 @@ pub struct MessageParts {
 }
 
 impl MessageParts {
+    /// The message, its body copied out of the segment read it was cut from (a read
+    /// of many records must not be kept alive by one of them).
     pub fn build(&self) -> Message {
         let mut chunks = BodyChunks::new();
         let size = self.body.len() as u64;
         if size > 0 {
-            chunks.push(self.body.clone());
+            chunks.push(Bytes::copy_from_slice(&self.body));
         }
         Message::new(
             self.exchange.clone(),

@@ -9,7 +9,7 @@ use crate::auth::permissions::Perm::{Configure, Read};
 use crate::model::exchange::{ExchangeDef, ExchangeKind};
 use crate::model::ids::{ConnId, ConnOwner, QueueRef};
 use crate::model::ledger::PartialBytes;
-use crate::model::message::BodyChunks;
+use crate::model::message::ReceivedBody;
 use crate::policy::queue_args;
 use crate::protocol::frame::{Frame, FrameKind};
 use crate::protocol::method::{
@@ -75,12 +75,19 @@ impl State {
                     return Ok(Flow::Continue);
                 }
                 if header.body_size == 0 {
-                    self.publish(shard, conn, number, publish, header, BodyChunks::new());
+                    self.publish(
+                        shard,
+                        conn,
+                        number,
+                        publish,
+                        header,
+                        ReceivedBody::default(),
+                    );
                 } else {
                     ch.content = Content::AwaitBody {
                         publish,
                         header,
-                        chunks: BodyChunks::new(),
+                        body: ReceivedBody::default(),
                         received: 0,
                         ledger: PartialBytes::default(),
                     };
@@ -92,7 +99,7 @@ impl State {
                 Content::AwaitBody {
                     publish,
                     header,
-                    mut chunks,
+                    mut body,
                     received,
                     mut ledger,
                 },
@@ -105,17 +112,18 @@ impl State {
                     ));
                 }
                 if !frame.payload.is_empty() {
-                    ledger.add(frame.payload.len() as u64);
-                    chunks.push(frame.payload);
+                    ledger.add(frame.payload.len() as u64 + u64::from(frame.pinned));
+                    body.pinned += u64::from(frame.pinned);
+                    body.chunks.push(frame.payload);
                 }
                 if received == header.body_size {
                     drop(ledger);
-                    self.publish(shard, conn, number, publish, header, chunks);
+                    self.publish(shard, conn, number, publish, header, body);
                 } else {
                     ch.content = Content::AwaitBody {
                         publish,
                         header,
-                        chunks,
+                        body,
                         received,
                         ledger,
                     };

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 
 use crate::model::exchange::Targets;
 use crate::model::ids::{ChannelRef, ConnId};
-use crate::model::message::{parse_expiration, BodyChunks, Message};
+use crate::model::message::{parse_expiration, Message, ReceivedBody};
 use crate::model::routing::RouteError;
 use crate::protocol::method::{BasicAck, BasicNack, BasicPublish, BasicReturn, TxCommitOk};
 use crate::protocol::properties::{raw_expiration, raw_headers};
@@ -34,7 +34,7 @@ impl State {
         number: u16,
         publish: BasicPublish,
         header: ContentHeader,
-        chunks: BodyChunks,
+        body: ReceivedBody,
     ) {
         self.note_publish(shard, conn, number, header.body_size);
         if let Err(e) = self.authorize_publish(conn, number, &publish.exchange) {
@@ -63,7 +63,7 @@ impl State {
             publish.exchange.clone(),
             publish.routing_key.clone(),
             header.raw_properties,
-            chunks,
+            body,
             header.body_size,
             ttl_ms,
         );
