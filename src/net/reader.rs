@@ -23,8 +23,7 @@ use crate::session::signal::Signal;
 use crate::shard::handler::{pending, Flow, HeaderCheck};
 use crate::shard::Shard;
 
-/// How long a closed connection's writer may take to flush its last frames.
-const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+use super::writer::CLOSE_GRACE;
 
 /// The reader pauses while the connection's outbound buffer holds more than this many
 /// times `write_high_water` (deliveries stop at 1x; replies and returns could go on).
@@ -191,11 +190,7 @@ async fn read_loop(
         };
         if full(shard) {
             rb.release_if_empty();
-            set_paused(shard, conn, true);
-            while full(shard) {
-                progress.wait().await;
-            }
-            set_paused(shard, conn, false);
+            await_drain(shard, stream, conn, progress, &full).await;
         }
         let frame_max = shard.state.borrow().conn(conn).map_or(0, |c| c.frame_max);
         let n = match transport {
@@ -397,6 +392,54 @@ async fn hold(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) -> bool {
         crate::ops::event::OpsEvent::ReadingResumed { subject }.emit();
     }
     true
+}
+
+/// How often a reader paused for a full outbound buffer looks for signs of life.
+const PAUSE_RECHECK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Waits, not reading, while the connection's outbound buffer is over the pause mark
+/// because its peer does not read. This pause is the peer's doing, so it does not
+/// exempt the connection from the missed-heartbeat check: the peer counts as alive
+/// while the writer gets bytes onto the socket (its side takes them) or bytes arrive
+/// for us to read later (heartbeats, acks). A frozen peer shows neither, and after two
+/// heartbeat intervals the shard closes it.
+async fn await_drain(
+    shard: &Shard,
+    stream: &TcpStream,
+    conn: ConnId,
+    progress: &Signal,
+    full: &impl Fn(&Shard) -> bool,
+) {
+    let mut waiting = bytes_waiting(stream);
+    while full(shard) {
+        let alive = match tokio::time::timeout(PAUSE_RECHECK, progress.wait()).await {
+            Ok(()) => true,
+            Err(_) => {
+                let now_waiting = bytes_waiting(stream);
+                std::mem::replace(&mut waiting, now_waiting) != now_waiting
+            }
+        };
+        if alive {
+            shard.clock.refresh();
+            let now = shard.clock.now();
+            if let Some(c) = shard.state.borrow_mut().conn_mut(conn) {
+                c.last_recv = now;
+            }
+        }
+    }
+}
+
+/// Bytes the peer sent that are waiting in the socket's receive queue (0 if unknown).
+fn bytes_waiting(stream: &TcpStream) -> i32 {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int for an fd this task owns.
+    let rc = unsafe { libc::ioctl(stream.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if rc == 0 {
+        n
+    } else {
+        0
+    }
 }
 
 /// Whether the peer closed or reset the socket, found without reading from it.
