@@ -23,7 +23,10 @@ use crate::session::signal::Signal;
 use crate::shard::handler::{pending, Flow, HeaderCheck};
 use crate::shard::Shard;
 
-use super::writer::CLOSE_GRACE;
+/// How long a closed connection's writer may take to flush its last frames before the
+/// socket is shut under it (a write to a peer that never reads again does not complete:
+/// it must not keep the connection, its unacked deliveries and its exclusive queues).
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The reader pauses while the connection's outbound buffer holds more than this many
 /// times `write_high_water` (deliveries stop at 1x; replies and returns could go on).
@@ -111,9 +114,15 @@ pub async fn serve_transport(
     if matches!(phase(&shard, conn), Some(Phase::Closed)) {
         // Let the writer flush the last frames (close-ok, connection.close, the protocol
         // header answer) before the connection is forgotten; a peer that does not read
-        // gets a bounded grace period.
+        // gets a bounded grace period, then its socket is shut, which ends the write.
         shard.flush();
-        let _ = tokio::time::timeout(CLOSE_GRACE, writer_done.wait()).await;
+        if tokio::time::timeout(CLOSE_GRACE, writer_done.wait())
+            .await
+            .is_err()
+        {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            let _ = tokio::time::timeout(CLOSE_GRACE, writer_done.wait()).await;
+        }
     }
     shard.state.borrow_mut().drop_conn(&shard, conn);
     shard.flush();
@@ -200,7 +209,10 @@ async fn read_loop(
                 // stay intact.
                 let buf = rb.take_for_read(frame_max);
                 let (start, end) = (buf.len(), buf.capacity());
-                let (res, returned) = stream.read(buf.slice(start..end)).await;
+                let read = stream.read(buf.slice(start..end));
+                let Some((res, returned)) = until_closed(shard, conn, read).await else {
+                    return;
+                };
                 let n = match res {
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,
@@ -208,11 +220,13 @@ async fn read_loop(
                 rb.put_back(returned.into_inner(), n, end - start);
                 n
             }
-            Transport::Tls(session) => match session.read(stream, &mut rb, frame_max, writer).await
-            {
-                Some(n) => n,
-                None => return,
-            },
+            Transport::Tls(session) => {
+                let read = session.read(stream, &mut rb, frame_max, writer);
+                match until_closed(shard, conn, read).await.flatten() {
+                    Some(n) => n,
+                    None => return,
+                }
+            }
         };
         crate::shard::ShardCounters::add(&shard.counters.bytes_read, n);
         shard.clock.refresh();
@@ -392,6 +406,41 @@ async fn hold(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) -> bool {
         crate::ops::event::OpsEvent::ReadingResumed { subject }.emit();
     }
     true
+}
+
+/// Runs a read of the socket until it completes, or gives it up (`None`) once the
+/// shard closed the connection meanwhile (a missed-heartbeat close, the close timeout):
+/// a frozen peer sends nothing, and its read must not keep the connection alive. The
+/// connection's `resume` signal is raised when it closes; other wake-ups (flow release)
+/// are passed on.
+async fn until_closed<T>(
+    shard: &Shard,
+    conn: ConnId,
+    read: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let resume = shard
+        .state
+        .borrow()
+        .conn(conn)
+        .map(|c| Rc::clone(&c.resume))?;
+    let mut read = std::pin::pin!(read);
+    let mut woken = false;
+    let out = loop {
+        tokio::select! {
+            biased;
+            out = &mut read => break Some(out),
+            () = resume.wait() => {
+                woken = true;
+                if matches!(phase(shard, conn), None | Some(Phase::Closed)) {
+                    break None;
+                }
+            }
+        }
+    };
+    if woken {
+        resume.notify();
+    }
+    out
 }
 
 /// How often a reader paused for a full outbound buffer looks for signs of life.

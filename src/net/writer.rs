@@ -5,9 +5,8 @@
 //! connection is `Closed` (close-ok to the broker's close, a close timeout, shutdown, or
 //! the client gone after its own close) it flushes and shuts the socket; while the
 //! connection lingers after close-ok to the client's close, it flushes only and leaves the
-//! socket for the client to close. A write still pending `CLOSE_GRACE` after the
-//! connection closed is given up, so a peer that never reads again cannot keep a closed
-//! connection (its unacked deliveries, its exclusive queues) alive.
+//! socket for the client to close. A write that never completes (a peer that stopped
+//! reading) is ended by the reader shutting the socket `CLOSE_GRACE` after the close.
 //!
 //! Does not: grow the outbound buffer (the shard fills it, bounded by credit), or read.
 
@@ -81,15 +80,9 @@ async fn write_loop(
                 }
                 break;
             }
-            let write = async {
-                match transport {
-                    Transport::Plain => write_all(stream, bufs).await,
-                    Transport::Tls(session) => session.write(stream, bufs).await,
-                }
-            };
-            let Some(sent) = bounded_once_closed(shard, conn, signal, write).await else {
-                tracing::debug!("write not done {CLOSE_GRACE:?} after the close; cut off");
-                return;
+            let sent = match transport {
+                Transport::Plain => write_all(stream, bufs).await,
+                Transport::Tls(session) => session.write(stream, bufs).await,
             };
             let written = match sent {
                 Ok(n) => {
@@ -125,48 +118,6 @@ async fn write_loop(
             progress.notify();
         }
     }
-}
-
-/// How long a write may go on once the connection is `Closed` (the last frames of a
-/// close to a peer that still reads).
-pub const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Runs `write`; if the connection is closed meanwhile (a missed-heartbeat close, the
-/// close timeout, shutdown), gives it [`CLOSE_GRACE`] more and then gives up (`None`):
-/// a write to a peer that never reads again must not keep a closed connection, its
-/// unacknowledged deliveries and its exclusive queues alive. Wake-ups of `signal` for
-/// other reasons are passed on to the next wait.
-async fn bounded_once_closed<T>(
-    shard: &Shard,
-    conn: ConnId,
-    signal: &Signal,
-    write: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    let closed = |shard: &Shard| {
-        shard
-            .state
-            .borrow()
-            .conn(conn)
-            .is_none_or(|c| c.phase == Phase::Closed)
-    };
-    let mut write = std::pin::pin!(write);
-    let mut woken = false;
-    let done = loop {
-        tokio::select! {
-            biased;
-            out = &mut write => break Some(out),
-            () = signal.wait() => {
-                woken = true;
-                if closed(shard) {
-                    break tokio::time::timeout(CLOSE_GRACE, &mut write).await.ok();
-                }
-            }
-        }
-    };
-    if woken {
-        signal.notify();
-    }
-    done
 }
 
 /// Writes every buffer, resubmitting after partial writes. Returns the bytes written.
