@@ -278,7 +278,10 @@ mod tests {
         let tail = StoreEvent::Damaged {
             path: "/d/1.seg".into(),
             skipped: None,
-            truncated: Some((1048210, "torn record: 1033 bytes announced, 12 present".into())),
+            truncated: Some((
+                1048210,
+                "torn record: 1033 bytes announced, 12 present".into(),
+            )),
         };
         assert_eq!(
             tail.to_string(),

@@ -446,7 +446,10 @@ mod tests {
                 (starts[1], starts[2] - starts[1]),
                 "length {what}"
             );
-            assert_eq!(skipped[0].records, None, "length {what}: framing is damaged");
+            assert_eq!(
+                skipped[0].records, None,
+                "length {what}: framing is damaged"
+            );
         }
     }
 
@@ -568,7 +571,10 @@ mod tests {
         assert!(r.skipped().is_empty() && r.damage().is_none());
         assert_eq!(firsts(&got), [b'a', 0xEE, b'c', 0xEE, b'e']);
         assert_eq!(got[1].1.len(), starts[2] - starts[1] - HEADER);
-        assert_eq!(&got[1].1[1..], &[b'b'; 40][..], "the region's other bytes stay");
+        assert_eq!(
+            &got[1].1[1..],
+            &[b'b'; 40][..],
+            "the region's other bytes stay"
+        );
     }
-
 }

@@ -115,10 +115,7 @@ pub fn damage_event(
     }
     let skipped = skipped.first().map(|first| SkippedRegions {
         regions: skipped.len() as u64,
-        records: skipped
-            .iter()
-            .map(|s| s.records.unwrap_or(1) as u64)
-            .sum(),
+        records: skipped.iter().map(|s| s.records.unwrap_or(1) as u64).sum(),
         at_least: skipped.iter().any(|s| s.records.is_none()),
         bytes: skipped.iter().map(|s| s.len as u64).sum(),
         first_offset: first.at as u64,

@@ -117,7 +117,9 @@ async fn flipped_mid_segment(which: Which) {
 
     broker = node.start(SHARDS);
     let head = "MST-1010 : Store records skipped : ";
-    let line = wait_line(&broker, EVENT_TIMEOUT, "MST-1010", |l| l.text.contains(head));
+    let line = wait_line(&broker, EVENT_TIMEOUT, "MST-1010", |l| {
+        l.text.contains(head)
+    });
     assert_eq!(line.level, "WARN", "MST-1010 level: {}", line.text);
     let rest = line.text.split_once(head).unwrap().1;
     let (path, rest) = rest

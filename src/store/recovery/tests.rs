@@ -15,10 +15,8 @@ struct Dir(PathBuf);
 
 impl Dir {
     fn new(name: &str) -> Dir {
-        let path = std::env::temp_dir().join(format!(
-            "sluice-recovery-{name}-{}",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("sluice-recovery-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).expect("create test dir");
         Dir(path)
@@ -90,7 +88,11 @@ fn a_flipped_byte_mid_segment_costs_one_message_and_is_repaired_in_place() {
     std::fs::write(dir.segment(1), &data).expect("write");
     let (seqs, sizes) = read(&dir);
     assert_eq!(seqs, [1, 2, 3, 4, 6, 7, 8, 9, 10]);
-    assert_eq!(sizes, [data.len() as u64], "appends go after the last record");
+    assert_eq!(
+        sizes,
+        [data.len() as u64],
+        "appends go after the last record"
+    );
     let now = std::fs::read(dir.segment(1)).expect("read back");
     assert_eq!(now.len(), data.len(), "not truncated at the damage");
     let changed: Vec<usize> = (0..now.len()).filter(|&i| now[i] != data[i]).collect();
@@ -114,7 +116,11 @@ fn a_damaged_length_mid_segment_costs_one_message() {
     data[starts[2] + 1] ^= 0x40; // #3's length grows by 16 KiB: past the end
     std::fs::write(dir.segment(1), &data).expect("write");
     assert_eq!(read(&dir).0, [1, 2, 4, 5, 6, 7, 8, 9, 10]);
-    assert_eq!(read(&dir).0, [1, 2, 4, 5, 6, 7, 8, 9, 10], "after the repair");
+    assert_eq!(
+        read(&dir).0,
+        [1, 2, 4, 5, 6, 7, 8, 9, 10],
+        "after the repair"
+    );
 }
 
 #[test]
@@ -140,7 +146,11 @@ fn a_damaged_last_record_is_cut_off() {
     let (seqs, sizes) = read(&dir);
     assert_eq!(seqs, (1..=9).collect::<Vec<_>>());
     assert_eq!(sizes, [starts[9] as u64]);
-    assert_eq!(file_len(&dir.segment(1)), starts[9] as u64, "truncated there");
+    assert_eq!(
+        file_len(&dir.segment(1)),
+        starts[9] as u64,
+        "truncated there"
+    );
 }
 
 #[test]
@@ -157,7 +167,11 @@ fn damage_in_a_recycled_file_never_brings_its_previous_life_back() {
     let (seqs, sizes) = read(&dir);
     assert_eq!(seqs, [1, 3, 4]);
     assert_eq!(sizes, [end as u64]);
-    assert_eq!(file_len(&dir.segment(2)), end as u64, "the old life is cut off");
+    assert_eq!(
+        file_len(&dir.segment(2)),
+        end as u64,
+        "the old life is cut off"
+    );
     // The last new record damaged too: nothing of this life after it, so a tail.
     let mut data = std::fs::read(dir.segment(2)).expect("read");
     data.extend_from_slice(&segment(1, 200..=210).0);
