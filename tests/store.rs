@@ -19,6 +19,9 @@
 //! - `torn`: a truncated or bit-flipped last record of the newest segment is cut off
 //!   (MST-1010 naming the file and offset), everything before it is kept, and the cut is
 //!   real (later restarts keep everything written after it);
+//! - `resync`: a flipped byte in the middle of the newest segment, or of the oldest of
+//!   several, costs only that message (MST-1010 with the file, the damaged record's
+//!   bytes and offset); every later message is kept and the file keeps its length;
 //! - `disk`: the store quota blocks publishers (channel.flow, connection.blocked
 //!   "store overfull", MST-1008) with a bounded overshoot and releases them (MST-1009)
 //!   once consumers ack; segment GC brings the files back to about one segment per shard;
@@ -69,6 +72,8 @@ mod eviction;
 mod lines;
 #[path = "store/restart.rs"]
 mod restart;
+#[path = "store/resync.rs"]
+mod resync;
 #[path = "store/shards.rs"]
 mod shards;
 #[path = "store/torn.rs"]

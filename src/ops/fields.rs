@@ -173,7 +173,7 @@ impl StoreEvent {
             | StoreEvent::RecoveryStart
             | StoreEvent::RecoveryComplete { .. }
             | StoreEvent::QueuesRehomed { .. }
-            | StoreEvent::Truncated { .. }
+            | StoreEvent::Damaged { .. }
             | StoreEvent::Failed { .. } => LogFields::code(code),
             StoreEvent::Closed { shard, .. } => LogFields {
                 shard: Some(*shard),

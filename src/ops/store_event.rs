@@ -11,6 +11,24 @@ use tracing::Level;
 use super::escape::Escaped;
 use super::event::thousands;
 
+/// The damaged regions in the middle of one file that recovery skipped (MST-1010).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedRegions {
+    pub regions: u64,
+    /// Damaged records in them; `at_least` when a region's framing was damaged too (it
+    /// counts as one record then).
+    pub records: u64,
+    pub at_least: bool,
+    pub bytes: u64,
+    /// The first region's offset, and why its record failed.
+    pub first_offset: u64,
+    pub first_reason: String,
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
 /// One store event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoreEvent {
@@ -57,11 +75,13 @@ pub enum StoreEvent {
         size: u64,
         underfull: u64,
     },
-    /// MST-1010: a damaged record at the end of a file was cut off at recovery.
-    Truncated {
+    /// MST-1010: recovery found damaged records in a file: regions in the middle were
+    /// skipped (every good record after them kept), a damaged tail was cut off.
+    Damaged {
         path: String,
-        offset: u64,
-        reason: String,
+        skipped: Option<SkippedRegions>,
+        /// Where the file was cut, and why.
+        truncated: Option<(u64, String)>,
     },
     /// MST-1012: memory is short: the bodies of a durable queue's persistent messages
     /// were released from memory (they are read back from disk when delivered).
@@ -88,7 +108,7 @@ impl StoreEvent {
             StoreEvent::QueuesRehomed { .. } => "MST-1007",
             StoreEvent::Overfull { .. } => "MST-1008",
             StoreEvent::Underfull { .. } => "MST-1009",
-            StoreEvent::Truncated { .. } => "MST-1010",
+            StoreEvent::Damaged { .. } => "MST-1010",
             StoreEvent::Failed { .. } => "MST-1011",
             StoreEvent::Evicted { .. } => "MST-1012",
         }
@@ -97,7 +117,7 @@ impl StoreEvent {
     /// Logs the event at its level, with its parts as fields ([`super::fields`]).
     pub fn emit(&self) {
         let level = match self {
-            StoreEvent::Overfull { .. } | StoreEvent::Truncated { .. } => Level::WARN,
+            StoreEvent::Overfull { .. } | StoreEvent::Damaged { .. } => Level::WARN,
             StoreEvent::Failed { .. } => Level::ERROR,
             _ => Level::INFO,
         };
@@ -169,14 +189,42 @@ impl fmt::Display for StoreEvent {
                 thousands(*underfull),
                 vhost = Escaped(vhost),
             ),
-            StoreEvent::Truncated {
+            StoreEvent::Damaged {
                 path,
-                offset,
-                reason,
-            } => write!(
-                f,
-                "{code} : Store record truncated : {path} at offset {offset} : {reason}"
-            ),
+                skipped: None,
+                truncated,
+            } => {
+                let (offset, reason) = match truncated {
+                    Some((offset, reason)) => (*offset, reason.as_str()),
+                    None => (0, "no damage"),
+                };
+                write!(
+                    f,
+                    "{code} : Store record truncated : {path} at offset {offset} : {reason}"
+                )
+            }
+            StoreEvent::Damaged {
+                path,
+                skipped: Some(s),
+                truncated,
+            } => {
+                write!(
+                    f,
+                    "{code} : Store records skipped : {path} : {}{} in {}, {}, first at offset {} : {}",
+                    if s.at_least { "at least " } else { "" },
+                    plural(s.records, "damaged record", "damaged records"),
+                    plural(s.regions, "region", "regions"),
+                    plural(s.bytes, "byte", "bytes"),
+                    s.first_offset,
+                    s.first_reason
+                )?;
+                match truncated {
+                    Some((offset, reason)) => {
+                        write!(f, " : then truncated at offset {offset} : {reason}")
+                    }
+                    None => Ok(()),
+                }
+            }
             StoreEvent::Evicted {
                 vhost,
                 queue,
@@ -223,5 +271,53 @@ mod tests {
         assert!(
             off.starts_with("[vh(/test)/ms(store)] MST-1009 : Store overfull condition cleared")
         );
+    }
+
+    #[test]
+    fn damage_lines_say_what_was_skipped_and_cut() {
+        let tail = StoreEvent::Damaged {
+            path: "/d/1.seg".into(),
+            skipped: None,
+            truncated: Some((
+                1048210,
+                "torn record: 1033 bytes announced, 12 present".into(),
+            )),
+        };
+        assert_eq!(
+            tail.to_string(),
+            "MST-1010 : Store record truncated : /d/1.seg at offset 1048210 : torn record: 1033 bytes announced, 12 present"
+        );
+        let skipped = SkippedRegions {
+            regions: 1,
+            records: 1,
+            at_least: false,
+            bytes: 1046,
+            first_offset: 5230,
+            first_reason: "checksum mismatch".into(),
+        };
+        let one = StoreEvent::Damaged {
+            path: "/d/1.seg".into(),
+            skipped: Some(skipped.clone()),
+            truncated: None,
+        };
+        assert_eq!(
+            one.to_string(),
+            "MST-1010 : Store records skipped : /d/1.seg : 1 damaged record in 1 region, 1,046 bytes, first at offset 5230 : checksum mismatch"
+        );
+        let both = StoreEvent::Damaged {
+            path: "/d/1.seg".into(),
+            skipped: Some(SkippedRegions {
+                regions: 2,
+                records: 2,
+                at_least: true,
+                ..skipped
+            }),
+            truncated: Some((9000, "impossible record length 0".into())),
+        };
+        assert_eq!(
+            both.to_string(),
+            "MST-1010 : Store records skipped : /d/1.seg : at least 2 damaged records in 2 regions, 1,046 bytes, first at offset 5230 : checksum mismatch : then truncated at offset 9000 : impossible record length 0"
+        );
+        assert_eq!(both.code(), "MST-1010");
     }
 }

@@ -471,13 +471,18 @@ impl Definitions {
 /// What reading the log found.
 pub struct Loaded {
     pub definitions: Definitions,
-    /// A damaged tail that was cut off: offset and reason.
-    pub truncated: Option<(usize, String)>,
+    /// Damaged regions in the middle that were skipped (the changes after them apply).
+    pub skipped: Vec<record::Skipped>,
+    /// A damaged tail that was dropped: offset and why.
+    pub truncated: Option<(usize, record::Damage)>,
 }
 
 /// Reads `DIR/definitions.log` (absent: nothing defined yet). A damaged tail (a record
 /// torn by a crash while it was being written, which was therefore never answered) is
-/// dropped.
+/// dropped. A damaged record with good ones after it is skipped, as in the segments:
+/// one lost change (a declare, bind or delete the operator may have to repeat) instead
+/// of every later one; the log is rewritten from what was read (`compact`), so nothing
+/// is repaired in place.
 pub fn load(data_dir: &Path) -> std::io::Result<Loaded> {
     let path = data_dir.join(FILE);
     let data = match std::fs::read(&path) {
@@ -489,7 +494,7 @@ pub fn load(data_dir: &Path) -> std::io::Result<Loaded> {
         next_queue_id: 1,
         ..Definitions::default()
     };
-    let mut records = record::Records::new(data, 0);
+    let mut records = record::Records::resyncing(data, 0);
     loop {
         let at = records.good_len();
         let Some(payload) = records.next() else {
@@ -505,12 +510,10 @@ pub fn load(data_dir: &Path) -> std::io::Result<Loaded> {
             );
         }
     }
-    let truncated = records
-        .damage()
-        .map(|(at, damage)| (*at, damage.to_string()));
     Ok(Loaded {
         definitions,
-        truncated,
+        skipped: records.skipped().to_vec(),
+        truncated: records.damage().cloned(),
     })
 }
 
@@ -606,5 +609,40 @@ mod tests {
         assert_eq!(again.queues, d.queues);
         assert_eq!(again.bindings, d.bindings);
         assert_eq!(again.next_queue_id, 3);
+    }
+
+    #[test]
+    fn a_damaged_change_mid_log_loses_only_that_change() {
+        let dir = std::env::temp_dir().join(format!("sluice-defs-resync-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create test dir");
+        let mut log = BytesMut::new();
+        let mut starts = Vec::new();
+        for (i, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+            starts.push(log.len());
+            encode_change(&mut log, "/", &queue(i as u64 + 1, name));
+        }
+        let tail = log.len();
+        encode_change(&mut log, "/", &bind("d", "k"));
+        log[starts[1] + record::HEADER + 2] ^= 0x01; // "b"
+        let last = log.len() - 1;
+        log[last] ^= 0x01; // the binding: a damaged tail
+        std::fs::write(dir.join(FILE), &log).expect("write log");
+        let loaded = load(&dir).expect("load");
+        let _ = std::fs::remove_dir_all(&dir);
+        let names: Vec<&[u8]> = loaded
+            .definitions
+            .queues
+            .keys()
+            .map(|(_, n)| n.as_bytes())
+            .collect();
+        assert_eq!(names, [&b"a"[..], b"c", b"d"]);
+        assert_eq!(loaded.skipped.len(), 1);
+        assert_eq!(
+            (loaded.skipped[0].at, loaded.skipped[0].len),
+            (starts[1], starts[2] - starts[1])
+        );
+        assert_eq!(loaded.truncated.as_ref().map(|t| t.0), Some(tail));
+        assert!(loaded.definitions.bindings.is_empty());
     }
 }

@@ -11,6 +11,9 @@
 //!   a segment's last bytes are the last message's body.
 //! - gone: `2, u32 n, n × (u64 queue, u64 seq)`
 //! - delivered: `3, u32 n, n × (u64 queue, u64 highest delivered seq)`
+//! - hole: `4`, then anything — a damaged region recovery skipped and reframed as one
+//!   record ([`super::record::reframe`]) so that every reader steps over it; it means
+//!   nothing.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use smallvec::SmallVec;
@@ -23,6 +26,8 @@ use crate::protocol::ShortStr;
 const MESSAGE: u8 = 1;
 const GONE: u8 = 2;
 const DELIVERED: u8 = 3;
+/// The first payload byte of a reframed damaged region.
+pub const HOLE: u8 = 4;
 
 /// The queues a message entered on one shard, with its sequence number in each.
 pub type QueueSeqs = SmallVec<[(QueueId, u64); 2]>;
@@ -39,6 +44,8 @@ pub enum Logged {
     },
     Gone(Vec<(QueueId, u64)>),
     Delivered(Vec<(QueueId, u64)>),
+    /// A damaged region skipped at recovery: nothing to apply.
+    Hole,
 }
 
 /// Writes a message record's payload.
@@ -164,6 +171,7 @@ pub fn decode(mut buf: Bytes) -> Result<Logged, Malformed> {
                 Logged::Delivered(pairs)
             })
         }
+        HOLE => Ok(Logged::Hole),
         _ => Err(Malformed("record type")),
     }
 }

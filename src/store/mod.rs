@@ -125,13 +125,12 @@ pub fn open(
     StoreEvent::RecoveryStart.emit();
     rehome::tidy(data_dir).map_err(fail)?;
     let loaded = definitions::load(data_dir).map_err(fail)?;
-    if let Some((offset, reason)) = &loaded.truncated {
-        StoreEvent::Truncated {
-            path: data_dir.join(definitions::FILE).display().to_string(),
-            offset: *offset as u64,
-            reason: reason.clone(),
-        }
-        .emit();
+    if let Some(event) = recovery::damage_event(
+        &data_dir.join(definitions::FILE),
+        &loaded.skipped,
+        loaded.truncated.as_ref(),
+    ) {
+        event.emit();
     }
     let defs = loaded.definitions;
     let definitions_bytes = definitions::compact(data_dir, &defs).map_err(fail)?;

@@ -1,25 +1,28 @@
 //! Owns: reading the message segments back at start — every shard directory's records
-//! in file order, cutting a torn or corrupt tail off (the file is truncated there and
-//! the cut is logged), and turning what the records say into each durable queue's
-//! entries (in sequence order, redelivered when the queue had delivered them) plus the
-//! segment live counts and queue runs the shard store continues from.
+//! in file order, skipping a damaged region in the middle of a file (reframed in place
+//! as a hole record, every good record after it kept) and cutting a damaged tail off
+//! (the file is truncated there), both logged as MST-1010 — and turning what the
+//! records say into each durable queue's entries (in sequence order, redelivered when
+//! the queue had delivered them) plus the segment live counts and queue runs the shard
+//! store continues from.
 //!
 //! Does not: decide which queues exist (the definitions do; entries of a queue that is
 //! no longer defined are dropped) or re-home queues (`rehome` rewrites the segments when
 //! the shard count changed, then this reads the result).
 
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
 use crate::model::ids::QueueId;
 use crate::model::message::{BodyChunks, Message};
-use crate::ops::store_event::StoreEvent;
+use crate::ops::store_event::{SkippedRegions, StoreEvent};
 use crate::protocol::ShortStr;
 
 use super::message_log::{self, Logged};
-use super::record::Records;
+use super::record::{self, Damage, Records, Skipped};
 use super::shard_store::SegmentInfo;
 
 /// A recovered message as read: the shard that homes its queues builds the
@@ -103,35 +106,60 @@ pub fn segment_files(dir: &Path) -> std::io::Result<Vec<(u32, PathBuf)>> {
     Ok(out)
 }
 
-/// Reads segment `number`, cutting it at the first damaged record (logged) or at the
-/// end of what was written for it in a recycled file (silently).
-fn read_segment(path: &Path, number: u32) -> std::io::Result<(Bytes, Vec<(u64, Bytes)>)> {
+/// The MST-1010 line for file `path`, if reading it skipped or met damage.
+pub fn damage_event(
+    path: &Path,
+    skipped: &[Skipped],
+    tail: Option<&(usize, Damage)>,
+) -> Option<StoreEvent> {
+    if skipped.is_empty() && tail.is_none() {
+        return None;
+    }
+    let skipped = skipped.first().map(|first| SkippedRegions {
+        regions: skipped.len() as u64,
+        records: skipped.iter().map(|s| s.records.unwrap_or(1) as u64).sum(),
+        at_least: skipped.iter().any(|s| s.records.is_none()),
+        bytes: skipped.iter().map(|s| s.len as u64).sum(),
+        first_offset: first.at as u64,
+        first_reason: first.damage.to_string(),
+    });
+    Some(StoreEvent::Damaged {
+        path: path.display().to_string(),
+        skipped,
+        truncated: tail.map(|(at, damage)| (*at as u64, damage.to_string())),
+    })
+}
+
+/// Reads segment `number`: its good records with their offsets, and its size (where
+/// the next write goes: just past the last good record). A damaged region with good
+/// records after it is skipped and reframed in place as one [`message_log::HOLE`]
+/// record (so that later reads, page-ins and restarts step over it); what follows the
+/// last good record — a damaged tail (logged) or the rest of a recycled file's
+/// previous life (silently) — is cut off.
+fn read_segment(path: &Path, number: u32) -> std::io::Result<(u64, Vec<(u64, Bytes)>)> {
     let data = Bytes::from(std::fs::read(path)?);
-    let mut records = Records::new(data.clone(), number);
+    let mut records = Records::resyncing(data.clone(), number);
     let mut payloads = Vec::new();
-    loop {
-        let at = records.good_len() as u64;
-        match records.next() {
-            Some(p) => payloads.push((at, p)),
-            None => break,
-        }
+    while let Some((at, payload)) = records.next_record() {
+        payloads.push((at as u64, payload));
     }
-    let at = records.good_len();
-    if let Some((_, damage)) = records.damage() {
-        StoreEvent::Truncated {
-            path: path.display().to_string(),
-            offset: at as u64,
-            reason: damage.to_string(),
-        }
-        .emit();
+    let end = records.good_len();
+    if let Some(event) = damage_event(path, records.skipped(), records.damage()) {
+        event.emit();
     }
-    if at < data.len() {
-        let f = std::fs::OpenOptions::new().write(true).open(path)?;
-        f.set_len(at as u64)?;
-        f.sync_all()?;
-        return Ok((data.slice(..at), payloads));
+    if records.skipped().is_empty() && end == data.len() {
+        return Ok((end as u64, payloads));
     }
-    Ok((data, payloads))
+    let f = std::fs::OpenOptions::new().write(true).open(path)?;
+    for region in records.skipped() {
+        let head = record::reframe(&data, region, number, message_log::HOLE);
+        f.write_all_at(&head, region.at as u64)?;
+    }
+    if end < data.len() {
+        f.set_len(end as u64)?;
+    }
+    f.sync_all()?;
+    Ok((end as u64, payloads))
 }
 
 /// A name copied out of a file's buffer (a slice would keep the whole buffer alive).
@@ -174,10 +202,10 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
     let mut segments = Vec::new();
     let mut names = LastNames::default();
     for (number, path) in segment_files(dir)? {
-        let (data, payloads) = read_segment(&path, number)?;
+        let (size, payloads) = read_segment(&path, number)?;
         segments.push(SegmentInfo {
             number,
-            size: data.len() as u64,
+            size,
             live: 0,
             entries: 0,
             recycled_len: 0,
@@ -233,6 +261,7 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
                         }
                     }
                 }
+                Logged::Hole => {}
                 Logged::Delivered(pairs) => {
                     for (queue, seq) in pairs {
                         let d = delivered.entry(queue).or_default();
@@ -278,3 +307,6 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
     out.segments = segments;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;
