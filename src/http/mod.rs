@@ -1,6 +1,8 @@
 //! Owns: the management listener — its own OS thread with a current-thread tokio runtime
 //! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
-//! (`metrics`), the management API under `/api/` (`api`), HTTP basic auth (`auth`).
+//! (`metrics`), the management API under `/api/` (`api`), HTTP basic auth (`auth`);
+//! what one connection may hold (`conn`: the connection cap, the header-read and idle
+//! timeouts).
 //!
 //! Every figure comes from the shards by request/response through their control inboxes
 //! (`ShardMsg::Observe` with a oneshot reply, `ShardMsg::Queue`, `ShardMsg::Control`):
@@ -13,6 +15,7 @@
 
 pub mod api;
 pub mod auth;
+mod conn;
 pub mod metrics;
 
 use std::convert::Infallible;
@@ -26,7 +29,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::oneshot;
 
 use crate::config::Config;
+use crate::limits::report::Reporter;
 use crate::ops::event::OpsEvent;
+use crate::ops::limit_event::LimitEvent;
 use crate::shard::inbox::{Peers, ShardMsg};
 use crate::shard::memory::MemoryBoard;
 use crate::shard::observe::{ObserveReply, ObserveRequest, ShardView, VhostView, Want};
@@ -103,6 +108,8 @@ async fn serve(
             return;
         }
     };
+    let slots = conn::Slots::new(ctx.config.http.max_connections);
+    let over_cap = Reporter::default();
     loop {
         let accepted = tokio::select! {
             _ = &mut stop => return,
@@ -121,17 +128,60 @@ async fn serve(
                 continue;
             }
         };
+        let Some(slot) = slots.take() else {
+            // Over http.max_connections: closed as accepted, before hyper sees it.
+            drop(stream);
+            if let Some(count) = over_cap.note(Instant::now()) {
+                LimitEvent::ManagementRefused {
+                    peer: peer.to_string(),
+                    cap: slots.cap(),
+                    count,
+                }
+                .emit();
+            }
+            continue;
+        };
+        tokio::spawn(serve_connection(Arc::clone(&ctx), stream, peer, slot));
+    }
+}
+
+/// Serves one connection under the header-read and idle timeouts (`conn`), holding its
+/// place in the connection cap until it ends.
+async fn serve_connection(
+    ctx: Arc<Context>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    _slot: conn::Slot,
+) {
+    let activity = conn::Activity::new();
+    let io = hyper_util::rt::TokioIo::new(conn::Watched::new(stream, Arc::clone(&activity)));
+    let settings = ctx.config.http.clone();
+    let in_service = Arc::clone(&activity);
+    let service = hyper::service::service_fn(move |req| {
         let ctx = Arc::clone(&ctx);
-        tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let service = hyper::service::service_fn(move |req| {
-                let ctx = Arc::clone(&ctx);
-                async move { Ok::<_, Infallible>(handle(&ctx, req, peer).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, service)
-                .await;
-        });
+        let busy = in_service.busy();
+        async move {
+            let response = handle(&ctx, req, peer).await;
+            drop(busy);
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout);
+    let connection = builder.serve_connection(io, service);
+    match settings.idle_timeout {
+        // Dropping the connection closes the socket.
+        Some(timeout) => {
+            tokio::select! {
+                _ = connection => {}
+                _ = conn::idle(activity, timeout) => {}
+            }
+        }
+        None => {
+            let _ = connection.await;
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! Owns: [`LimitEvent`], the operational lines of the admission limits and login
-//! throttling (CON-1006..1009, CHN-1015/1016, QUE-1010, EXH-1010), rendered and emitted
+//! throttling (CON-1006..1009, CON-1016, the management listener's connection cap CON-1017, CHN-1015/1016, QUE-1010, EXH-1010), rendered and emitted
 //! under `sluice::ops` like every [`super::event::OpsEvent`]. Each is rate-limited by its
 //! caller: the first occurrence is written, then at most one line per report gap with
 //! the number of occurrences since the last line (`count`). Documented in
@@ -45,6 +45,13 @@ pub enum LimitEvent {
         failures: u32,
         count: u64,
     },
+    /// CON-1017: a management connection closed at accept: `http.max_connections` are
+    /// open.
+    ManagementRefused {
+        peer: String,
+        cap: usize,
+        count: u64,
+    },
     /// CHN-1015 (consumers per channel) / CHN-1016 (channel_max): a channel limit
     /// refused an operation; the connection is closed with 530.
     ChannelRefused {
@@ -77,6 +84,7 @@ impl LimitEvent {
             LimitEvent::AcceptRefused { .. } => "CON-1007",
             LimitEvent::LoginRefused { .. } => "CON-1008",
             LimitEvent::LoginDropped { .. } => "CON-1009",
+            LimitEvent::ManagementRefused { .. } => "CON-1017",
             LimitEvent::ChannelRefused { key, .. } if key == "limits.channel_max" => "CHN-1016",
             LimitEvent::ChannelRefused { .. } => "CHN-1015",
             LimitEvent::QueueRefused { .. } => "QUE-1010",
@@ -107,7 +115,9 @@ impl LimitEvent {
                 shard: Some(*shard),
                 ..base
             },
-            LimitEvent::LoginRefused { .. } | LimitEvent::LoginDropped { .. } => base,
+            LimitEvent::LoginRefused { .. }
+            | LimitEvent::LoginDropped { .. }
+            | LimitEvent::ManagementRefused { .. } => base,
             LimitEvent::QueueRefused { vhost, queue, .. } => LogFields {
                 vhost: Some(vhost),
                 queue: Some(queue),
@@ -188,6 +198,11 @@ impl fmt::Display for LimitEvent {
                 f,
                 "{code} : Login attempt from {peer} dropped without a reply : {failures} failed logins from this address (limits.login.burst){}",
                 Since(*count, "dropped")
+            ),
+            LimitEvent::ManagementRefused { peer, cap, count } => write!(
+                f,
+                "{code} : Management connection from {peer} closed at accept : {cap} management connections are open (http.max_connections){}",
+                Since(*count, "closed")
             ),
             LimitEvent::ChannelRefused {
                 subject,
