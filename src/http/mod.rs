@@ -18,7 +18,6 @@ pub mod auth;
 mod conn;
 pub mod metrics;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,7 +52,21 @@ pub struct Context {
     pub amqp: Vec<SocketAddr>,
     /// The AMQP-over-TLS listeners (`amqp/ssl` in `/api/overview`, as RabbitMQ names them).
     pub amqps: Vec<SocketAddr>,
+    /// The counts the shards share; basic auth uses its ceiling on failed logins.
+    pub limits: Arc<crate::limits::ConnectionCounts>,
 }
+
+/// The service's error: the connection is closed without an answer (hyper drops it).
+#[derive(Debug)]
+pub struct Unanswered;
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("closed without an answer (failed-login ceiling)")
+    }
+}
+
+impl std::error::Error for Unanswered {}
 
 /// The running listener; dropping it leaves the thread running until the process ends,
 /// [`HttpServer::stop`] stops it.
@@ -163,7 +176,7 @@ async fn serve_connection(
         async move {
             let response = handle(&ctx, req, peer).await;
             drop(busy);
-            Ok::<_, Infallible>(response)
+            response
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -185,15 +198,25 @@ async fn serve_connection(
     }
 }
 
-/// Authenticates, then routes.
-async fn handle<B>(ctx: &Context, req: Request<B>, peer: SocketAddr) -> HttpResponse {
+/// Authenticates, then routes; `Err` closes the connection without an answer.
+async fn handle<B>(
+    ctx: &Context,
+    req: Request<B>,
+    peer: SocketAddr,
+) -> Result<HttpResponse, Unanswered> {
+    let user = match auth::admit(&ctx.config, &ctx.limits.failures, req.headers(), peer).await {
+        Ok(user) => user,
+        Err(auth::Refused::Respond(response)) => return Ok(response),
+        Err(auth::Refused::Silently) => return Err(Unanswered),
+    };
+    Ok(route(ctx, &req, user).await)
+}
+
+/// Routes an authenticated request.
+async fn route<B>(ctx: &Context, req: &Request<B>, user: &crate::config::User) -> HttpResponse {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
-    let user = match auth::admit(&ctx.config, req.headers(), peer).await {
-        Ok(user) => user,
-        Err(response) => return response,
-    };
     // With permissions in force, RabbitMQ's rule: only management-family tags may use
     // the API (without them, as before, any user may read).
     if ctx.config.permissions.entries.is_some() && !user.may_use_management() {
