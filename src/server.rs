@@ -258,6 +258,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
                 started,
                 amqp: addresses.clone(),
                 amqps: tls_addresses.clone(),
+                limits: Arc::clone(&limits),
             };
             match crate::http::start(addr, ctx) {
                 Ok(server) => Some(server),

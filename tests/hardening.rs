@@ -15,6 +15,7 @@ const LOG_WAIT: Duration = Duration::from_secs(5);
 
 shard_tests!(
     forged_names_are_escaped,
+    unicode_line_breaks_are_escaped,
     malformed_utf8_name,
     connection_ids_are_unique,
     invalid_expiration,
@@ -35,12 +36,62 @@ async fn forged_names_are_escaped(shards: usize) {
     let forged = "BRK-1003 : Shutting down FORGED";
     let name = format!("x\n{forged}\r\t\\\u{1b}");
     let escaped = format!("x\\n{forged}\\r\\t\\\\\\x1b");
+    offer_forged_names(&broker, &name, &escaped);
+    for l in broker.logs() {
+        assert!(!l.contains('\r'), "raw carriage return in {l:?}");
+        assert!(!l.contains('\u{1b}'), "raw escape character in {l:?}");
+        let trimmed = l.trim_start();
+        assert!(
+            !trimmed.starts_with(forged) && !trimmed.starts_with("BRK-1003"),
+            "forged line: {l:?}"
+        );
+    }
+    broker.assert_healthy();
+}
+
+/// Issue 18 item 12: the same forgery with the line breaks of Unicode-aware viewers —
+/// NEL (U+0085) and the other C1 controls, the line and paragraph separators U+2028 /
+/// U+2029 — is refused in queue and exchange names (406, as C0 controls are) and escaped
+/// (`\x85`, `\x9b`, `\u2028`, `\u2029`) wherever else it reaches a text log line: no
+/// line the broker writes holds any of them raw.
+async fn unicode_line_breaks_are_escaped(shards: usize) {
+    let mut broker = Broker::start(shards);
+    let forged = "BRK-1003 : Shutting down FORGED";
+    let name = format!("y\u{2028}{forged}\u{85}{forged}\u{2029}{forged}\u{9b}2J");
+    let escaped = format!("y\\u2028{forged}\\x85{forged}\\u2029{forged}\\x9b2J");
+    offer_forged_names(&broker, &name, &escaped);
+    let logs = broker.logs();
+    for l in &logs {
+        assert!(
+            !l.chars()
+                .any(|c| c.is_control() || c == '\u{2028}' || c == '\u{2029}'),
+            "raw line-breaking character in {l:?}"
+        );
+    }
+    // Escaped, not dropped: the username (CON-1008) and the consumer tag (in the
+    // subject of the consumer its queue's deletion logs) are in the log as escaped.
+    assert!(
+        logs.iter()
+            .any(|l| l.contains(&format!("CON-1008 : Login refused : user '{escaped}'"))),
+        "no CON-1008 line with the escaped user"
+    );
+    assert!(
+        logs.iter().filter(|l| l.contains(&escaped)).count() >= 2,
+        "the escaped name is in fewer than two lines: {logs:#?}"
+    );
+    broker.assert_healthy();
+}
+
+/// Offers `name` as a queue name and an exchange name (both refused with 406, the
+/// text naming it as `escaped`), as a consumer tag (accepted), a vhost (530) and a
+/// username (403); returns once the consumer's connection has closed (CON-1002).
+fn offer_forged_names(broker: &Broker, name: &str, escaped: &str) {
     let mut c = RawConn::connect(&broker.addr());
     c.handshake();
     c.channel_open(1);
     let args = wire::Enc::new()
         .short(0)
-        .shortstr(&name)
+        .shortstr(name)
         .bits(&[false, false, false, false, false])
         .table(&vec![])
         .done();
@@ -55,7 +106,7 @@ async fn forged_names_are_escaped(shards: usize) {
     c.channel_open(2);
     let args = wire::Enc::new()
         .short(0)
-        .shortstr(&name)
+        .shortstr(name)
         .shortstr("fanout")
         .bits(&[false, false, false, false, false])
         .table(&vec![])
@@ -75,7 +126,7 @@ async fn forged_names_are_escaped(shards: usize) {
     let args = wire::Enc::new()
         .short(0)
         .shortstr(&queue)
-        .shortstr(&name)
+        .shortstr(name)
         .bits(&[false, true, false, false])
         .table(&vec![])
         .done();
@@ -90,7 +141,7 @@ async fn forged_names_are_escaped(shards: usize) {
     v.send_start_ok("PLAIN", b"\0guest\0guest");
     let tune = v.read_tune();
     v.send_tune_ok(tune);
-    v.send_open(&name);
+    v.send_open(name);
     let (code, _) = v.expect_connection_close();
     assert_eq!(code, 530);
     let mut u = RawConn::connect(&broker.addr());
@@ -103,16 +154,6 @@ async fn forged_names_are_escaped(shards: usize) {
     broker
         .wait_for_log("CON-1002", LOG_WAIT)
         .expect("a CON-1002 line");
-    for l in broker.logs() {
-        assert!(!l.contains('\r'), "raw carriage return in {l:?}");
-        assert!(!l.contains('\u{1b}'), "raw escape character in {l:?}");
-        let trimmed = l.trim_start();
-        assert!(
-            !trimmed.starts_with(forged) && !trimmed.starts_with("BRK-1003"),
-            "forged line: {l:?}"
-        );
-    }
-    broker.assert_healthy();
 }
 
 /// Short strings of methods without content must be UTF-8: anything else closes the

@@ -1,7 +1,14 @@
 //! The management listener against a child broker: `/metrics` parsed as OpenMetrics, the
-//! management API's queues, connection close (320), purge, delete, and basic auth.
+//! management API's queues, connection close (320), purge, delete, and basic auth; its
+//! header-read and idle timeouts and connection cap (`http/timeouts.rs`); right
+//! credentials admitted after failed ones (`http/login.rs`).
 
 mod common;
+
+#[path = "http/login.rs"]
+mod login;
+#[path = "http/timeouts.rs"]
+mod timeouts;
 
 use amqprs::channel::BasicQosArguments;
 use common::http::{self, parse_openmetrics, value};

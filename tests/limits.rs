@@ -1,8 +1,10 @@
 //! Issue 11, limits: every connection limit (broker-wide, per source address, per
 //! virtual host, per user, unauthenticated sockets per shard), channel_max, queues per
 //! vhost, consumers per channel and bindings per exchange — each hit with RabbitMQ's
-//! exact code and text, then released — and login throttling (growing delays, the
-//! burst drop, the quiet period, bystanders undisturbed, the log lines), against a
+//! exact code and text, then released — and login throttling per (address, user)
+//! (growing delays, the burst drop, the quiet period, right passwords answered at once
+//! after any failures, bystanders undisturbed, the broker-wide ceiling on failures
+//! answered, the log lines), against a
 //! child sluice with one and two shards over raw sockets.
 
 #[macro_use]

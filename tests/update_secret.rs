@@ -108,11 +108,11 @@ async fn wrong_secret_closes_with_530(shards: usize) {
     other.channel_open(1);
 }
 
-/// A wrong secret counts as a failed login from the connection's address (logged as
-/// CON-1008 naming the user and `update-secret`): a connection that logged in without
-/// a password (EXTERNAL) cannot guess one unthrottled. With a burst of one, the next
-/// connection from the address is dropped without a reply. (One shard: the throttle is
-/// per shard.)
+/// A wrong secret counts as a failed login of the connection's user from its address
+/// (logged as CON-1008 naming the user and `update-secret`): a connection that logged in
+/// without a password (EXTERNAL) cannot guess one unthrottled. With a burst of one, the
+/// pair's next failure is dropped without a reply, while the right password still logs
+/// in. (One shard: the throttle is per shard.)
 #[test]
 fn a_wrong_secret_counts_as_a_failed_login() {
     let config =
@@ -128,11 +128,19 @@ fn a_wrong_secret_counts_as_a_failed_login() {
         line.contains("user 'alice'") && line.contains("(update-secret)"),
         "{line}"
     );
-    let mut sock = std::net::TcpStream::connect(broker.addr()).expect("connect");
-    sock.set_read_timeout(Some(common::raw::READ_TIMEOUT))
-        .expect("timeout");
-    let _ = std::io::Write::write_all(&mut sock, b"AMQP\x00\x00\x09\x01");
-    let mut reply = Vec::new();
-    let _ = std::io::Read::read_to_end(&mut sock, &mut reply);
-    assert!(reply.is_empty(), "the next connection got {reply:?}");
+    // The pair's burst is spent: alice's next wrong password gets no reply.
+    let mut next = RawConn::connect(&broker.addr());
+    next.send_protocol_header();
+    next.read_start();
+    next.send_start_ok("PLAIN", b"\0alice\0guess");
+    assert!(
+        matches!(
+            next.read_until_closed(common::raw::READ_TIMEOUT),
+            Some(Ending::Eof)
+        ),
+        "the next failure got a reply"
+    );
+    // The right password is answered as ever.
+    let mut again = login(&broker, "alice", "s3cret");
+    again.channel_open(1);
 }

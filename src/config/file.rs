@@ -43,6 +43,11 @@ struct HttpSection {
     /// An address or "off".
     listen: Option<String>,
     per_queue_metrics: Option<bool>,
+    /// Milliseconds; 0 = no limit.
+    header_read_timeout_ms: Option<u64>,
+    /// Milliseconds; 0 = never.
+    idle_timeout_ms: Option<u64>,
+    max_connections: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -304,6 +309,14 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
                 super::parse_listen_or_off(&listen).map_err(|e| format!("http.listen: {e}"))?;
         }
         set(&mut config.http.per_queue_metrics, h.per_queue_metrics);
+        let optional_ms = |ms: u64| (ms > 0).then(|| Duration::from_millis(ms));
+        if let Some(ms) = h.header_read_timeout_ms {
+            config.http.header_read_timeout = optional_ms(ms);
+        }
+        if let Some(ms) = h.idle_timeout_ms {
+            config.http.idle_timeout = optional_ms(ms);
+        }
+        set(&mut config.http.max_connections, h.max_connections);
     }
     if let Some(t) = file.tls {
         t.apply(&mut config.tls);

@@ -2,7 +2,8 @@
 //! virtual host, per user, unauthenticated sockets per shard), queues per virtual host,
 //! consumers per channel, bindings per exchange — and login throttling: their defaults
 //! ([`ResourceLimits::default`]), their file sections (`[limits]` keys,
-//! `[limits.connections]`, `[limits.login]`, `[limits.user."U"]`, and `max_connections` /
+//! `[limits.connections]`, `[limits.login]` (per (address, user), and the broker-wide
+//! ceiling on failed logins answered), `[limits.user."U"]`, and `max_connections` /
 //! `max_queues` of `[vhost."V"]`) and their validation. A limit of 0 is unlimited.
 //!
 //! Does not: count or enforce anything (`crate::limits` does).
@@ -44,7 +45,8 @@ pub struct ConnectionLimits {
     pub unauthenticated_per_shard: u32,
 }
 
-/// `[limits.login]`: failed logins slow down, then lock out, their source address.
+/// `[limits.login]`: failed logins slow down, then get no answer for, their (source
+/// address, username) pair; a correct password is answered at once regardless.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoginThrottleSettings {
     /// The delay before answering the next attempt after one failure; doubles with
@@ -55,8 +57,15 @@ pub struct LoginThrottleSettings {
     /// Failures after which further attempts are dropped without a reply until the
     /// address has been quiet; 0 = never dropped.
     pub burst: u32,
-    /// An address with no failed login for this long is forgotten.
+    /// An (address, user) pair with no failed login for this long is forgotten.
     pub quiet: Duration,
+    /// Failed logins answered per second, broker-wide (every shard and the management
+    /// listener); beyond it a failure waits for a slot (up to `max_delay`) or gets no
+    /// answer. 0 = no ceiling.
+    pub failures_per_second: u32,
+    /// Delayed answers to failed logins one shard holds at once (each holds a
+    /// connection); a failure whose answer would wait beyond it gets no answer.
+    pub max_delayed: u32,
 }
 
 /// `max_connections` and `max_queues` of one `[vhost."V"]`.
@@ -79,6 +88,8 @@ impl Default for ResourceLimits {
                 max_delay: Duration::from_millis(5000),
                 burst: 20,
                 quiet: Duration::from_millis(60_000),
+                failures_per_second: 100,
+                max_delayed: 1024,
             },
             consumers_per_channel: 0,
             bindings_per_exchange: 0,
@@ -153,6 +164,8 @@ pub struct LoginSection {
     max_delay_ms: Option<u64>,
     burst: Option<u32>,
     quiet_ms: Option<u64>,
+    failures_per_second: Option<u32>,
+    max_delayed: Option<u32>,
 }
 
 /// `[limits.user."U"]` in the file.
@@ -201,6 +214,8 @@ pub fn apply(limits: &mut ResourceLimits, keys: LimitsKeys) {
         set(&mut limits.login.max_delay, ms(l.max_delay_ms));
         set(&mut limits.login.burst, l.burst);
         set(&mut limits.login.quiet, ms(l.quiet_ms));
+        set(&mut limits.login.failures_per_second, l.failures_per_second);
+        set(&mut limits.login.max_delayed, l.max_delayed);
     }
     for (name, u) in keys.user.unwrap_or_default() {
         limits.users.retain(|(n, _)| *n != name);
@@ -248,6 +263,8 @@ initial_delay_ms = 50
 max_delay_ms = 400
 burst = 5
 quiet_ms = 2000
+failures_per_second = 7
+max_delayed = 8
 [limits.user."app"]
 max_connections = 7
 [vhost."/"]
@@ -268,6 +285,7 @@ max_queues = 9
         );
         assert_eq!(r.login.burst, 5);
         assert_eq!(r.login.max_delay.as_millis(), 400);
+        assert_eq!((r.login.failures_per_second, r.login.max_delayed), (7, 8));
         assert_eq!(r.users, vec![("app".to_owned(), 7)]);
         assert_eq!(r.vhost("/").max_connections, 2);
         assert_eq!(r.vhost("/").max_queues, 9);

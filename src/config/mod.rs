@@ -51,6 +51,15 @@ pub struct HttpConfig {
     pub listen: Option<SocketAddr>,
     /// One series per queue (`true`) or per-vhost totals (`false`).
     pub per_queue_metrics: bool,
+    /// How long a client has to send a request's headers, from the moment the listener
+    /// waits for them (accept, or the end of the previous response); `None` = no limit.
+    pub header_read_timeout: Option<Duration>,
+    /// A connection with no request being served and no byte moving either way for this
+    /// long is closed; `None` = never.
+    pub idle_timeout: Option<Duration>,
+    /// Open management connections at most; over it a new one is closed as accepted.
+    /// 0 = no limit.
+    pub max_connections: u32,
 }
 
 impl Default for HttpConfig {
@@ -58,6 +67,9 @@ impl Default for HttpConfig {
         HttpConfig {
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 15672))),
             per_queue_metrics: true,
+            header_read_timeout: Some(Duration::from_secs(10)),
+            idle_timeout: Some(Duration::from_secs(60)),
+            max_connections: 1024,
         }
     }
 }
@@ -534,6 +546,16 @@ mod tests {
         .expect("parses");
         assert_eq!(c.http.listen, None);
         assert!(!c.http.per_queue_metrics);
+        assert_eq!(c.http.header_read_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(c.http.max_connections, 1024);
+        file::apply_text(
+            &mut c,
+            "[http]\nheader_read_timeout_ms = 0\nidle_timeout_ms = 1500\nmax_connections = 3\n",
+        )
+        .expect("parses");
+        assert_eq!(c.http.header_read_timeout, None);
+        assert_eq!(c.http.idle_timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(c.http.max_connections, 3);
         assert!(file::apply_text(&mut c, "[http]\nlisten = \"x\"\n").is_err());
     }
 

@@ -5,10 +5,12 @@
 //! connections. Changes need the `administrator` tag (checked by the router). Users
 //! listed in `loopback_users` are refused from other addresses, as they are on AMQP.
 //!
-//! Failed logins are throttled per source address as AMQP logins are (`[limits.login]`:
-//! growing delays before the 401, then 429 for every request from the address until it
-//! has been quiet) and logged as CON-1008 / CON-1009; the listener's thread keeps its
-//! own table, as each shard keeps its own.
+//! Failed logins are throttled per (source address, user) as AMQP logins are
+//! (`[limits.login]`: growing delays before the 401, then 429 for that user from that
+//! address until the pair has been quiet; right credentials always get in), count
+//! against the broker-wide ceiling on failed logins answered (beyond it the connection
+//! is closed without an answer, CON-1016), and are logged as CON-1008 / CON-1009; the
+//! listener's thread keeps its own table, as each shard keeps its own.
 //!
 //! Does not: keep sessions or cookies; every request carries its credentials.
 
@@ -22,6 +24,7 @@ use hyper::StatusCode;
 
 use crate::config::limits::LoginThrottleSettings;
 use crate::config::{Config, User};
+use crate::limits::ceiling::FailureCeiling;
 use crate::limits::login::{Gate, LoggedThrottle};
 
 use super::{error, HttpResponse};
@@ -62,37 +65,58 @@ pub fn check<'a>(
     verify(config, &name, &password, peer)
 }
 
-/// As [`check`], with the login throttle: a request from an address that failed too
-/// often is answered 429 without a check, a failure is recorded (and logged) and
-/// answered after the address's delay. A request without credentials is not a failure
-/// (a browser asks first without them).
+/// Why a request with credentials was not admitted.
+pub enum Refused {
+    /// Answer it with this (401 or 429).
+    Respond(HttpResponse),
+    /// Close the connection without an answer: the broker-wide ceiling on failed logins
+    /// answered has no slot for it (CON-1016).
+    Silently,
+}
+
+/// As [`check`], with the login throttle: right credentials are admitted at once,
+/// whatever failed before; a failure is recorded (and logged) and answered 401 after
+/// its (address, user) pair's delay, 429 once the pair's burst is spent, and not at all
+/// beyond the broker-wide `ceiling`. A request without credentials is not a failure (a
+/// browser asks first without them).
 pub async fn admit<'a>(
     config: &'a Config,
+    ceiling: &FailureCeiling,
     headers: &HeaderMap,
     peer: SocketAddr,
-) -> Result<&'a User, HttpResponse> {
+) -> Result<&'a User, Refused> {
     let Some((name, password)) = request_credentials(headers) else {
-        return Err(unauthorized(MISSING));
+        return Err(Refused::Respond(unauthorized(MISSING)));
+    };
+    let reason = match verify(config, &name, &password, peer) {
+        Ok(user) => return Ok(user),
+        Err(reason) => reason,
     };
     let settings = &config.limits.resources.login;
-    let gate = with_logins(settings, |l| l.gate(peer, Instant::now()));
-    if let Gate::Drop { .. } = gate {
-        return Err(error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many failed logins from this address; try again later",
-        ));
-    }
-    match verify(config, &name, &password, peer) {
-        Ok(user) => Ok(user),
-        Err(reason) => {
-            with_logins(settings, |l| {
-                l.failed(peer, &name, "HTTP basic", Instant::now())
-            });
-            if let Gate::Delay(delay) = gate {
-                tokio::time::sleep(delay).await;
+    let now = Instant::now();
+    // One thread serves every management connection; the connection cap
+    // (`http.max_connections`) bounds the delayed answers, so there is always room.
+    let gate = with_logins(settings, |l| {
+        let gate = l.failed(peer, &name, "HTTP basic", now, ceiling, true);
+        match gate {
+            Gate::Drop { failures } if failures > 0 && !l.answer_now(peer, now, ceiling) => {
+                Gate::Drop { failures: 0 }
             }
-            Err(unauthorized(reason))
+            other => other,
         }
+    });
+    match gate {
+        Gate::Open => Err(Refused::Respond(unauthorized(reason))),
+        Gate::Delay(delay) => {
+            tokio::time::sleep(delay).await;
+            Err(Refused::Respond(unauthorized(reason)))
+        }
+        // The pair's burst is spent (and the ceiling has room for the answer).
+        Gate::Drop { failures } if failures > 0 => Err(Refused::Respond(error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many failed logins as this user from this address; try again later",
+        ))),
+        Gate::Drop { .. } => Err(Refused::Silently),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Owns: the management listener — its own OS thread with a current-thread tokio runtime
 //! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
-//! (`metrics`), the management API under `/api/` (`api`), HTTP basic auth (`auth`).
+//! (`metrics`), the management API under `/api/` (`api`), HTTP basic auth (`auth`);
+//! what one connection may hold (`conn`: the connection cap, the header-read and idle
+//! timeouts).
 //!
 //! Every figure comes from the shards by request/response through their control inboxes
 //! (`ShardMsg::Observe` with a oneshot reply, `ShardMsg::Queue`, `ShardMsg::Control`):
@@ -13,9 +15,9 @@
 
 pub mod api;
 pub mod auth;
+mod conn;
 pub mod metrics;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +28,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::oneshot;
 
 use crate::config::Config;
+use crate::limits::report::Reporter;
 use crate::ops::event::OpsEvent;
+use crate::ops::limit_event::LimitEvent;
 use crate::shard::inbox::{Peers, ShardMsg};
 use crate::shard::memory::MemoryBoard;
 use crate::shard::observe::{ObserveReply, ObserveRequest, ShardView, VhostView, Want};
@@ -48,7 +52,21 @@ pub struct Context {
     pub amqp: Vec<SocketAddr>,
     /// The AMQP-over-TLS listeners (`amqp/ssl` in `/api/overview`, as RabbitMQ names them).
     pub amqps: Vec<SocketAddr>,
+    /// The counts the shards share; basic auth uses its ceiling on failed logins.
+    pub limits: Arc<crate::limits::ConnectionCounts>,
 }
+
+/// The service's error: the connection is closed without an answer (hyper drops it).
+#[derive(Debug)]
+pub struct Unanswered;
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("closed without an answer (failed-login ceiling)")
+    }
+}
+
+impl std::error::Error for Unanswered {}
 
 /// The running listener; dropping it leaves the thread running until the process ends,
 /// [`HttpServer::stop`] stops it.
@@ -103,6 +121,8 @@ async fn serve(
             return;
         }
     };
+    let slots = conn::Slots::new(ctx.config.http.max_connections);
+    let over_cap = Reporter::default();
     loop {
         let accepted = tokio::select! {
             _ = &mut stop => return,
@@ -121,29 +141,82 @@ async fn serve(
                 continue;
             }
         };
-        let ctx = Arc::clone(&ctx);
-        tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let service = hyper::service::service_fn(move |req| {
-                let ctx = Arc::clone(&ctx);
-                async move { Ok::<_, Infallible>(handle(&ctx, req, peer).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, service)
-                .await;
-        });
+        let Some(slot) = slots.take() else {
+            // Over http.max_connections: closed as accepted, before hyper sees it.
+            drop(stream);
+            if let Some(count) = over_cap.note(Instant::now()) {
+                LimitEvent::ManagementRefused {
+                    peer: peer.to_string(),
+                    cap: slots.cap(),
+                    count,
+                }
+                .emit();
+            }
+            continue;
+        };
+        tokio::spawn(serve_connection(Arc::clone(&ctx), stream, peer, slot));
     }
 }
 
-/// Authenticates, then routes.
-async fn handle<B>(ctx: &Context, req: Request<B>, peer: SocketAddr) -> HttpResponse {
+/// Serves one connection under the header-read and idle timeouts (`conn`), holding its
+/// place in the connection cap until it ends.
+async fn serve_connection(
+    ctx: Arc<Context>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    _slot: conn::Slot,
+) {
+    let activity = conn::Activity::new();
+    let io = hyper_util::rt::TokioIo::new(conn::Watched::new(stream, Arc::clone(&activity)));
+    let settings = ctx.config.http.clone();
+    let in_service = Arc::clone(&activity);
+    let service = hyper::service::service_fn(move |req| {
+        let ctx = Arc::clone(&ctx);
+        let busy = in_service.busy();
+        async move {
+            let response = handle(&ctx, req, peer).await;
+            drop(busy);
+            response
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout);
+    let connection = builder.serve_connection(io, service);
+    match settings.idle_timeout {
+        // Dropping the connection closes the socket.
+        Some(timeout) => {
+            tokio::select! {
+                _ = connection => {}
+                _ = conn::idle(activity, timeout) => {}
+            }
+        }
+        None => {
+            let _ = connection.await;
+        }
+    }
+}
+
+/// Authenticates, then routes; `Err` closes the connection without an answer.
+async fn handle<B>(
+    ctx: &Context,
+    req: Request<B>,
+    peer: SocketAddr,
+) -> Result<HttpResponse, Unanswered> {
+    let user = match auth::admit(&ctx.config, &ctx.limits.failures, req.headers(), peer).await {
+        Ok(user) => user,
+        Err(auth::Refused::Respond(response)) => return Ok(response),
+        Err(auth::Refused::Silently) => return Err(Unanswered),
+    };
+    Ok(route(ctx, &req, user).await)
+}
+
+/// Routes an authenticated request.
+async fn route<B>(ctx: &Context, req: &Request<B>, user: &crate::config::User) -> HttpResponse {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
-    let user = match auth::admit(&ctx.config, req.headers(), peer).await {
-        Ok(user) => user,
-        Err(response) => return response,
-    };
     // With permissions in force, RabbitMQ's rule: only management-family tags may use
     // the API (without them, as before, any user may read).
     if ctx.config.permissions.entries.is_some() && !user.may_use_management() {

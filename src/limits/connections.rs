@@ -2,7 +2,8 @@
 //! made by `server::start`): broker-wide, per virtual host and per user (atomics, one
 //! per limit that is set, fixed at start), and per source address (a striped map whose
 //! lock is taken only when a connection opens or closes, and only when
-//! `limits.connections.per_ip` is set); and [`Admission`], what one open connection
+//! `limits.connections.per_ip` is set), and the broker-wide ceiling on failed logins
+//! answered (`super::ceiling`, one atomic); and [`Admission`], what one open connection
 //! holds of them, given back when it is dropped.
 //!
 //! Every count is taken with a compare-and-increment (or under its stripe's lock), so a
@@ -15,6 +16,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::ceiling::FailureCeiling;
 use crate::config::limits::ResourceLimits;
 use crate::session::limit::LimitRefusal;
 
@@ -57,6 +59,9 @@ pub struct ConnectionCounts {
     ips: Vec<Mutex<HashMap<IpAddr, u32>>>,
     vhosts: Vec<(String, Counter)>,
     users: Vec<(String, Counter)>,
+    /// The broker-wide ceiling on failed logins answered (`limits.login`), shared
+    /// through this `Arc` with every shard and the management listener.
+    pub failures: FailureCeiling,
 }
 
 impl ConnectionCounts {
@@ -81,6 +86,7 @@ impl ConnectionCounts {
                 .iter()
                 .map(|(name, max)| (name.clone(), Counter::new(*max)))
                 .collect(),
+            failures: FailureCeiling::new(limits.login.failures_per_second),
         }
     }
 

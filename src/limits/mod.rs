@@ -2,13 +2,15 @@
 //! time — the broker-wide counts shared by every shard ([`connections::ConnectionCounts`]:
 //! connections per node, source address, vhost and user, compare-and-increment so a
 //! limit of N never admits N+1), each shard's own part ([`ShardLimits`]: unauthenticated
-//! sockets, the connections it admitted, login throttling per source address) — and
+//! sockets, the connections it admitted, login throttling per (source address, user),
+//! under the broker-wide ceiling on failed logins answered ([`ceiling`], an atomic)) — and
 //! the rate-limited log lines of every limit ([`report`]).
 //!
 //! Does not: parse configuration (`config::limits`), write frames or close sockets (the
 //! shard's handler and `net` do, on its answer), or check queue, consumer and binding
 //! limits (the handler and the control plane do, with `session::limit::LimitRefusal`).
 
+pub mod ceiling;
 pub mod connections;
 pub mod login;
 pub mod objects;
@@ -18,3 +20,4 @@ mod shard;
 pub use connections::{Admission, ConnectionCounts};
 pub use login::Gate;
 pub use shard::ShardLimits;
+pub use shard::{DelayPermit, LoginAnswer};

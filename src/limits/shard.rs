@@ -2,16 +2,18 @@
 //! accepted that have not completed `connection.open` (capped per shard, checked at
 //! accept before anything is allocated for the socket), the [`Admission`] of each
 //! connection it opened (given back when the connection is dropped), its login
-//! throttle, and the rate limits of the limit log lines.
+//! throttle with the delayed answers it holds (at most `limits.login.max_delayed`, each
+//! a [`DelayPermit`]), and the rate limits of the limit log lines.
 //!
-//! Does not: share anything but the `Arc<ConnectionCounts>`; plain cells, a shard is
-//! one thread.
+//! Does not: share anything but the `Arc<ConnectionCounts>` (whose failed-login ceiling
+//! it applies); plain cells, a shard is one thread.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::connections::{Admission, ConnectionCounts};
 use super::login::{Gate, LoggedThrottle};
@@ -21,6 +23,35 @@ use crate::model::ids::ConnId;
 use crate::ops::limit_event::LimitEvent;
 use crate::session::limit::LimitRefusal;
 
+/// The answer to a failed login on a shard.
+#[derive(Debug)]
+pub enum LoginAnswer {
+    /// Answer at once.
+    Now,
+    /// Answer after the delay, holding the permit meanwhile.
+    After(Duration, DelayPermit),
+    /// Close the connection without a reply.
+    Drop,
+}
+
+/// One delayed answer's place among the shard's `limits.login.max_delayed`; given back
+/// when dropped (answered, or the connection went meanwhile).
+pub struct DelayPermit {
+    delayed: Rc<Cell<u32>>,
+}
+
+impl Drop for DelayPermit {
+    fn drop(&mut self) {
+        self.delayed.set(self.delayed.get().saturating_sub(1));
+    }
+}
+
+impl std::fmt::Debug for DelayPermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DelayPermit")
+    }
+}
+
 /// One shard's admission state.
 pub struct ShardLimits {
     shard: u16,
@@ -29,6 +60,9 @@ pub struct ShardLimits {
     unauth: Cell<u32>,
     opened: RefCell<HashMap<ConnId, Admission>>,
     login: LoggedThrottle,
+    /// Delayed answers to failed logins held now, and the most there may be.
+    delayed: Rc<Cell<u32>>,
+    max_delayed: u32,
     accept_report: Reporter,
     open_report: Reporter,
     channel_report: Reporter,
@@ -46,6 +80,8 @@ impl ShardLimits {
             unauth: Cell::new(0),
             opened: RefCell::default(),
             login: LoggedThrottle::new(r.login.clone()),
+            delayed: Rc::default(),
+            max_delayed: r.login.max_delayed,
             accept_report: Reporter::default(),
             open_report: Reporter::default(),
             channel_report: Reporter::default(),
@@ -56,8 +92,9 @@ impl ShardLimits {
 
     /// At accept: whether the new socket is served. Refused (the caller closes it at
     /// once) when the shard already holds `unauthenticated_per_shard` sockets that have
-    /// not completed `connection.open` (CON-1007), or when its address is locked out
-    /// by failed logins (CON-1009). An admitted socket counts as unauthenticated until
+    /// not completed `connection.open` (CON-1007). Failed logins never refuse a socket
+    /// here: a correct password from any address is answered. An admitted socket counts
+    /// as unauthenticated until
     /// [`ShardLimits::admit_open`] or [`ShardLimits::conn_gone`].
     pub fn admit_socket(&self, peer: SocketAddr, now: Instant) -> bool {
         let unauth = self.unauth.get();
@@ -71,9 +108,6 @@ impl ShardLimits {
                 }
                 .emit();
             }
-            return false;
-        }
-        if matches!(self.login_gate(peer, now), Gate::Drop { .. }) {
             return false;
         }
         self.unauth.set(unauth + 1);
@@ -131,15 +165,40 @@ impl ShardLimits {
         self.unauth.set(self.unauth.get().saturating_sub(1));
     }
 
-    /// What to do with a login attempt from `peer` (CON-1009 when dropped).
-    pub fn login_gate(&self, peer: SocketAddr, now: Instant) -> Gate {
-        self.login.gate(peer, now)
+    /// A login from `peer` as `user` was refused: remembered for throttling, logged
+    /// (CON-1008, rate-limited), and its answer decided by the (address, user) throttle
+    /// and the broker-wide ceiling. An answer that waits holds a [`DelayPermit`] until
+    /// it is sent; with `max_delayed` held, a failure that would wait gets no answer.
+    pub fn login_failed(
+        &self,
+        peer: SocketAddr,
+        user: &str,
+        mechanism: &str,
+        now: Instant,
+    ) -> LoginAnswer {
+        let may_wait = self.delayed.get() < self.max_delayed;
+        let ceiling = &self.counts.failures;
+        match self
+            .login
+            .failed(peer, user, mechanism, now, ceiling, may_wait)
+        {
+            Gate::Open => LoginAnswer::Now,
+            Gate::Delay(delay) => {
+                self.delayed.set(self.delayed.get() + 1);
+                LoginAnswer::After(
+                    delay,
+                    DelayPermit {
+                        delayed: Rc::clone(&self.delayed),
+                    },
+                )
+            }
+            Gate::Drop { .. } => LoginAnswer::Drop,
+        }
     }
 
-    /// A login from `peer` was refused: remembered for throttling, logged (CON-1008,
-    /// rate-limited) with the username and address.
-    pub fn login_failed(&self, peer: SocketAddr, user: &str, mechanism: &str, now: Instant) {
-        self.login.failed(peer, user, mechanism, now);
+    /// Delayed answers to failed logins this shard holds now.
+    pub fn delayed_logins(&self) -> u32 {
+        self.delayed.get()
     }
 
     /// A channel limit (channel_max, consumers per channel) refused an operation
@@ -199,5 +258,37 @@ impl ShardLimits {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delayed_answers_are_capped_and_come_back_when_answered() {
+        let mut config = Config::default();
+        config.limits.resources.login.max_delayed = 1;
+        let counts = Arc::new(ConnectionCounts::new(&config.limits.resources));
+        let limits = ShardLimits::new(0, &config, counts);
+        let peer: SocketAddr = "10.0.0.1:1".parse().expect("addr");
+        let now = Instant::now();
+        let fail = |user: &str| limits.login_failed(peer, user, "PLAIN", now);
+        assert!(matches!(fail("a"), LoginAnswer::Now));
+        assert!(matches!(fail("b"), LoginAnswer::Now));
+        // a's second failure waits, holding the one place.
+        let held = fail("a");
+        assert!(matches!(held, LoginAnswer::After(..)), "{held:?}");
+        assert_eq!(limits.delayed_logins(), 1);
+        // b's would wait too: no place, no answer.
+        assert!(matches!(fail("b"), LoginAnswer::Drop));
+        drop(held);
+        assert_eq!(limits.delayed_logins(), 0);
+        assert!(matches!(fail("b"), LoginAnswer::After(..)));
+        assert_eq!(
+            limits.delayed_logins(),
+            0,
+            "the permit went with the answer"
+        );
     }
 }

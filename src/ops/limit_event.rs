@@ -1,5 +1,5 @@
 //! Owns: [`LimitEvent`], the operational lines of the admission limits and login
-//! throttling (CON-1006..1009, CHN-1015/1016, QUE-1010, EXH-1010), rendered and emitted
+//! throttling (CON-1006..1009, CON-1016, the management listener's connection cap CON-1017, CHN-1015/1016, QUE-1010, EXH-1010), rendered and emitted
 //! under `sluice::ops` like every [`super::event::OpsEvent`]. Each is rate-limited by its
 //! caller: the first occurrence is written, then at most one line per report gap with
 //! the number of occurrences since the last line (`count`). Documented in
@@ -42,7 +42,22 @@ pub enum LimitEvent {
     /// failures).
     LoginDropped {
         peer: String,
+        user: String,
         failures: u32,
+        count: u64,
+    },
+    /// CON-1016: a failed login dropped without a reply by the broker-wide ceiling on
+    /// failed logins answered, or because the shard holds its most delayed answers.
+    LoginCeiling {
+        peer: String,
+        reason: CeilingReason,
+        count: u64,
+    },
+    /// CON-1017: a management connection closed at accept: `http.max_connections` are
+    /// open.
+    ManagementRefused {
+        peer: String,
+        cap: usize,
         count: u64,
     },
     /// CHN-1015 (consumers per channel) / CHN-1016 (channel_max): a channel limit
@@ -77,6 +92,8 @@ impl LimitEvent {
             LimitEvent::AcceptRefused { .. } => "CON-1007",
             LimitEvent::LoginRefused { .. } => "CON-1008",
             LimitEvent::LoginDropped { .. } => "CON-1009",
+            LimitEvent::LoginCeiling { .. } => "CON-1016",
+            LimitEvent::ManagementRefused { .. } => "CON-1017",
             LimitEvent::ChannelRefused { key, .. } if key == "limits.channel_max" => "CHN-1016",
             LimitEvent::ChannelRefused { .. } => "CHN-1015",
             LimitEvent::QueueRefused { .. } => "QUE-1010",
@@ -107,7 +124,10 @@ impl LimitEvent {
                 shard: Some(*shard),
                 ..base
             },
-            LimitEvent::LoginRefused { .. } | LimitEvent::LoginDropped { .. } => base,
+            LimitEvent::LoginRefused { .. }
+            | LimitEvent::LoginDropped { .. }
+            | LimitEvent::LoginCeiling { .. }
+            | LimitEvent::ManagementRefused { .. } => base,
             LimitEvent::QueueRefused { vhost, queue, .. } => LogFields {
                 vhost: Some(vhost),
                 queue: Some(queue),
@@ -126,6 +146,29 @@ impl LimitEvent {
     /// Logs the event (warn), with its parts as fields.
     pub fn emit(&self) {
         super::fields::emit(Level::WARN, &self.fields(), self);
+    }
+}
+
+/// Why a failed login got no answer (CON-1016).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CeilingReason {
+    /// The broker-wide ceiling had no slot within `limits.login.max_delay_ms`.
+    PerSecond(u32),
+    /// The shard holds `limits.login.max_delayed` delayed answers.
+    DelayedAnswers,
+}
+
+impl fmt::Display for CeilingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CeilingReason::PerSecond(rate) => write!(
+                f,
+                "the broker answers at most {rate} failed logins per second (limits.login.failures_per_second)"
+            ),
+            CeilingReason::DelayedAnswers => f.write_str(
+                "too many delayed answers to failed logins are pending (limits.login.max_delayed)",
+            ),
+        }
     }
 }
 
@@ -182,12 +225,28 @@ impl fmt::Display for LimitEvent {
             ),
             LimitEvent::LoginDropped {
                 peer,
+                user,
                 failures,
                 count,
             } => write!(
                 f,
-                "{code} : Login attempt from {peer} dropped without a reply : {failures} failed logins from this address (limits.login.burst){}",
+                "{code} : Login attempt from {peer} as user '{}' dropped without a reply : {failures} failed logins of this user from this address (limits.login.burst){}",
+                Escaped(user),
                 Since(*count, "dropped")
+            ),
+            LimitEvent::LoginCeiling {
+                peer,
+                reason,
+                count,
+            } => write!(
+                f,
+                "{code} : Failed login from {peer} dropped without a reply : {reason}{}",
+                Since(*count, "dropped")
+            ),
+            LimitEvent::ManagementRefused { peer, cap, count } => write!(
+                f,
+                "{code} : Management connection from {peer} closed at accept : {cap} management connections are open (http.max_connections){}",
+                Since(*count, "closed")
             ),
             LimitEvent::ChannelRefused {
                 subject,
@@ -248,9 +307,20 @@ mod tests {
         );
         let e = LimitEvent::LoginDropped {
             peer: "127.0.0.1".into(),
+            user: "a\u{2028}b".into(),
             failures: 20,
             count: 7,
         };
+        assert!(e.to_string().contains("as user 'a\\u2028b'"), "{e}");
+        let e2 = LimitEvent::LoginCeiling {
+            peer: "127.0.0.9:4000".into(),
+            reason: CeilingReason::PerSecond(100),
+            count: 1,
+        };
+        assert_eq!(
+            e2.to_string(),
+            "CON-1016 : Failed login from 127.0.0.9:4000 dropped without a reply : the broker answers at most 100 failed logins per second (limits.login.failures_per_second)"
+        );
         assert!(
             e.to_string()
                 .ends_with(" : 7 dropped since the last report"),

@@ -1,9 +1,12 @@
-//! Login throttling: a failed login from an address delays the next answers to that
-//! address (doubling to a cap), a burst of failures gets its sockets dropped without a
-//! reply until the address has been quiet, other connections and addresses are not
-//! delayed, the refused-login line names the (escaped) user and the address, and a
-//! flood of failed logins leaves the broker healthy with a bounded log. One shard: the
-//! throttle's memory is per shard (a client's connections spread over the shards).
+//! Login throttling: a failed login as a user from an address delays the next failures
+//! of that (address, user) pair (doubling to a cap), a burst of failures gets the pair's
+//! further failures dropped without a reply until it has been quiet, while a correct
+//! password — for that user or another, from that address — is answered at once;
+//! other connections and addresses are not delayed, the refused-login line names the
+//! (escaped) user and the address, a flood of failed logins leaves the broker healthy
+//! with a bounded log, and failures from rotating addresses are answered no faster than
+//! the broker-wide ceiling. The delay tests use one shard: the throttle's memory is per
+//! shard (a client's connections spread over the shards).
 
 use std::time::{Duration, Instant};
 
@@ -84,21 +87,34 @@ fn failed_logins_are_delayed_then_dropped_then_forgotten() {
         "{fourth_took:?}"
     );
 
-    // Four failures: the burst. Further attempts, even with the right password, are
-    // dropped without a reply.
-    let last_failure = Instant::now();
-    assert!(matches!(
-        open_as(&broker, "127.0.0.1", "guest", "guest", "/"),
-        Opened::Dropped
-    ));
+    // Four failures: the burst. Further failures of the pair are dropped without a
+    // reply; the right password, for this user or another, is answered at once.
     assert!(matches!(failed_login(&broker).1, Opened::Dropped));
+    let last_failure = Instant::now();
+    let right = Instant::now();
+    close(open_as(&broker, "127.0.0.1", "guest", "guest", "/").conn());
+    assert!(
+        right.elapsed() < Duration::from_millis(1000),
+        "a right password waited {:?}, the pair's delay",
+        right.elapsed()
+    );
+    let (other_user_took, other_user) = {
+        let started = Instant::now();
+        let ended = open_as(&broker, "127.0.0.1", "other\nuser", "wrong", "/");
+        (started.elapsed(), ended)
+    };
+    assert_refused(other_user);
+    assert!(
+        other_user_took < Duration::from_millis(1000),
+        "another user's first failure waited {other_user_took:?}"
+    );
     // Another address is not locked out.
     close(open_as(&broker, "127.0.0.2", "guest", "guest", "/").conn());
 
-    // After the quiet period the address is forgotten.
+    // After the quiet period the pair is forgotten: its next failure is answered.
     let quiet = Duration::from_millis(2000);
     std::thread::sleep(quiet.saturating_sub(last_failure.elapsed()) + Duration::from_millis(100));
-    close(open(&broker).conn());
+    assert_refused(failed_login(&broker).1);
     close(bystander);
 
     // One rate-limited CON-1008 line (the first refusal), with the escaped user and
@@ -116,7 +132,7 @@ fn failed_logins_are_delayed_then_dropped_then_forgotten() {
     );
     assert!(broker
         .wait_for_log(
-            "CON-1009 : Login attempt from 127.0.0.1 dropped without a reply : 4 failed logins",
+            "CON-1009 : Login attempt from 127.0.0.1 as user 'bad\\nuser' dropped without a reply : 5 failed logins of this user from this address (limits.login.burst)",
             Duration::from_secs(5)
         )
         .is_some());
@@ -169,9 +185,10 @@ fn flood(shards: usize) {
 }
 
 /// The management listener's basic auth checks the same passwords: its failures are
-/// throttled per address too (growing delays, then 429 for every request from the
-/// address until it has been quiet), and logged as CON-1008 with the user and address,
-/// so it is no faster a password oracle than AMQP.
+/// throttled per (address, user) too (growing delays, then 429 for that user's wrong
+/// passwords until the pair has been quiet), and logged as CON-1008 with the user and
+/// address, so it is no faster a password oracle than AMQP; the right password is
+/// admitted at once throughout.
 #[test]
 fn failed_http_logins_are_throttled_too() {
     use crate::common::http::request;
@@ -191,16 +208,179 @@ fn failed_http_logins_are_throttled_too() {
         "second failure answered after {:?}",
         took[1]
     );
-    // The burst is spent: even the right password is refused, without a check.
-    let r = request(port, "GET", "/api/overview", good);
+    // The burst is spent: a wrong password is 429 without a check, the right one is in.
+    let r = request(port, "GET", "/api/overview", Some(("guest", "wrong")));
     assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(
+        r.json()["reason"],
+        "too many failed logins as this user from this address; try again later"
+    );
+    let started = Instant::now();
+    assert_eq!(request(port, "GET", "/api/overview", good).status, 200);
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "the right password waited {:?}",
+        started.elapsed()
+    );
+    // Another user's failure from the same address starts afresh: 401, not 429.
+    assert_eq!(
+        request(port, "GET", "/api/overview", Some(("nobody", "x"))).status,
+        401
+    );
     assert!(broker
         .wait_for_log(
             "CON-1008 : Login refused : user 'guest' from 127.0.0.1:",
             Duration::from_secs(5)
         )
         .is_some());
-    // Quiet for quiet_ms: forgotten.
+    // Quiet for quiet_ms: forgotten, a wrong password is 401 again.
     std::thread::sleep(Duration::from_millis(2200));
-    assert_eq!(request(port, "GET", "/api/overview", good).status, 200);
+    assert_eq!(
+        request(port, "GET", "/api/overview", Some(("guest", "wrong"))).status,
+        401
+    );
+}
+
+shard_tests!(right_passwords_pass_after_many_failures);
+
+/// Issue 18 item 9: 40 failed logins from one address — as an unknown user, then as
+/// guest itself — never delay or refuse guest's right password: it gets its tune and
+/// open-ok at once (the pair's next failure would wait 3 s), while the failures past
+/// the burst get no reply.
+async fn right_passwords_pass_after_many_failures(shards: usize) {
+    tokio::task::spawn_blocking(move || right_after_failures(shards))
+        .await
+        .expect("test thread");
+}
+
+fn right_after_failures(shards: usize) {
+    const FAILURES: usize = 40;
+    const DELAY: Duration = Duration::from_millis(3000);
+    let broker = Broker::start_with_config(
+        shards,
+        "[limits.login]\ninitial_delay_ms = 3000\nmax_delay_ms = 3000\nburst = 2\nquiet_ms = 60000\n",
+    );
+    for (user, password) in [("intruder", "guess"), ("guest", "wrong")] {
+        // In parallel, so that the delayed answers (one per shard) overlap.
+        let endings: Vec<Opened> = std::thread::scope(|s| {
+            let attempts: Vec<_> = (0..FAILURES)
+                .map(|_| s.spawn(|| open_as(&broker, "127.0.0.1", user, password, "/")))
+                .collect();
+            attempts
+                .into_iter()
+                .map(|a| a.join().expect("attempt"))
+                .collect()
+        });
+        let refused = endings
+            .iter()
+            .filter(|e| matches!(e, Opened::Refused(403, ..)))
+            .count();
+        let dropped = endings
+            .iter()
+            .filter(|e| matches!(e, Opened::Dropped))
+            .count();
+        assert_eq!(refused + dropped, FAILURES, "{endings:?}");
+        assert!(
+            (1..=2 * shards).contains(&refused),
+            "{refused} answered for {user}"
+        );
+        // The pair is at its delay (and past its burst), the address has 40 failures:
+        // the right password is answered at once, with tune and open-ok.
+        let started = Instant::now();
+        let mut c = open(&broker).conn();
+        let took = started.elapsed();
+        assert!(
+            took < DELAY,
+            "the right password waited {took:?} after {user}'s failures"
+        );
+        c.channel_open(1);
+        close(c);
+    }
+    // guest's own wrong passwords are still dropped: the burst is spent on every shard.
+    assert!(matches!(
+        open_as(&broker, "127.0.0.1", "guest", "wrong", "/"),
+        Opened::Dropped
+    ));
+    assert_eq!(log_count(&broker, "CON-1016"), 0);
+}
+
+shard_tests!(rotating_addresses_stay_under_the_failure_ceiling);
+
+/// Issue 18 item 9: failed logins from many source addresses (127.t.x.y, one failure
+/// each, so the per-pair throttle never engages) are answered no faster than
+/// `limits.login.failures_per_second` broker-wide: the 403s that arrive within a
+/// window number at most ceiling × (window + 1 s burst), with slack; the rest are
+/// dropped without a reply (CON-1016, rate-limited), and a right password still gets in.
+async fn rotating_addresses_stay_under_the_failure_ceiling(shards: usize) {
+    tokio::task::spawn_blocking(move || ceiling(shards))
+        .await
+        .expect("test thread");
+}
+
+fn ceiling(shards: usize) {
+    const CEILING: u64 = 20;
+    const CLIENTS: usize = 16;
+    let window = Duration::from_secs(3);
+    let broker = Broker::start_with_config(
+        shards,
+        "[limits.login]\nfailures_per_second = 20\ninitial_delay_ms = 100\nmax_delay_ms = 200\nburst = 20\n",
+    );
+    let started = Instant::now();
+    let per_client: Vec<(u64, u64, u64)> = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|t| {
+                let broker = &broker;
+                s.spawn(move || {
+                    let (mut in_window, mut answered, mut dropped) = (0u64, 0u64, 0u64);
+                    for i in 0..20_000u32 {
+                        if started.elapsed() >= window {
+                            break;
+                        }
+                        let source = format!("127.{}.{}.{}", t + 1, i / 250, i % 250 + 1);
+                        match open_as(broker, &source, "intruder", "guess", "/") {
+                            Opened::Refused(403, ..) => {
+                                answered += 1;
+                                if started.elapsed() <= window {
+                                    in_window += 1;
+                                }
+                            }
+                            Opened::Dropped => dropped += 1,
+                            other => panic!("unexpected ending {other:?}"),
+                        }
+                    }
+                    (in_window, answered, dropped)
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .map(|c| c.join().expect("client"))
+            .collect()
+    });
+    let in_window: u64 = per_client.iter().map(|c| c.0).sum();
+    let answered: u64 = per_client.iter().map(|c| c.1).sum();
+    let dropped: u64 = per_client.iter().map(|c| c.2).sum();
+    let bound = CEILING * (window.as_secs() + 1) * 5 / 4;
+    println!("{shards} shards: {in_window} answered in {window:?} ({answered} in all), {dropped} dropped; bound {bound}");
+    assert!(
+        in_window <= bound,
+        "{in_window} failures answered within {window:?}, ceiling {CEILING}/s (bound {bound})"
+    );
+    // The ceiling answers some (a second's burst at least) and drops the rest.
+    assert!(answered >= CEILING, "{answered} answered");
+    assert!(
+        dropped > 0,
+        "nothing dropped: the flood was under the ceiling"
+    );
+    let line = broker
+        .wait_for_log("CON-1016 : Failed login from 127.", Duration::from_secs(5))
+        .expect("a CON-1016 line");
+    assert!(
+        line.contains(
+            "dropped without a reply : the broker answers at most 20 failed logins per second (limits.login.failures_per_second)"
+        ),
+        "{line}"
+    );
+    assert!(log_count(&broker, "CON-1016") <= 2 * shards);
+    close(open(&broker).conn());
 }

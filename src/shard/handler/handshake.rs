@@ -84,9 +84,6 @@ impl State {
                     ok.mechanism.as_bytes(),
                     &ok.response.clone().into_bytes(),
                 );
-                let Some(gate) = self.login_gate(shard, conn) else {
-                    return Ok(Flow::Stop);
-                };
                 let user = if ok.mechanism.as_bytes() == b"EXTERNAL" {
                     // The verified client certificate's CN names the user (TLS only).
                     let peer = self.conn(conn).and_then(|c| c.tls.as_ref());
@@ -108,23 +105,30 @@ impl State {
                 let user = match user {
                     Ok(user) => user,
                     Err(name) => {
-                        self.login_failed(shard, conn, &name, &mechanism);
-                        let refused = (ConnectionError::LoginRefused { mechanism }, 10, 11);
-                        return Ok(self.login_reply(shard, conn, gate, Err(refused)));
+                        let refused = (
+                            ConnectionError::LoginRefused {
+                                mechanism: mechanism.clone(),
+                            },
+                            10,
+                            11,
+                        );
+                        return Ok(self.refuse_login(shard, conn, &name, &mechanism, refused));
                     }
                 };
                 let Some(c) = self.conn_mut(conn) else {
                     return Ok(Flow::Stop);
                 };
                 if config.loopback_users.contains(&user.name) && !c.peer.ip().is_loopback() {
-                    self.login_failed(shard, conn, &user.name, &mechanism);
+                    let name = user.name.clone();
                     let refused = (ConnectionError::LoopbackOnly { user: user.name }, 10, 11);
-                    return Ok(self.login_reply(shard, conn, gate, Err(refused)));
+                    return Ok(self.refuse_login(shard, conn, &name, &mechanism, refused));
                 }
+                // A correct login is answered at once, whatever failed before.
                 c.user = user.name;
                 c.capabilities = connection::client_capabilities(&ok.client_properties);
                 c.phase = Phase::AwaitTuneOk;
-                Ok(self.login_reply(shard, conn, gate, Ok(())))
+                self.send_login_outcome(shard, conn, Ok(()));
+                Ok(Flow::Continue)
             }
             (Some(Phase::AwaitTuneOk), Method::ConnectionTuneOk(tune)) => {
                 let server_max = config.limits.frame_max;

@@ -1,14 +1,15 @@
-//! Owns: the handshake's side of the admission limits — login throttling (an attempt
-//! from a throttled address is answered after its delay, without blocking the shard:
-//! the connection's reader awaits it as a [`PendingOp::LoginDelay`]; a locked-out
-//! address is dropped without a reply), the record of refused logins, and the
-//! `channel_max` refusal — with `crate::limits` doing the counting.
+//! Owns: the handshake's side of the admission limits — the answer to a failed login
+//! (at once; after the (address, user) throttle's or the broker-wide ceiling's delay,
+//! without blocking the shard: the connection's reader awaits it as a
+//! [`PendingOp::LoginDelay`] holding a `DelayPermit`; or no reply at all), the record of
+//! refused logins, and the `channel_max` refusal — with `crate::limits` doing the
+//! counting. A login that succeeds is answered at once, whatever failed before.
 //!
 //! Does not: authenticate (`Config::authenticate`) or count connections.
 
 use std::time::Duration;
 
-use crate::limits::Gate;
+use crate::limits::LoginAnswer;
 use crate::model::ids::ConnId;
 use crate::protocol::method::ConnectionTune;
 use crate::protocol::Method;
@@ -37,45 +38,44 @@ pub fn logged_as_limit(err: &ConnectionError) -> bool {
 }
 
 impl State {
-    /// The throttle's decision for this connection's login attempt; `None` when the
-    /// connection was dropped without a reply (its address failed too often).
-    pub(super) fn login_gate(&mut self, shard: &Shard, conn: ConnId) -> Option<Gate> {
-        let peer = self.conn(conn)?.peer;
-        let gate = shard.limits.login_gate(peer, shard.clock.now());
-        if let Gate::Drop { .. } = gate {
-            self.finish_connection(conn);
-            return None;
-        }
-        Some(gate)
-    }
-
-    /// Records a refused login (throttling, CON-1008 with the username and address).
-    pub(super) fn login_failed(&self, shard: &Shard, conn: ConnId, user: &str, mechanism: &str) {
-        if let Some(c) = self.conn(conn) {
-            shard
-                .limits
-                .login_failed(c.peer, user, mechanism, shard.clock.now());
-        }
-    }
-
-    /// Answers the login now, or after the throttle's delay: the reader awaits the
-    /// delay (reading nothing more from this socket) while the shard serves others.
-    pub(super) fn login_reply(
+    /// A refused login (a wrong password at `start-ok`, a loopback-only user from
+    /// elsewhere, a wrong `update-secret`) as `user`: recorded (throttling, CON-1008),
+    /// then `refusal` is sent now, after the throttle's delay (the reader awaits it,
+    /// reading nothing more from this socket, while the shard serves others), or not at
+    /// all (the connection is closed without a reply).
+    pub(super) fn refuse_login(
         &mut self,
         shard: &Shard,
         conn: ConnId,
-        gate: Gate,
-        outcome: LoginOutcome,
+        user: &str,
+        mechanism: &str,
+        refusal: (ConnectionError, u16, u16),
     ) -> Flow {
-        if let Gate::Delay(delay) = gate {
-            return Flow::Await(Pending {
+        let Some(peer) = self.conn(conn).map(|c| c.peer) else {
+            return Flow::Stop;
+        };
+        let answer = shard
+            .limits
+            .login_failed(peer, user, mechanism, shard.clock.now());
+        match answer {
+            LoginAnswer::Now => {
+                self.send_login_outcome(shard, conn, Err(refusal));
+                Flow::Continue
+            }
+            LoginAnswer::After(delay, permit) => Flow::Await(Pending {
                 conn,
                 channel: 0,
-                op: PendingOp::LoginDelay { delay, outcome },
-            });
+                op: PendingOp::LoginDelay {
+                    delay,
+                    outcome: Err(refusal),
+                    permit,
+                },
+            }),
+            LoginAnswer::Drop => {
+                self.finish_connection(conn);
+                Flow::Stop
+            }
         }
-        self.send_login_outcome(shard, conn, outcome);
-        Flow::Continue
     }
 
     /// Sends `connection.tune`, or closes the connection with the refusal, unless the

@@ -152,11 +152,16 @@ impl State {
                 let secret = update.new_secret.into_bytes();
                 if shard.config.authenticate(&c.user, &secret).is_none() {
                     // A wrong secret is a failed login: it counts against the address
-                    // (so a connection made without a password, by EXTERNAL, cannot guess
-                    // one unthrottled) and is logged as CON-1008, rate-limited.
+                    // and user (so a connection made without a password, by EXTERNAL,
+                    // cannot guess one unthrottled), is logged as CON-1008
+                    // (rate-limited), and its 530 is throttled as a refused login's 403.
                     let user = c.user.clone();
-                    self.login_failed(shard, conn, &user, "update-secret");
-                    return Err((ConnectionError::SecretRefused { user }, 10, 70));
+                    let refused = (
+                        ConnectionError::SecretRefused { user: user.clone() },
+                        10,
+                        70,
+                    );
+                    return Ok(self.refuse_login(shard, conn, &user, "update-secret", refused));
                 }
                 tracing::info!(
                     "{}: user '{}' updated secret, reason: {}",

@@ -102,6 +102,9 @@ pub enum PendingOp {
     LoginDelay {
         delay: std::time::Duration,
         outcome: super::login::LoginOutcome,
+        /// The delayed answer's place among the shard's `limits.login.max_delayed`,
+        /// held until the answer is sent or the connection goes.
+        permit: crate::limits::DelayPermit,
     },
 }
 
@@ -136,8 +139,13 @@ pub enum Resolved {
 /// Performs the waiting part of an operation.
 pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingOp) -> Resolved {
     match op {
-        PendingOp::LoginDelay { delay, outcome } => {
+        PendingOp::LoginDelay {
+            delay,
+            outcome,
+            permit,
+        } => {
             super::login::wait(delay).await;
+            drop(permit);
             Resolved::Login(outcome)
         }
         PendingOp::Control { req, then } => {
