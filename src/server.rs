@@ -178,7 +178,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         config.shard.inbox_bytes,
     );
     let available = crate::shard::memory::available_memory();
-    let (low, high) = config.policies.watermarks(available);
+    let (low, high) = config.policies.watermarks(available.bytes);
     if low > high {
         return Err(StartError::Config(ConfigError::Invalid {
             key: "memory.low_watermark".into(),
@@ -188,7 +188,8 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     OpsEvent::MemoryWatermarks {
         high,
         low,
-        available,
+        available: available.bytes,
+        cgroup_file: available.cgroup_file,
     }
     .emit();
     let memory = Arc::new(MemoryBoard::new(config.shards, low, high));

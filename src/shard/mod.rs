@@ -10,6 +10,7 @@
 //! control-plane coordinator in `control`, the thread and listener in `runtime`.
 
 pub mod arrivals;
+pub mod cgroup;
 pub mod control;
 pub mod dead_letter;
 pub mod deliver;
