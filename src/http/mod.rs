@@ -39,7 +39,10 @@ pub type HttpResponse = Response<Full<Bytes>>;
 
 /// What the HTTP thread needs: the configuration, the shards' inboxes and the boards.
 pub struct Context {
+    /// The configuration as started.
     pub config: Arc<Config>,
+    /// The configuration in force: users and permissions as last reloaded (SIGHUP).
+    pub live: Arc<crate::config::reload::LiveConfig>,
     pub peers: Peers,
     pub memory: Arc<MemoryBoard>,
     pub disk: Arc<DiskBoard>,
@@ -140,13 +143,14 @@ async fn handle<B>(ctx: &Context, req: Request<B>, peer: SocketAddr) -> HttpResp
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
-    let user = match auth::admit(&ctx.config, req.headers(), peer).await {
+    let config = ctx.live.get();
+    let user = match auth::admit(&config, req.headers(), peer).await {
         Ok(user) => user,
         Err(response) => return response,
     };
     // With permissions in force, RabbitMQ's rule: only management-family tags may use
     // the API (without them, as before, any user may read).
-    if ctx.config.permissions.entries.is_some() && !user.may_use_management() {
+    if config.permissions.entries.is_some() && !user.may_use_management() {
         return error(StatusCode::UNAUTHORIZED, "Not management user");
     }
     let segments = match split_path(&path) {
@@ -163,7 +167,7 @@ async fn handle<B>(ctx: &Context, req: Request<B>, peer: SocketAddr) -> HttpResp
     match (&method, segs.as_slice()) {
         (&Method::GET, ["metrics"]) => metrics::scrape(ctx).await,
         (&Method::GET, ["api", rest @ ..]) => {
-            api::get(ctx, rest, &query, &auth::Viewer::of(&ctx.config, user)).await
+            api::get(ctx, rest, &query, &auth::Viewer::of(&config, user)).await
         }
         (&Method::DELETE, ["api", rest @ ..]) => api::delete(ctx, rest).await,
         (_, ["metrics"] | ["api", ..]) => {
