@@ -1,7 +1,7 @@
 //! Owns: starting the broker — binding the listeners, creating the shard mesh, starting
 //! one thread per shard (pinned when asked), announcing readiness — coordinating
 //! shutdown on SIGINT/SIGTERM, and putting a configuration reloaded on SIGHUP in force
-//! (sent to every shard's inbox and to the management thread).
+//! (sent to every shard's inbox and, over a watch channel, to the management thread).
 //!
 //! Does not: contain protocol, routing or policy logic.
 
@@ -58,8 +58,8 @@ pub struct Broker {
     http: Option<crate::http::HttpServer>,
     /// The configuration in force (as started, with the reloaded sections).
     config: Arc<Config>,
-    /// Where the management thread reads the configuration in force.
-    live: Arc<crate::config::reload::LiveConfig>,
+    /// Hands the configuration in force to the management thread.
+    live: tokio::sync::watch::Sender<Arc<Config>>,
 }
 
 /// Checks the core list against the cores this process may use.
@@ -208,7 +208,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         .collect();
     let disk = Arc::new(DiskBoard::new(config.shards, quotas));
     let changes = Arc::new(recovered.changes);
-    let live = Arc::new(crate::config::reload::LiveConfig::new(Arc::clone(&config)));
+    let (live, live_rx) = tokio::sync::watch::channel(Arc::clone(&config));
     let limits = Arc::new(crate::limits::ConnectionCounts::new(
         &config.limits.resources,
     ));
@@ -260,7 +260,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         Some(addr) => {
             let ctx = crate::http::Context {
                 config: Arc::clone(&config),
-                live: Arc::clone(&live),
+                live: live_rx.clone(),
                 peers: peers.clone(),
                 memory: Arc::clone(&memory),
                 disk: Arc::clone(&disk),
@@ -333,7 +333,7 @@ impl Broker {
             for ack in acks {
                 let _ = ack.blocking_recv();
             }
-            self.live.set(Arc::clone(&config));
+            self.live.send_replace(Arc::clone(&config));
             self.config = config;
         }
         ConfigEvent::Reloaded {

@@ -1,13 +1,10 @@
 //! Owns: what reloading the configuration file (SIGHUP) changes in a running broker —
 //! comparing a freshly loaded [`Config`] with the one in force, section by section, into
 //! the configuration to apply (the running one with the reloadable sections replaced)
-//! and the keys whose change waits for a restart — and [`LiveConfig`], the slot the
-//! management thread reads the configuration in force from.
+//! and the keys whose change waits for a restart.
 //!
 //! Does not: read the file (`Config::load` does, with the flags on top, as at start),
 //! send anything to the shards (`server` does, through their inboxes) or log.
-
-use std::sync::{Arc, Mutex};
 
 use super::Config;
 
@@ -123,32 +120,6 @@ fn limits_equal(a: &Config, b: &Config) -> bool {
         && a.heartbeat == b.heartbeat
         && a.max_message_size == b.max_message_size
         && a.max_tx_operations == b.max_tx_operations
-}
-
-/// The configuration in force, for the management thread (the shards get theirs
-/// through their inboxes). Locked once per HTTP request, never on the AMQP path.
-pub struct LiveConfig(Mutex<Arc<Config>>);
-
-impl LiveConfig {
-    pub fn new(config: Arc<Config>) -> LiveConfig {
-        LiveConfig(Mutex::new(config))
-    }
-
-    /// The configuration in force.
-    pub fn get(&self) -> Arc<Config> {
-        match self.0.lock() {
-            Ok(guard) => Arc::clone(&guard),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        }
-    }
-
-    /// Puts `config` in force.
-    pub fn set(&self, config: Arc<Config>) {
-        match self.0.lock() {
-            Ok(mut guard) => *guard = config,
-            Err(poisoned) => *poisoned.into_inner() = config,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ pub struct Context {
     /// The configuration as started.
     pub config: Arc<Config>,
     /// The configuration in force: users and permissions as last reloaded (SIGHUP).
-    pub live: Arc<crate::config::reload::LiveConfig>,
+    pub live: tokio::sync::watch::Receiver<Arc<Config>>,
     pub peers: Peers,
     pub memory: Arc<MemoryBoard>,
     pub disk: Arc<DiskBoard>,
@@ -143,7 +143,7 @@ async fn handle<B>(ctx: &Context, req: Request<B>, peer: SocketAddr) -> HttpResp
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
-    let config = ctx.live.get();
+    let config = Arc::clone(&ctx.live.borrow());
     let user = match auth::admit(&config, req.headers(), peer).await {
         Ok(user) => user,
         Err(response) => return response,

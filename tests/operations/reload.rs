@@ -4,7 +4,7 @@
 
 use crate::common::raw::Tune;
 use crate::common::wire::m;
-use crate::common::{Broker, RawConn, EVENT_TIMEOUT};
+use crate::common::{http, Broker, RawConn, EVENT_TIMEOUT};
 
 const LOGIN_REFUSED: &str = "ACCESS_REFUSED - Login was refused using authentication \
                              mechanism PLAIN. For details see the broker logfile.";
@@ -100,6 +100,15 @@ async fn sighup_reloads_users_and_keeps_connections(shards: usize) {
         "the old password still works"
     );
     login(&broker, "app", "newer").expect("the new password logs in");
+    // The management API checks the same reloaded users.
+    let port = broker.http_port();
+    let (new_user, old_password) = tokio::task::spawn_blocking(move || {
+        let get = |u, p| http::request(port, "GET", "/api/overview", Some((u, p))).status;
+        (get("new", "fresh"), get("app", "old"))
+    })
+    .await
+    .expect("http requests");
+    assert_eq!((new_user, old_password), (200, 401));
     // The connection opened before the reload is still served.
     before.channel_open(2);
     // frame_max waits for a restart: still offered as at start.
