@@ -30,7 +30,8 @@
 //! - [`http`]: the management listener on its own thread (hyper): Prometheus
 //!   `/metrics`, the RabbitMQ-style management API, basic auth; every figure is asked of
 //!   the shards through their inboxes (`shard::observe`).
-//! - [`config`]: the immutable configuration (defaults, TOML file, CLI).
+//! - [`config`]: the configuration (defaults, TOML file, CLI), immutable but for the
+//!   sections a SIGHUP reloads (`config::reload`).
 //! - [`auth`]: stored passwords, per-vhost permissions, `hash-password` and
 //!   `import-definitions`.
 //! - [`ops`]: operational events with Qpid-style codes.

@@ -1,5 +1,5 @@
 //! The `sluice` command: parse flags, load the configuration, start the shards, wait for
-//! SIGINT/SIGTERM, shut down cleanly.
+//! SIGINT/SIGTERM, shut down cleanly; reload the configuration file on SIGHUP.
 
 use clap::Parser;
 
@@ -24,14 +24,16 @@ fn main() -> std::process::ExitCode {
     sluice::auth::file::warn_plaintext(&config);
     sluice::server::abort_on_panic();
     sluice::server::block_signals();
-    let broker = match sluice::server::start(config) {
+    let mut broker = match sluice::server::start(config) {
         Ok(broker) => broker,
         Err(e) => {
             eprintln!("sluice: {e}");
             return std::process::ExitCode::from(1);
         }
     };
-    sluice::server::wait_for_signal();
+    while sluice::server::wait_for_signal() == sluice::server::Signal::Reload {
+        sluice::server::reload_signalled(&mut broker, &cli);
+    }
     broker.shutdown();
     std::process::ExitCode::SUCCESS
 }

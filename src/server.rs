@@ -1,12 +1,14 @@
 //! Owns: starting the broker — binding the listeners, creating the shard mesh, starting
-//! one thread per shard (pinned when asked), announcing readiness — and coordinating
-//! shutdown on SIGINT/SIGTERM.
+//! one thread per shard (pinned when asked), announcing readiness — coordinating
+//! shutdown on SIGINT/SIGTERM, and putting a configuration reloaded on SIGHUP in force
+//! (sent to every shard's inbox and, over a watch channel, to the management thread).
 //!
 //! Does not: contain protocol, routing or policy logic.
 
 use std::sync::Arc;
 
 use crate::config::{Config, ConfigError};
+use crate::ops::config_event::ConfigEvent;
 use crate::ops::event::OpsEvent;
 use crate::ops::notify;
 use crate::shard::inbox::{self, ShardMsg};
@@ -54,6 +56,10 @@ pub struct Broker {
     pub tls_addresses: Vec<std::net::SocketAddr>,
     /// The management listener, when `http.listen` is not off.
     http: Option<crate::http::HttpServer>,
+    /// The configuration in force (as started, with the reloaded sections).
+    config: Arc<Config>,
+    /// Hands the configuration in force to the management thread.
+    live: tokio::sync::watch::Sender<Arc<Config>>,
 }
 
 /// Checks the core list against the cores this process may use.
@@ -178,7 +184,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         config.shard.inbox_bytes,
     );
     let available = crate::shard::memory::available_memory();
-    let (low, high) = config.policies.watermarks(available);
+    let (low, high) = config.policies.watermarks(available.bytes);
     if low > high {
         return Err(StartError::Config(ConfigError::Invalid {
             key: "memory.low_watermark".into(),
@@ -188,7 +194,8 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     OpsEvent::MemoryWatermarks {
         high,
         low,
-        available,
+        available: available.bytes,
+        cgroup_file: available.cgroup_file,
     }
     .emit();
     let memory = Arc::new(MemoryBoard::new(config.shards, low, high));
@@ -201,6 +208,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         .collect();
     let disk = Arc::new(DiskBoard::new(config.shards, quotas));
     let changes = Arc::new(recovered.changes);
+    let (live, live_rx) = tokio::sync::watch::channel(Arc::clone(&config));
     let limits = Arc::new(crate::limits::ConnectionCounts::new(
         &config.limits.resources,
     ));
@@ -252,6 +260,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         Some(addr) => {
             let ctx = crate::http::Context {
                 config: Arc::clone(&config),
+                live: live_rx.clone(),
                 peers: peers.clone(),
                 memory: Arc::clone(&memory),
                 disk: Arc::clone(&disk),
@@ -284,6 +293,8 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         addresses,
         tls_addresses,
         http,
+        config,
+        live,
     })
 }
 
@@ -291,6 +302,52 @@ impl Broker {
     /// The management listener's bound address, if it runs.
     pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
         self.http.as_ref().map(|h| h.addr)
+    }
+
+    /// SIGHUP: puts the reloadable sections of `loaded` (the file read again, flags on
+    /// top) in force on every shard and the management thread, and logs what was
+    /// reloaded (BRK-1018) and what waits for a restart (BRK-1019). A file that cannot
+    /// be read or is invalid is logged (BRK-1020) and the running configuration stays.
+    /// Returns once every shard has the new configuration; no connection is dropped.
+    pub fn reload(&mut self, file: &std::path::Path, loaded: Result<Config, ConfigError>) {
+        let loaded = match loaded {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                ConfigEvent::ReloadFailed {
+                    error: e.to_string(),
+                }
+                .emit();
+                return;
+            }
+        };
+        let plan = crate::config::reload::plan(&self.config, loaded);
+        if !plan.applied.is_empty() {
+            let config = Arc::new(plan.config);
+            let mut acks = Vec::with_capacity(self.peers.len());
+            for shard in 0..self.peers.len() {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.peers
+                    .send(shard as u16, ShardMsg::Reload(Arc::clone(&config), tx));
+                acks.push(rx);
+            }
+            // A shard that stopped drops its sender: nothing to wait for.
+            for ack in acks {
+                let _ = ack.blocking_recv();
+            }
+            self.live.send_replace(Arc::clone(&config));
+            self.config = config;
+        }
+        ConfigEvent::Reloaded {
+            file: file.display().to_string(),
+            applied: plan.applied.iter().map(|s| s.to_string()).collect(),
+        }
+        .emit();
+        if !plan.restart.is_empty() {
+            ConfigEvent::NeedsRestart {
+                keys: plan.restart.iter().map(|s| s.to_string()).collect(),
+            }
+            .emit();
+        }
     }
 
     /// Asks every shard to close its connections (320) and stop, then joins them.
@@ -314,29 +371,61 @@ impl Broker {
     }
 }
 
-/// Blocks SIGINT and SIGTERM in this thread (and the threads it starts afterwards), so
-/// that [`wait_for_signal`] can take them synchronously.
-pub fn block_signals() {
+/// What a signal asks of the broker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGINT or SIGTERM: shut down.
+    Stop,
+    /// SIGHUP: reload the configuration file (RabbitMQ ignores it; it must not kill).
+    Reload,
+}
+
+/// The signals [`wait_for_signal`] takes.
+fn signal_set() -> libc::sigset_t {
     // SAFETY: plain libc signal-set manipulation on a zeroed sigset_t we own.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        set
+    }
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and the threads it starts
+/// afterwards), so that [`wait_for_signal`] can take them synchronously and none of
+/// them kills the process by its default action.
+pub fn block_signals() {
+    let set = signal_set();
+    // SAFETY: pthread_sigmask reads the set we own.
+    unsafe {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }
 
-/// Waits for SIGINT or SIGTERM. Returns the signal number.
-pub fn wait_for_signal() -> i32 {
-    // SAFETY: as above; sigwait writes the received signal into `sig`.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
+/// Waits for SIGINT, SIGTERM or SIGHUP.
+pub fn wait_for_signal() -> Signal {
+    let set = signal_set();
+    loop {
         let mut sig: libc::c_int = 0;
-        libc::sigwait(&set, &mut sig);
-        sig
+        // SAFETY: sigwait reads the set and writes the received signal into `sig`.
+        let rc = unsafe { libc::sigwait(&set, &mut sig) };
+        match (rc, sig) {
+            (0, libc::SIGHUP) => return Signal::Reload,
+            (0, _) => return Signal::Stop,
+            // EINTR is not returned by sigwait on Linux; anything else: wait again.
+            _ => continue,
+        }
     }
+}
+
+/// SIGHUP, from `main`: reads the configuration again as at start (defaults, the
+/// `--config` file, then the flags) and reloads what can be reloaded.
+pub fn reload_signalled(broker: &mut Broker, cli: &crate::config::Cli) {
+    let file = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("(no --config file)"));
+    broker.reload(&file, Config::load(cli));
 }

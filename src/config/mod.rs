@@ -9,6 +9,7 @@ pub mod cli;
 pub mod file;
 pub mod limits;
 pub mod policy;
+pub mod reload;
 pub mod tls;
 
 use std::fmt;

@@ -43,7 +43,10 @@ pub type HttpResponse = Response<Full<Bytes>>;
 
 /// What the HTTP thread needs: the configuration, the shards' inboxes and the boards.
 pub struct Context {
+    /// The configuration as started.
     pub config: Arc<Config>,
+    /// The configuration in force: users and permissions as last reloaded (SIGHUP).
+    pub live: tokio::sync::watch::Receiver<Arc<Config>>,
     pub peers: Peers,
     pub memory: Arc<MemoryBoard>,
     pub disk: Arc<DiskBoard>,
@@ -204,22 +207,29 @@ async fn handle<B>(
     req: Request<B>,
     peer: SocketAddr,
 ) -> Result<HttpResponse, Unanswered> {
-    let user = match auth::admit(&ctx.config, &ctx.limits.failures, req.headers(), peer).await {
+    // The users and permissions in force (a SIGHUP reload replaces them).
+    let config = Arc::clone(&ctx.live.borrow());
+    let user = match auth::admit(&config, &ctx.limits.failures, req.headers(), peer).await {
         Ok(user) => user,
         Err(auth::Refused::Respond(response)) => return Ok(response),
         Err(auth::Refused::Silently) => return Err(Unanswered),
     };
-    Ok(route(ctx, &req, user).await)
+    Ok(route(ctx, &config, &req, user).await)
 }
 
 /// Routes an authenticated request.
-async fn route<B>(ctx: &Context, req: &Request<B>, user: &crate::config::User) -> HttpResponse {
+async fn route<B>(
+    ctx: &Context,
+    config: &Config,
+    req: &Request<B>,
+    user: &crate::config::User,
+) -> HttpResponse {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
     // With permissions in force, RabbitMQ's rule: only management-family tags may use
     // the API (without them, as before, any user may read).
-    if ctx.config.permissions.entries.is_some() && !user.may_use_management() {
+    if config.permissions.entries.is_some() && !user.may_use_management() {
         return error(StatusCode::UNAUTHORIZED, "Not management user");
     }
     let segments = match split_path(&path) {
@@ -236,7 +246,7 @@ async fn route<B>(ctx: &Context, req: &Request<B>, user: &crate::config::User) -
     match (&method, segs.as_slice()) {
         (&Method::GET, ["metrics"]) => metrics::scrape(ctx).await,
         (&Method::GET, ["api", rest @ ..]) => {
-            api::get(ctx, rest, &query, &auth::Viewer::of(&ctx.config, user)).await
+            api::get(ctx, rest, &query, &auth::Viewer::of(config, user)).await
         }
         (&Method::DELETE, ["api", rest @ ..]) => api::delete(ctx, rest).await,
         (_, ["metrics"] | ["api", ..]) => {

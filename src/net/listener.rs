@@ -1,5 +1,6 @@
 //! Owns: listening sockets — bound with `SO_REUSEPORT` so every shard accepts its own
-//! connections on the same port — and each shard's accept loop.
+//! connections on the same port, after a probe that refuses a port another process
+//! already listens on — and each shard's accept loop.
 //!
 //! Does not: know AMQP; an accepted socket is handed to `reader::serve`, or on a TLS
 //! listener to `tls::serve` (handshake first).
@@ -13,8 +14,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::shard::Shard;
 
-/// Binds one `SO_REUSEPORT` listener per shard on each address. A port of 0 is resolved
-/// once (by the first bind) and reused, so all shards share the same ephemeral port.
+/// Binds one `SO_REUSEPORT` listener per shard on each address, each address first
+/// checked with [`probe`] (an address another process listens on is an error naming
+/// it). A port of 0 is resolved once (by the probe) and reused, so all shards share the
+/// same ephemeral port.
 pub fn bind_all(
     addrs: &[SocketAddr],
     shards: usize,
@@ -22,7 +25,7 @@ pub fn bind_all(
     let mut per_shard: Vec<Vec<std::net::TcpListener>> = (0..shards).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     for addr in addrs {
-        let mut actual = *addr;
+        let mut actual = probe(*addr)?;
         for listeners in per_shard.iter_mut() {
             let listener = bind_one(actual)?;
             actual = listener.local_addr()?;
@@ -32,6 +35,49 @@ pub fn bind_all(
     }
     Ok((per_shard, bound))
 }
+
+/// Binds `addr` once without `SO_REUSEPORT` and lets the socket go again, returning the
+/// address it got (a port of 0 resolved). `SO_REUSEPORT` lets every process of the same
+/// user bind a port that already has such listeners, so without this a second broker
+/// started on the same port would bind too and take a share of the connections. A
+/// socket without it cannot bind next to a listener (with or without `SO_REUSEPORT`),
+/// so the probe fails with `EADDRINUSE`, reported as [`AddressInUse`]. It keeps
+/// `SO_REUSEADDR`, which on Linux lets a bind pass over connections in `TIME_WAIT` (a
+/// restart) but never over a listening socket.
+///
+/// Between the probe and the shards' binds a second broker could still probe the same
+/// free port; both would then bind. The window is the few microseconds between two
+/// system calls, at start only.
+pub fn probe(addr: SocketAddr) -> io::Result<SocketAddr> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if let Err(e) = socket.bind(&addr.into()) {
+        return Err(match e.kind() {
+            io::ErrorKind::AddrInUse => io::Error::new(e.kind(), AddressInUse(addr)),
+            kind => io::Error::new(kind, format!("{addr}: {e}")),
+        });
+    }
+    socket
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other(format!("{addr}: bound to a non-IP address")))
+}
+
+/// Another process listens on this address (the probe of [`probe`] failed).
+#[derive(Debug)]
+pub struct AddressInUse(pub SocketAddr);
+
+impl std::fmt::Display for AddressInUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is already in use: another process (another sluice?) listens on it",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for AddressInUse {}
 
 /// The accept backlog asked for per listening socket (one per shard and address). The
 /// kernel caps it at `net.core.somaxconn`, so that sysctl decides (4096 by default since

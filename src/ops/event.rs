@@ -66,8 +66,14 @@ pub enum OpsEvent {
     MemoryAlarmSet { used: u64, high: u64 },
     /// BRK-1008: message memory fell below the low watermark; publishers resume.
     MemoryAlarmCleared { used: u64, low: u64 },
-    /// BRK-1009: the memory watermarks in force (at start).
-    MemoryWatermarks { high: u64, low: u64, available: u64 },
+    /// BRK-1009: the memory watermarks in force (at start), and where the available
+    /// figure came from (a cgroup limit file, or the machine's RAM when `None`).
+    MemoryWatermarks {
+        high: u64,
+        low: u64,
+        available: u64,
+        cgroup_file: Option<String>,
+    },
     /// BRK-1011: the open-files limit at start (the soft limit raised to the hard one).
     FileLimit { soft_was: u64, soft: u64, hard: u64 },
     /// BRK-1012: a panic; the process aborts (a half-alive broker is worse than none).
@@ -429,13 +435,20 @@ impl fmt::Display for OpsEvent {
                 high,
                 low,
                 available,
-            } => write!(
-                f,
-                "{code} : Memory watermarks : High : {} bytes, Low : {} bytes, Available : {} bytes",
-                thousands(*high),
-                thousands(*low),
-                thousands(*available)
-            ),
+                cgroup_file,
+            } => {
+                write!(
+                    f,
+                    "{code} : Memory watermarks : High : {} bytes, Low : {} bytes, Available : {} bytes",
+                    thousands(*high),
+                    thousands(*low),
+                    thousands(*available)
+                )?;
+                match cgroup_file {
+                    Some(file) => write!(f, " (cgroup limit {})", Escaped(file)),
+                    None => write!(f, " (physical memory)"),
+                }
+            }
             OpsEvent::MemoryReport {
                 messages,
                 entries,

@@ -689,7 +689,7 @@ impl State {
         match change {
             DirectoryChange::DeclareQueue { vhost, meta } => {
                 if meta.queue.home == shard.id {
-                    self.create_home_queue(&shard.config, *vhost, meta, now);
+                    self.create_home_queue(&shard.live(), *vhost, meta, now);
                 }
                 self.queue_declared(shard, meta.queue.id, now);
             }

@@ -289,6 +289,8 @@ pub enum ShardMsg {
     ConsumerGone(ConsumerTarget),
     /// Close every connection with 320 and stop.
     Shutdown,
+    /// Put this reloaded configuration in force (SIGHUP), then acknowledge.
+    Reload(Arc<crate::config::Config>, oneshot::Sender<()>),
     /// The operator interfaces (`crate::http`) ask for figures or an action; answered
     /// from the shard's own state in the turn it arrives (`shard::observe`).
     Observe(

@@ -1,7 +1,7 @@
 //! Owns: the broker-wide memory watermark across shards — the board where each shard
 //! posts its ledger figure (one cache line each), the alarm the coordinating shard (0)
 //! raises and lowers with the watermark's hysteresis, and finding the memory the broker
-//! may use (the machine's, or its cgroup limit).
+//! may use (the machine's, or its cgroup limit, found by `cgroup`).
 //!
 //! Does not: count memory (the ledger does, per thread) or act on the alarm (each shard
 //! blocks and releases its own publishers, see `flow`).
@@ -107,9 +107,18 @@ impl MemoryBoard {
     }
 }
 
-/// Memory available to the broker, bytes: the machine's RAM, or the cgroup's limit when
-/// that is lower.
-pub fn available_memory() -> u64 {
+/// The memory the broker may use, and where that figure came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Available {
+    /// Bytes.
+    pub bytes: u64,
+    /// The cgroup file whose limit was used; `None` when it is the machine's RAM.
+    pub cgroup_file: Option<String>,
+}
+
+/// Memory available to the broker: the machine's RAM, or the limit of the process's own
+/// cgroup (v1, v2 or hybrid, see `cgroup`) when that is lower.
+pub fn available_memory() -> Available {
     // SAFETY: sysinfo only writes into the zeroed struct we own.
     let ram = unsafe {
         let mut info: libc::sysinfo = std::mem::zeroed();
@@ -119,36 +128,17 @@ pub fn available_memory() -> u64 {
             0
         }
     };
-    let cgroup = cgroup_limit(&|path| std::fs::read_to_string(path).ok());
-    match (ram, cgroup) {
-        (0, Some(c)) => c,
-        (r, Some(c)) if c < r => c,
-        (r, _) => r,
+    let cgroup = super::cgroup::cgroup_limit(&|path| std::fs::read_to_string(path).ok());
+    match cgroup {
+        Some(c) if ram == 0 || c.bytes < ram => Available {
+            bytes: c.bytes,
+            cgroup_file: Some(c.file),
+        },
+        _ => Available {
+            bytes: ram,
+            cgroup_file: None,
+        },
     }
-}
-
-/// The memory limit of this process's cgroup, bytes, if any: the smallest `memory.max`
-/// on the path from its own cgroup v2 group (`/proc/self/cgroup`, e.g.
-/// `/system.slice/sluice.service`, where systemd's `MemoryMax=` lands) up to the root, or
-/// the cgroup v1 `memory.limit_in_bytes`. `read` reads a file.
-fn cgroup_limit(read: &dyn Fn(&str) -> Option<String>) -> Option<u64> {
-    let parse = |text: String| text.trim().parse::<u64>().ok();
-    let mut limits = Vec::new();
-    let own = read("/proc/self/cgroup").and_then(|text| {
-        text.lines()
-            .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_owned()))
-    });
-    let mut dir = own.unwrap_or_default();
-    loop {
-        let trimmed = dir.trim_end_matches('/');
-        limits.extend(read(&format!("/sys/fs/cgroup{trimmed}/memory.max")).and_then(parse));
-        match trimmed.rfind('/') {
-            Some(at) => dir = trimmed[..at].to_owned(),
-            None => break,
-        }
-    }
-    limits.extend(read("/sys/fs/cgroup/memory/memory.limit_in_bytes").and_then(parse));
-    limits.into_iter().min()
 }
 
 #[cfg(test)]
@@ -168,39 +158,6 @@ mod tests {
         assert!(!board.alarm());
         assert_eq!(board.used(), 50);
         assert_eq!(board.sum().messages, 60);
-        assert!(available_memory() > 0);
-    }
-
-    #[test]
-    fn cgroup_limit_is_the_smallest_on_the_way_up() {
-        let files = |path: &str| -> Option<String> {
-            match path {
-                "/proc/self/cgroup" => Some("0::/system.slice/sluice.service\n".into()),
-                "/sys/fs/cgroup/system.slice/sluice.service/memory.max" => {
-                    Some("8589934592\n".into())
-                }
-                "/sys/fs/cgroup/system.slice/memory.max" => Some("max\n".into()),
-                _ => None,
-            }
-        };
-        assert_eq!(cgroup_limit(&files), Some(8 << 30));
-        let slice = |path: &str| -> Option<String> {
-            match path {
-                "/proc/self/cgroup" => Some("0::/system.slice/sluice.service\n".into()),
-                "/sys/fs/cgroup/system.slice/sluice.service/memory.max" => Some("max".into()),
-                "/sys/fs/cgroup/system.slice/memory.max" => Some("4294967296".into()),
-                _ => None,
-            }
-        };
-        assert_eq!(cgroup_limit(&slice), Some(4 << 30));
-        let container = |path: &str| -> Option<String> {
-            match path {
-                "/proc/self/cgroup" => Some("0::/\n".into()),
-                "/sys/fs/cgroup/memory.max" => Some("1073741824".into()),
-                _ => None,
-            }
-        };
-        assert_eq!(cgroup_limit(&container), Some(1 << 30));
-        assert_eq!(cgroup_limit(&|_: &str| None), None);
+        assert!(available_memory().bytes > 0);
     }
 }

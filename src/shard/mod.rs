@@ -10,6 +10,7 @@
 //! control-plane coordinator in `control`, the thread and listener in `runtime`.
 
 pub mod arrivals;
+pub mod cgroup;
 pub mod control;
 pub mod dead_letter;
 pub mod deliver;
@@ -172,7 +173,12 @@ pub struct State {
 pub struct Shard {
     pub id: ShardId,
     pub shards: usize,
+    /// The configuration as started. Its users, `loopback_users`, `permissions` and
+    /// queue/topic/vhost policies can be reloaded (SIGHUP): read those from
+    /// [`Shard::live`].
     pub config: Arc<Config>,
+    /// The configuration in force, replaced by `ShardMsg::Reload`.
+    live: RefCell<Arc<Config>>,
     pub clock: Clock,
     pub peers: Peers,
     /// Broker-wide message memory and the alarm.
@@ -272,8 +278,20 @@ impl Shard {
             next_eviction: Cell::new(now),
             counters: ShardCounters::default(),
             limits: crate::limits::ShardLimits::new(id, &config, counts),
+            live: RefCell::new(Arc::clone(&config)),
             config,
         }
+    }
+
+    /// The configuration in force (the reloadable sections as last reloaded).
+    pub fn live(&self) -> Arc<Config> {
+        Arc::clone(&self.live.borrow())
+    }
+
+    /// Puts a reloaded configuration in force (`ShardMsg::Reload`); connections already
+    /// open keep the grant they opened with.
+    pub fn reload(&self, config: Arc<Config>) {
+        *self.live.borrow_mut() = config;
     }
 
     /// Asks for a flush after every task already woken in this event-loop tick has run:

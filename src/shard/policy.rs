@@ -79,7 +79,8 @@ impl State {
         binding_key: &str,
         added: bool,
     ) {
-        let policies = &shard.config.policies;
+        let live = shard.live();
+        let policies = &live.policies;
         let Some(q) = self.queues.get_mut(&queue) else {
             return;
         };

@@ -306,6 +306,10 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             let shard = Rc::clone(shard);
             tokio_uring::spawn(shutdown(shard));
         }
+        ShardMsg::Reload(config, ack) => {
+            shard.reload(config);
+            let _ = ack.send(());
+        }
     }
 }
 

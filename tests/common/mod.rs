@@ -128,6 +128,8 @@ pub struct Broker {
     /// Set by [`Broker::start_in`]: the directory belongs to the test, and outlives this
     /// process so that the next one can start on it.
     keep_dir: bool,
+    /// The `--config` file, if one was passed.
+    config: Option<PathBuf>,
     logs: Arc<Mutex<Vec<String>>>,
 }
 
@@ -141,6 +143,17 @@ impl Broker {
     /// As [`Broker::start`], with `toml` written to a config file passed as `--config`.
     pub fn start_with_config(shards: usize, toml: &str) -> Broker {
         Self::spawn(shards, Some(toml))
+    }
+
+    /// As [`Broker::start`] (with `toml` as the config file, if any), with `prepare`
+    /// applied to the command before it is spawned: extra flags, or a `pre_exec` hook.
+    pub fn start_prepared(
+        shards: usize,
+        toml: Option<&str>,
+        prepare: impl FnOnce(&mut Command),
+    ) -> Broker {
+        let (base, data_dir, config) = Self::fresh_dir(toml);
+        Self::launch_prepared(shards, &data_dir, config.as_deref(), base, false, prepare)
     }
 
     /// Starts `sluice --shards N --data-dir DIR` on a data directory the caller owns and
@@ -161,15 +174,21 @@ impl Broker {
     }
 
     fn spawn(shards: usize, config: Option<&str>) -> Broker {
+        let (base, data_dir, config) = Self::fresh_dir(config);
+        Self::launch(shards, &data_dir, config.as_deref(), base, false)
+    }
+
+    /// A fresh base directory with `data/` and, given `toml`, `sluice.toml` in it.
+    fn fresh_dir(toml: Option<&str>) -> (PathBuf, PathBuf, Option<PathBuf>) {
         let base = std::env::temp_dir().join(unique("sluice-itest"));
         let data_dir = base.join("data");
         std::fs::create_dir_all(&data_dir).expect("create data dir");
-        let config = config.map(|toml| {
+        let config = toml.map(|toml| {
             let path = base.join("sluice.toml");
             std::fs::write(&path, toml).expect("write config");
             path
         });
-        Self::launch(shards, &data_dir, config.as_deref(), base, false)
+        (base, data_dir, config)
     }
 
     fn launch(
@@ -178,6 +197,17 @@ impl Broker {
         config: Option<&Path>,
         base: PathBuf,
         keep_dir: bool,
+    ) -> Broker {
+        Self::launch_prepared(shards, data_dir, config, base, keep_dir, |_| {})
+    }
+
+    fn launch_prepared(
+        shards: usize,
+        data_dir: &Path,
+        config: Option<&Path>,
+        base: PathBuf,
+        keep_dir: bool,
+        prepare: impl FnOnce(&mut Command),
     ) -> Broker {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
         cmd.arg("--listen")
@@ -196,6 +226,7 @@ impl Broker {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        prepare(&mut cmd);
         let mut child = cmd.spawn().expect("spawn sluice");
         let logs = Arc::new(Mutex::new(Vec::new()));
         spawn_log_reader(child.stdout.take().expect("stdout"), logs.clone(), "");
@@ -212,6 +243,7 @@ impl Broker {
             shards,
             data_dir: base,
             keep_dir,
+            config: config.map(Path::to_path_buf),
             logs,
         };
         broker.port = broker.await_ready();
@@ -327,11 +359,28 @@ impl Broker {
 
     /// Sends SIGTERM.
     pub fn sigterm(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Sends `signal` (while the child runs).
+    pub fn signal(&self, signal: libc::c_int) {
         if self.child.is_some() {
             // SAFETY: plain kill(2) on the pid of a child we own and have not reaped.
-            let rc = unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGTERM) };
-            assert_eq!(rc, 0, "kill(SIGTERM) failed");
+            let rc = unsafe { libc::kill(self.pid as libc::pid_t, signal) };
+            assert_eq!(rc, 0, "kill({signal}) failed");
         }
+    }
+
+    /// The `--config` file the broker was started with, if any.
+    pub fn config_path(&self) -> Option<&Path> {
+        self.config.as_deref()
+    }
+
+    /// Whether the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// Polls for the process to exit, up to `timeout`.

@@ -52,7 +52,7 @@ impl State {
         let Some(c) = self.conn_mut(conn) else {
             return Ok(());
         };
-        match shard.config.permissions.grant(&c.user, vhost) {
+        match shard.live().permissions.grant(&c.user, vhost) {
             Some(grant) => {
                 c.access = Access::new(grant);
                 Ok(())
@@ -176,7 +176,7 @@ impl State {
             return Ok(());
         }
         let impersonator = shard
-            .config
+            .live()
             .users
             .iter()
             .find(|u| u.name == c.user)

@@ -71,7 +71,7 @@ impl State {
             Method::decode(frame.payload).map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
         let (class_id, method_id) = (method.class_id(), method.method_id());
         let fail = |e| Err((e, class_id, method_id));
-        let config = &shard.config;
+        let config = &shard.live();
         match (phase, method) {
             (Some(Phase::AwaitStartOk), Method::ConnectionStartOk(ok)) => {
                 let offered =

@@ -150,7 +150,7 @@ impl State {
                     return Ok(Flow::Stop);
                 };
                 let secret = update.new_secret.into_bytes();
-                if shard.config.authenticate(&c.user, &secret).is_none() {
+                if shard.live().authenticate(&c.user, &secret).is_none() {
                     // A wrong secret is a failed login: it counts against the address
                     // and user (so a connection made without a password, by EXTERNAL,
                     // cannot guess one unthrottled), is logged as CON-1008
