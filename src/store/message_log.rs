@@ -11,6 +11,9 @@
 //!   a segment's last bytes are the last message's body.
 //! - gone: `2, u32 n, n × (u64 queue, u64 seq)`
 //! - delivered: `3, u32 n, n × (u64 queue, u64 highest delivered seq)`
+//! - withdrawn: `4`, then a message record's bytes — a message whose write failed and
+//!   whose publish was nacked (`shard::persist`): the group is written again with the
+//!   same bytes and offsets, this one type byte changed, and recovery skips it.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use smallvec::SmallVec;
@@ -21,8 +24,11 @@ use crate::protocol::codec::put_shortstr;
 use crate::protocol::ShortStr;
 
 const MESSAGE: u8 = 1;
+/// The type byte a message record's payload starts with.
+pub const MESSAGE_TYPE: u8 = MESSAGE;
 const GONE: u8 = 2;
 const DELIVERED: u8 = 3;
+const WITHDRAWN: u8 = 4;
 
 /// The queues a message entered on one shard, with its sequence number in each.
 pub type QueueSeqs = SmallVec<[(QueueId, u64); 2]>;
@@ -39,6 +45,24 @@ pub enum Logged {
     },
     Gone(Vec<(QueueId, u64)>),
     Delivered(Vec<(QueueId, u64)>),
+    /// A message record withdrawn after a failed write: it counts for nothing.
+    Withdrawn,
+}
+
+/// Turns a message record's payload into a withdrawn one in place and returns the
+/// (queue, seq) pairs it named; `None` (and no change) for any other payload. The
+/// caller reseals the record's checksum.
+pub fn withdraw(payload: &mut [u8]) -> Option<QueueSeqs> {
+    if payload.first() != Some(&MESSAGE) {
+        return None;
+    }
+    let mut buf = Bytes::copy_from_slice(payload.get(1..3)?);
+    let n = buf.get_u16_le() as usize;
+    let pairs = payload.get(3..3 + n * 16)?;
+    let mut pairs = Bytes::copy_from_slice(pairs);
+    let queues = get_pairs(&mut pairs, n).ok()?.into_iter().collect();
+    payload[0] = WITHDRAWN;
+    Some(queues)
 }
 
 /// Writes a message record's payload.
@@ -164,6 +188,7 @@ pub fn decode(mut buf: Bytes) -> Result<Logged, Malformed> {
                 Logged::Delivered(pairs)
             })
         }
+        WITHDRAWN => Ok(Logged::Withdrawn),
         _ => Err(Malformed("record type")),
     }
 }
