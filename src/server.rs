@@ -206,7 +206,15 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         .iter()
         .map(|v| (v.clone(), config.policies.vhost(v).store_quota))
         .collect();
-    let disk = Arc::new(DiskBoard::new(config.shards, quotas));
+    // The disk alarm watches the data dir's file system; the last slot is the
+    // definitions log's.
+    let free = crate::store::disk_free::DiskFree::new(
+        config.data_dir.clone(),
+        config.store.disk_free_limit.resolve(available.bytes),
+        config.shards + 1,
+    );
+    free.check();
+    let disk = Arc::new(DiskBoard::new(config.shards, quotas, free));
     let changes = Arc::new(recovered.changes);
     let (live, live_rx) = tokio::sync::watch::channel(Arc::clone(&config));
     let limits = Arc::new(crate::limits::ConnectionCounts::new(

@@ -55,6 +55,12 @@ pub struct Cli {
     #[arg(long = "memory-low-watermark", value_name = "LIMIT")]
     pub memory_low_watermark: Option<String>,
 
+    /// Free disk space on the data dir's file system below which every publisher is
+    /// blocked: bytes or a size (50MB, 1GiB) [default: 50MB]. Overrides
+    /// `store.disk_free_limit_relative` from the file.
+    #[arg(long = "disk-free-limit", value_name = "BYTES")]
+    pub disk_free_limit: Option<String>,
+
     /// Management listener (metrics and HTTP API): an address, or `off`
     /// [default: 127.0.0.1:15672].
     #[arg(long = "http-listen", value_name = "ADDR|off")]
@@ -107,6 +113,13 @@ impl Cli {
         };
         if let Some(text) = &self.memory_high_watermark {
             config.policies.memory.high_watermark = limit("--memory-high-watermark", text)?;
+        }
+        if let Some(text) = &self.disk_free_limit {
+            config.store.disk_free_limit =
+                super::DiskFreeLimit::parse_bytes(text).map_err(|reason| ConfigError::Invalid {
+                    key: "--disk-free-limit".to_owned(),
+                    reason,
+                })?;
         }
         if let Some(text) = &self.http_listen {
             config.http.listen =

@@ -246,6 +246,16 @@ struct StoreSection {
     segment_size: Option<u64>,
     fsync: Option<bool>,
     page_out_fraction: Option<f64>,
+    disk_free_limit: Option<SizeValue>,
+    disk_free_limit_relative: Option<f64>,
+}
+
+/// A size: an integer (bytes) or a string with a unit ("50MB").
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(u64),
+    Text(String),
 }
 
 fn set<T>(slot: &mut T, value: Option<T>) {
@@ -358,6 +368,21 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         set(&mut config.store.segment_size, s.segment_size);
         set(&mut config.store.fsync, s.fsync);
         set(&mut config.store.page_out_fraction, s.page_out_fraction);
+        // Relative wins over absolute when both are given (documented in sluice.toml).
+        match (s.disk_free_limit_relative, s.disk_free_limit) {
+            (Some(r), _) => {
+                config.store.disk_free_limit = super::DiskFreeLimit::relative(r)
+                    .map_err(|e| format!("store.disk_free_limit_relative: {e}"))?;
+            }
+            (None, Some(SizeValue::Bytes(b))) => {
+                config.store.disk_free_limit = super::DiskFreeLimit::Bytes(b);
+            }
+            (None, Some(SizeValue::Text(t))) => {
+                config.store.disk_free_limit = super::DiskFreeLimit::parse_bytes(&t)
+                    .map_err(|e| format!("store.disk_free_limit: {e}"))?;
+            }
+            (None, None) => {}
+        }
     }
     apply_policies(config, policies)
 }

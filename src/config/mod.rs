@@ -181,6 +181,63 @@ pub struct StoreConfig {
     /// persistent messages on durable queues (they are on disk) and read them back as
     /// they are delivered. 0 = never.
     pub page_out_fraction: f64,
+    /// Free space on the data dir's file system below which every publisher is
+    /// blocked (the disk alarm).
+    pub disk_free_limit: DiskFreeLimit,
+}
+
+/// `store.disk_free_limit` / `store.disk_free_limit_relative`: the free disk space the
+/// broker keeps, as RabbitMQ's `disk_free_limit.absolute` / `.relative`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DiskFreeLimit {
+    /// Bytes.
+    Bytes(u64),
+    /// A multiple of the memory available to the broker (RAM or the cgroup limit).
+    Relative(f64),
+}
+
+impl DiskFreeLimit {
+    /// RabbitMQ's default: 50 MB.
+    pub const DEFAULT: DiskFreeLimit = DiskFreeLimit::Bytes(50_000_000);
+
+    /// Bytes, given the memory available to the broker.
+    pub fn resolve(&self, memory: u64) -> u64 {
+        match *self {
+            DiskFreeLimit::Bytes(b) => b,
+            DiskFreeLimit::Relative(r) => (memory as f64 * r) as u64,
+        }
+    }
+
+    /// Parses bytes or a size with a unit (`"50MB"`, `"1GiB"`, `"0"`); a fraction is
+    /// refused (that is `disk_free_limit_relative`).
+    pub fn parse_bytes(text: &str) -> Result<DiskFreeLimit, String> {
+        match crate::policy::watermark::MemoryLimit::parse(text)? {
+            crate::policy::watermark::MemoryLimit::Bytes(b) => Ok(DiskFreeLimit::Bytes(b)),
+            crate::policy::watermark::MemoryLimit::Fraction(_) => Err(format!(
+                "'{text}' is not a size (bytes or e.g. 50MB; a multiple of RAM is disk_free_limit_relative)"
+            )),
+        }
+    }
+
+    /// A multiple of memory: finite and not negative (RabbitMQ suggests 1.0 to 2.0).
+    pub fn relative(r: f64) -> Result<DiskFreeLimit, String> {
+        if r.is_finite() && r >= 0.0 {
+            Ok(DiskFreeLimit::Relative(r))
+        } else {
+            Err(format!(
+                "{r} is not a multiple of memory (a number, 0 or more)"
+            ))
+        }
+    }
+}
+
+impl std::fmt::Display for DiskFreeLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DiskFreeLimit::Bytes(b) => write!(f, "{b} bytes"),
+            DiskFreeLimit::Relative(r) => write!(f, "{r} x available memory"),
+        }
+    }
 }
 
 /// A configuration problem, naming where it came from.
@@ -268,6 +325,7 @@ impl Default for Config {
                 segment_size: 64 << 20,
                 fsync: true,
                 page_out_fraction: 0.5,
+                disk_free_limit: DiskFreeLimit::DEFAULT,
             },
             http: HttpConfig::default(),
             permissions: crate::auth::permissions::Permissions::default(),

@@ -187,6 +187,8 @@ pub enum FlowCause {
     Memory,
     /// The store is over the vhost's disk quota.
     Store,
+    /// The data dir's file system is below `disk_free_limit` (or a store write failed).
+    Disk,
 }
 
 /// The numbers behind a slow-consumer line.
@@ -548,6 +550,11 @@ impl fmt::Display for OpsEvent {
                 FlowCause::Store => write!(
                     f,
                     "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Store overfull)",
+                    subject = Escaped(subject),
+                ),
+                FlowCause::Disk => write!(
+                    f,
+                    "[{subject}/ch:{channel}] {code} : Flow Control Enforced (Disk free limit)",
                     subject = Escaped(subject),
                 ),
             },

@@ -139,7 +139,7 @@ impl OpsEvent {
             } => LogFields {
                 queue: match cause {
                     FlowCause::Queue(queue) => Some(queue),
-                    FlowCause::Memory | FlowCause::Store => None,
+                    FlowCause::Memory | FlowCause::Store | FlowCause::Disk => None,
                 },
                 ..LogFields::connection(code, subject, Some(*channel))
             },
@@ -174,7 +174,10 @@ impl StoreEvent {
             | StoreEvent::RecoveryComplete { .. }
             | StoreEvent::QueuesRehomed { .. }
             | StoreEvent::Damaged { .. }
-            | StoreEvent::Failed { .. } => LogFields::code(code),
+            | StoreEvent::DiskAlarmSet { .. }
+            | StoreEvent::DiskAlarmCleared { .. }
+            | StoreEvent::WriteFailed { .. }
+            | StoreEvent::DefinitionsKept { .. } => LogFields::code(code),
             StoreEvent::Closed { shard, .. } => LogFields {
                 shard: Some(*shard),
                 ..LogFields::code(code)

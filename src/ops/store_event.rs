@@ -92,9 +92,32 @@ pub enum StoreEvent {
         bytes: u64,
         on_disk_only: u64,
     },
-    /// MST-1011: a store write or sync failed; the broker stops (what it confirmed
-    /// next might not be on disk).
-    Failed { path: String, error: String },
+    /// MST-1013: free space on the data dir's file system is below `disk_free_limit`,
+    /// or a store write failed: every publisher is blocked.
+    DiskAlarmSet {
+        path: String,
+        /// `None` when it could not be read yet.
+        free: Option<u64>,
+        limit: u64,
+        /// Raised by a failed write rather than by the free space.
+        write_failed: bool,
+    },
+    /// MST-1014: the disk alarm is cleared; publishers resume.
+    DiskAlarmCleared { path: String, free: u64, limit: u64 },
+    /// MST-1015: a store write or fsync failed (rate-limited per writer): the
+    /// publishes that waited for it were nacked, the write is retried once space is
+    /// back.
+    WriteFailed {
+        path: String,
+        error: String,
+        /// Publishes nacked (confirm ranges' messages) by this failure.
+        nacked: u64,
+        /// Failures since the last line that were not logged.
+        suppressed: u64,
+    },
+    /// MST-1016: at start the definitions log could not be rewritten as a snapshot
+    /// (the disk is full, say): it is kept as it is and appended to.
+    DefinitionsKept { path: String, error: String },
 }
 
 impl StoreEvent {
@@ -109,16 +132,22 @@ impl StoreEvent {
             StoreEvent::Overfull { .. } => "MST-1008",
             StoreEvent::Underfull { .. } => "MST-1009",
             StoreEvent::Damaged { .. } => "MST-1010",
-            StoreEvent::Failed { .. } => "MST-1011",
             StoreEvent::Evicted { .. } => "MST-1012",
+            StoreEvent::DiskAlarmSet { .. } => "MST-1013",
+            StoreEvent::DiskAlarmCleared { .. } => "MST-1014",
+            StoreEvent::WriteFailed { .. } => "MST-1015",
+            StoreEvent::DefinitionsKept { .. } => "MST-1016",
         }
     }
 
     /// Logs the event at its level, with its parts as fields ([`super::fields`]).
     pub fn emit(&self) {
         let level = match self {
-            StoreEvent::Overfull { .. } | StoreEvent::Damaged { .. } => Level::WARN,
-            StoreEvent::Failed { .. } => Level::ERROR,
+            StoreEvent::Overfull { .. }
+            | StoreEvent::Damaged { .. }
+            | StoreEvent::DiskAlarmSet { .. }
+            | StoreEvent::DefinitionsKept { .. } => Level::WARN,
+            StoreEvent::WriteFailed { .. } => Level::ERROR,
             _ => Level::INFO,
         };
         super::fields::emit(level, &self.fields(), self);
@@ -240,9 +269,43 @@ impl fmt::Display for StoreEvent {
                 vhost = Escaped(vhost),
                 queue = Escaped(queue),
             ),
-            StoreEvent::Failed { path, error } => {
-                write!(f, "{code} : Store failed : {path} : {error} : stopping")
+            StoreEvent::DiskAlarmSet {
+                path,
+                free,
+                limit,
+                write_failed,
+            } => {
+                let free = free.map_or_else(|| "unknown".to_owned(), thousands);
+                let cause = if *write_failed { " : a store write failed" } else { "" };
+                write!(
+                    f,
+                    "{code} : Disk free space alarm set, publishers blocked : Free : {free} bytes, Limit : {} bytes : {path}{cause}",
+                    thousands(*limit),
+                    path = Escaped(path),
+                )
             }
+            StoreEvent::DiskAlarmCleared { path, free, limit } => write!(
+                f,
+                "{code} : Disk free space alarm cleared : Free : {} bytes, Limit : {} bytes : {path}",
+                thousands(*free),
+                thousands(*limit),
+                path = Escaped(path),
+            ),
+            StoreEvent::WriteFailed {
+                path,
+                error,
+                nacked,
+                suppressed,
+            } => write!(
+                f,
+                "{code} : Store write failed : {path} : {error} : {nacked} publishes nacked, retried when space returns ({suppressed} more failures not logged)",
+                path = Escaped(path),
+            ),
+            StoreEvent::DefinitionsKept { path, error } => write!(
+                f,
+                "{code} : Definitions log not compacted, kept as it is : {path} : {error}",
+                path = Escaped(path),
+            ),
         }
     }
 }

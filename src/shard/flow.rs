@@ -1,7 +1,7 @@
 //! Owns: producer flow control on the publishers' side of a shard (seed 001) — what a
 //! publishing channel does when an overfull queue tells it to stop or go on
 //! (`channel.flow`, `CHN-1005` / `CHN-1006`), blocking every publisher while the
-//! broker-wide memory alarm is on (`connection.blocked` to clients that announced the
+//! broker-wide memory or disk alarm is on (`connection.blocked` to clients that announced the
 //! capability, `channel.flow` to the others), counting what a stopped channel publishes
 //! anyway, and the decision to stop reading a connection that goes on past its grace —
 //! and, for a connection that also holds unacknowledged deliveries, to close the
@@ -25,6 +25,8 @@ use super::{Shard, State};
 const LOW_ON_MEMORY: &str = "low on memory";
 /// The reason sent with `connection.blocked` for the store's disk quota.
 const STORE_OVERFULL: &str = "store overfull";
+/// The reason sent with `connection.blocked` for the disk alarm (RabbitMQ's wording).
+const LOW_ON_DISK: &str = "low on disk";
 
 /// Sends `connection.blocked` (a resource alarm) to a client that announced the
 /// capability.
@@ -32,7 +34,8 @@ fn block_connection(c: &mut Conn, cause: &FlowCause) {
     c.blocked_sent = true;
     let reason = match cause {
         FlowCause::Store => STORE_OVERFULL,
-        _ => LOW_ON_MEMORY,
+        FlowCause::Disk => LOW_ON_DISK,
+        FlowCause::Memory | FlowCause::Queue(_) => LOW_ON_MEMORY,
     };
     c.out.method(
         0,
@@ -177,10 +180,12 @@ impl State {
     }
 
     /// What blocks the publishers of vhost `vhost` now: the broker-wide memory alarm,
-    /// or the store's disk quota of that vhost.
+    /// the broker-wide disk alarm, or the store's disk quota of that vhost.
     pub fn alarm_cause(&self, vhost: usize) -> Option<FlowCause> {
         if self.memory_alarm {
             Some(FlowCause::Memory)
+        } else if self.disk_alarm {
+            Some(FlowCause::Disk)
         } else if self.store_alarms.get(vhost).copied().unwrap_or(false) {
             Some(FlowCause::Store)
         } else {
@@ -194,6 +199,15 @@ impl State {
             return;
         }
         self.memory_alarm = on;
+        self.apply_alarms(shard, None);
+    }
+
+    /// Applies the broker-wide disk alarm to this shard's connections.
+    pub fn apply_disk_alarm(&mut self, shard: &Shard, on: bool) {
+        if self.disk_alarm == on {
+            return;
+        }
+        self.disk_alarm = on;
         self.apply_alarms(shard, None);
     }
 

@@ -150,6 +150,8 @@ pub struct State {
     name_seed: u64,
     /// The memory alarm as this shard has applied it to its publishers.
     pub memory_alarm: bool,
+    /// The broker-wide disk alarm (`store.disk_free_limit`) as this shard applied it.
+    pub disk_alarm: bool,
     /// Each vhost's store alarm (disk quota) as this shard has applied it.
     pub store_alarms: Vec<bool>,
     /// Confirms of publishes that entered durable queues this turn: they go out once
@@ -252,6 +254,7 @@ impl Shard {
             next_queue_id: 1,
             name_seed: wall_nanos() ^ (u64::from(id) << 32),
             memory_alarm: false,
+            disk_alarm: false,
             store_alarms: Vec::new(),
             held_confirms: Vec::new(),
             evicting: Vec::new(),

@@ -85,7 +85,7 @@ impl Shard {
             let committed = store.committed_seq(*id);
             let placeholder = self.placeholder.get_or_init(placeholder);
             let (n, bytes) = q.evict(KEEP, committed, placeholder, |seq| {
-                !store.is_relocated(*id, seq)
+                !store.is_relocated(*id, seq) && !store.is_withdrawn(*id, seq)
             });
             if n > 0 {
                 StoreEvent::Evicted {

@@ -2,15 +2,19 @@
 //! ([`Persistence`]), putting recovered definitions and messages back at start, group
 //! commit at the end of every turn (write, fdatasync, then release the confirms the
 //! group held and delete the segments garbage collection freed), the durable
-//! definitions the coordinator writes before it answers, the store quota each tick, and
-//! the last commit at shutdown.
+//! definitions the coordinator writes before it answers, the store quota and the disk
+//! alarm each tick, what a failed write or fsync does (nack the publishes that waited
+//! for it, withdraw their records, raise the disk alarm, write the group again once
+//! space is back — never abort), and the last commit at shutdown.
 //!
 //! Does not: encode records or track live entries (`store::shard_store`), or decide
 //! durability (queues are `stored` from their declaration).
 
-use std::path::Path;
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::model::ids::{ChannelRef, ShardId};
@@ -74,20 +78,52 @@ impl Persistence {
         Persistence {
             store: ShardStore::new(dir.to_path_buf(), 64 << 20, false, Vec::new(), Vec::new()),
             definitions: None,
-            disk: Arc::new(DiskBoard::new(shards, Vec::new())),
+            disk: Arc::new(DiskBoard::new(
+                shards,
+                Vec::new(),
+                crate::store::disk_free::DiskFree::new(dir.to_path_buf(), 0, shards + 1),
+            )),
         }
     }
 }
 
-/// The store failed under a write or sync: what it would confirm next may not be on
-/// disk, and a broker that goes on would lie. Logged, then the process stops.
-fn fail(path: &Path, error: &std::io::Error) -> ! {
-    StoreEvent::Failed {
+/// How often MST-1015 is logged per shard at most (the failures between are counted).
+const FAILURE_LOG_GAP: Duration = Duration::from_secs(10);
+/// A failed write is not tried again sooner than this.
+const RETRY_GAP: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// When this shard last logged MST-1015, and the failures since.
+    static FAILURE_LOG: Cell<(Option<Instant>, u64)> = const { Cell::new((None, 0)) };
+}
+
+/// Logs MST-1015, at most once per [`FAILURE_LOG_GAP`] on this thread.
+fn log_failure(path: &Path, error: &std::io::Error, nacked: u64) {
+    let now = Instant::now();
+    let (last, suppressed) = FAILURE_LOG.with(Cell::get);
+    if last.is_some_and(|at| now.duration_since(at) < FAILURE_LOG_GAP) {
+        FAILURE_LOG.with(|c| c.set((last, suppressed + 1)));
+        return;
+    }
+    FAILURE_LOG.with(|c| c.set((Some(now), 0)));
+    StoreEvent::WriteFailed {
         path: path.display().to_string(),
         error: error.to_string(),
+        nacked,
+        suppressed,
     }
     .emit();
-    std::process::abort()
+}
+
+/// Cuts `file` back to `len` after a failed write, so no part of the group stays in it
+/// (best effort: the group is written again from there in any case).
+fn cut_back(file: &tokio_uring::fs::File, len: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: ftruncate on a descriptor the file owns; it does not touch memory.
+    let rc = unsafe { libc::ftruncate(file.as_raw_fd(), len as libc::off_t) };
+    if rc != 0 {
+        tracing::debug!(target: "sluice::ops", "ftruncate: {}", std::io::Error::last_os_error());
+    }
 }
 
 impl State {
@@ -188,24 +224,45 @@ impl Shard {
     }
 
     fn commit_definitions(self: &Rc<Self>) {
+        let path = self.config.data_dir.join(definitions::FILE);
+        let slot = self.shards;
         let group = {
             let mut writer = self.definitions.borrow_mut();
             let Some(writer) = writer.as_mut() else {
                 return;
             };
-            match writer.take_group() {
-                Ok(g) => g,
-                Err(e) => fail(&self.config.data_dir.join(definitions::FILE), &e),
-            }
+            writer.take_group()
         };
-        let Some(group) = group else {
-            return;
+        let group = match group {
+            Ok(Some(g)) => g,
+            Ok(None) => return,
+            Err(e) => {
+                // The log could not be opened: its waiters wait, and it is tried again.
+                log_failure(&path, &e, 0);
+                self.disk.free.write_failed(slot, 1);
+                let shard = Rc::clone(self);
+                tokio_uring::spawn(async move {
+                    tokio::time::sleep(RETRY_GAP).await;
+                    shard.commit_definitions();
+                });
+                return;
+            }
         };
         let shard = Rc::clone(self);
         tokio_uring::spawn(async move {
-            if let Err(e) = definitions_writer::write_group(&group).await {
-                fail(&shard.config.data_dir.join(definitions::FILE), &e);
+            // Declare-ok and the others wait until their records are on disk: a failed
+            // write is cut back and written again once there is room.
+            while let Err(e) = definitions_writer::write_group(&group).await {
+                log_failure(&path, &e, 0);
+                cut_back(&group.file, group.offset);
+                let bytes = group.data.len() as u64;
+                shard.disk.free.write_failed(slot, bytes);
+                tokio::time::sleep(RETRY_GAP).await;
+                while !shard.disk.free.room_for(bytes) {
+                    tokio::time::sleep(RETRY_GAP).await;
+                }
             }
+            shard.disk.free.write_done(slot);
             for waiter in group.waiters {
                 let _ = waiter.send(());
             }
@@ -279,9 +336,69 @@ impl Shard {
         self.disk.post(usize::from(self.id), bytes);
         if self.id == 0 {
             self.disk.evaluate();
+            self.disk.free.check();
         }
         if self.disk.has_quotas() {
             self.state.borrow_mut().apply_store_alarms(self);
+        }
+        let alarm = self.disk.free.alarm();
+        if alarm != self.state.borrow().disk_alarm {
+            self.state.borrow_mut().apply_disk_alarm(self, alarm);
+        }
+        self.retry_failed(Instant::now());
+    }
+
+    /// Writes the failed group again once the last check saw room for it (and not
+    /// sooner than [`RETRY_GAP`] after the last try).
+    fn retry_failed(self: &Rc<Self>, now: Instant) {
+        let group = {
+            let mut store = self.store.borrow_mut();
+            let Some(bytes) = store.failed.as_ref().map(|g| g.data.len() as u64) else {
+                return;
+            };
+            if store.retry_at.is_some_and(|at| now < at) || !self.disk.free.room_for(bytes) {
+                return;
+            }
+            store.failed.take()
+        };
+        if let Some(group) = group {
+            tokio_uring::spawn(write_group(Rc::clone(self), group, Vec::new()));
+        }
+    }
+
+    /// A group's write or fsync failed (its file already cut back): the publishes
+    /// whose confirms waited for it are nacked, its new messages stay in their queues
+    /// in memory only (withdrawn from the group, which is written again later: the
+    /// compaction copies and gone records in it must reach the disk), the disk alarm
+    /// goes up, and the segments the group emptied are deleted (which frees space).
+    async fn group_failed(
+        self: &Rc<Self>,
+        group: Group,
+        confirms: Vec<ConfirmDone>,
+        path: &Path,
+        error: &std::io::Error,
+    ) {
+        let bytes = group.data.len() as u64;
+        let dead = {
+            let mut store = self.store.borrow_mut();
+            store.withdraw(group);
+            store.retry_at = Some(Instant::now() + RETRY_GAP);
+            store.dead_segments()
+        };
+        self.disk.free.write_failed(usize::from(self.id), bytes);
+        let mut nacked = 0;
+        {
+            let mut st = self.state.borrow_mut();
+            for mut done in confirms {
+                nacked += done.last - done.first + 1;
+                done.rejected = true;
+                st.outbox.confirm(done.channel.shard, done);
+            }
+        }
+        log_failure(path, error, nacked);
+        self.flush();
+        for (number, bytes) in dead {
+            retire_segment(self, number, bytes).await;
         }
     }
 
@@ -325,7 +442,10 @@ fn change_vhost(change: &DirectoryChange) -> usize {
 
 /// The file a group goes to: the active segment's, created for a new segment. The open
 /// and the directory sync are io_uring operations too: a shard never blocks on the disk.
-async fn group_file(shard: &Shard, group: &Group) -> std::io::Result<Rc<tokio_uring::fs::File>> {
+async fn group_file(
+    shard: &Shard,
+    group: &mut Group,
+) -> std::io::Result<Rc<tokio_uring::fs::File>> {
     let (path, dir) = {
         let store = shard.store.borrow();
         if !group.new_file {
@@ -344,6 +464,8 @@ async fn group_file(shard: &Shard, group: &Group) -> std::io::Result<Rc<tokio_ur
         // The spare becomes this segment and is overwritten from its start.
         tokio_uring::fs::rename(dir.join(shard_store::SPARE), &path).await?;
         shard.store.borrow_mut().spare = Spare::None;
+        // Done once: a group written again after a failure opens the file only.
+        group.recycle = false;
     }
     let file = tokio_uring::fs::OpenOptions::new()
         .create(true)
@@ -365,7 +487,8 @@ async fn group_file(shard: &Shard, group: &Group) -> std::io::Result<Rc<tokio_ur
 async fn retire_segment(shard: &Shard, number: u32, bytes: u64) {
     let (path, spare_path, keep) = {
         let mut store = shard.store.borrow_mut();
-        let keep = store.spare == Spare::None;
+        // While the disk alarm is up a dead file is removed: a spare holds its space.
+        let keep = store.spare == Spare::None && !shard.disk.free.alarm();
         if keep {
             store.spare = Spare::Busy;
         }
@@ -394,24 +517,13 @@ async fn retire_segment(shard: &Shard, number: u32, bytes: u64) {
 }
 
 /// Writes and syncs one group, then releases its confirms, lets the next group go and
-/// deletes the segments it freed.
-async fn write_group(shard: Rc<Shard>, group: Group, confirms: Vec<ConfirmDone>) {
-    let path = shard.store.borrow().segment_path(group.segment);
-    if !group.data.is_empty() {
-        let file = match group_file(&shard, &group).await {
-            Ok(f) => f,
-            Err(e) => fail(&path, &e),
-        };
-        let (res, _) = file.write_all_at(group.data.clone(), group.offset).await;
-        if let Err(e) = res {
-            fail(&path, &e);
-        }
-        if shard.store.borrow().fsync {
-            if let Err(e) = file.sync_data().await {
-                fail(&path, &e);
-            }
-        }
+/// deletes the segments it freed. A failure is [`Shard::group_failed`]'s.
+async fn write_group(shard: Rc<Shard>, mut group: Group, confirms: Vec<ConfirmDone>) {
+    if let Err((path, e)) = write_and_sync(&shard, &mut group).await {
+        shard.group_failed(group, confirms, &path, &e).await;
+        return;
     }
+    shard.disk.free.write_done(usize::from(shard.id));
     let dead = shard.store.borrow_mut().committed(&group);
     {
         let mut st = shard.state.borrow_mut();
@@ -423,4 +535,29 @@ async fn write_group(shard: Rc<Shard>, group: Group, confirms: Vec<ConfirmDone>)
     for (number, bytes) in dead {
         retire_segment(&shard, number, bytes).await;
     }
+}
+
+/// Writes a group where it goes and syncs it; on failure the file is cut back to where
+/// the group starts (a partial write must not stay).
+async fn write_and_sync(shard: &Shard, group: &mut Group) -> Result<(), (PathBuf, std::io::Error)> {
+    let path = shard.store.borrow().segment_path(group.segment);
+    if group.data.is_empty() {
+        return Ok(());
+    }
+    let file = group_file(shard, group)
+        .await
+        .map_err(|e| (path.clone(), e))?;
+    let (res, _) = file.write_all_at(group.data.clone(), group.offset).await;
+    let res = match res {
+        Ok(()) if shard.store.borrow().fsync => file.sync_data().await,
+        other => other,
+    };
+    if let Err(e) = res {
+        cut_back(&file, group.offset);
+        // A failed fsync leaves the page cache's state unknown: the cut must be made
+        // durable too (best effort; the group is written again from there anyway).
+        let _ = file.sync_data().await;
+        return Err((path, e));
+    }
+    Ok(())
 }

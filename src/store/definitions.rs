@@ -475,6 +475,8 @@ pub struct Loaded {
     pub skipped: Vec<record::Skipped>,
     /// A damaged tail that was dropped: offset and why.
     pub truncated: Option<(usize, record::Damage)>,
+    /// Bytes of the log up to the end of its last whole, intact record.
+    pub good_len: u64,
 }
 
 /// Reads `DIR/definitions.log` (absent: nothing defined yet). A damaged tail (a record
@@ -510,11 +512,29 @@ pub fn load(data_dir: &Path) -> std::io::Result<Loaded> {
             );
         }
     }
+    let good_len = records.good_len() as u64;
     Ok(Loaded {
         definitions,
         skipped: records.skipped().to_vec(),
         truncated: records.damage().cloned(),
+        good_len,
     })
+}
+
+/// Keeps the log as it is when it cannot be compacted (a full disk): cut back to its
+/// last good record (`good_len`; cutting needs no space) and synced. Returns its size.
+pub fn keep_as_is(data_dir: &Path, good_len: u64) -> std::io::Result<u64> {
+    let path = data_dir.join(FILE);
+    let file = match std::fs::OpenOptions::new().write(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    if file.metadata()?.len() > good_len {
+        file.set_len(good_len)?;
+        file.sync_all()?;
+    }
+    Ok(good_len)
 }
 
 /// Rewrites the log as the snapshot of `defs`: written beside it, synced, renamed over

@@ -14,6 +14,9 @@
 //! - hole: `4`, then anything — a damaged region recovery skipped and reframed as one
 //!   record ([`super::record::reframe`]) so that every reader steps over it; it means
 //!   nothing.
+//! - withdrawn: `5`, then a message record's bytes — a message whose write failed and
+//!   whose publish was nacked (`shard::persist`): the group is written again with the
+//!   same bytes and offsets, this one type byte changed, and recovery skips it.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use smallvec::SmallVec;
@@ -24,10 +27,14 @@ use crate::protocol::codec::put_shortstr;
 use crate::protocol::ShortStr;
 
 const MESSAGE: u8 = 1;
+/// The type byte a message record's payload starts with.
+pub const MESSAGE_TYPE: u8 = MESSAGE;
 const GONE: u8 = 2;
 const DELIVERED: u8 = 3;
 /// The first payload byte of a reframed damaged region.
 pub const HOLE: u8 = 4;
+/// The first payload byte of a message record withdrawn after a failed write.
+const WITHDRAWN: u8 = 5;
 
 /// The queues a message entered on one shard, with its sequence number in each.
 pub type QueueSeqs = SmallVec<[(QueueId, u64); 2]>;
@@ -46,6 +53,24 @@ pub enum Logged {
     Delivered(Vec<(QueueId, u64)>),
     /// A damaged region skipped at recovery: nothing to apply.
     Hole,
+    /// A message record withdrawn after a failed write: it counts for nothing.
+    Withdrawn,
+}
+
+/// Turns a message record's payload into a withdrawn one in place and returns the
+/// (queue, seq) pairs it named; `None` (and no change) for any other payload. The
+/// caller reseals the record's checksum.
+pub fn withdraw(payload: &mut [u8]) -> Option<QueueSeqs> {
+    if payload.first() != Some(&MESSAGE) {
+        return None;
+    }
+    let mut buf = Bytes::copy_from_slice(payload.get(1..3)?);
+    let n = buf.get_u16_le() as usize;
+    let pairs = payload.get(3..3 + n * 16)?;
+    let mut pairs = Bytes::copy_from_slice(pairs);
+    let queues = get_pairs(&mut pairs, n).ok()?.into_iter().collect();
+    payload[0] = WITHDRAWN;
+    Some(queues)
 }
 
 /// Writes a message record's payload.
@@ -172,6 +197,7 @@ pub fn decode(mut buf: Bytes) -> Result<Logged, Malformed> {
             })
         }
         HOLE => Ok(Logged::Hole),
+        WITHDRAWN => Ok(Logged::Withdrawn),
         _ => Err(Malformed("record type")),
     }
 }

@@ -16,6 +16,7 @@
 
 pub mod definitions;
 pub mod definitions_writer;
+pub mod disk_free;
 pub mod message_log;
 pub mod page;
 pub mod quota;
@@ -133,7 +134,20 @@ pub fn open(
         event.emit();
     }
     let defs = loaded.definitions;
-    let definitions_bytes = definitions::compact(data_dir, &defs).map_err(fail)?;
+    let definitions_bytes = match definitions::compact(data_dir, &defs) {
+        Ok(n) => n,
+        // A full disk must not keep the broker from starting: the log as it is (cut
+        // back to its last good record, which needs no space) replays to the same set.
+        Err(e) => {
+            let _ = std::fs::remove_file(data_dir.join(format!("{}.tmp", definitions::FILE)));
+            StoreEvent::DefinitionsKept {
+                path: data_dir.join(definitions::FILE).display().to_string(),
+                error: e.to_string(),
+            }
+            .emit();
+            definitions::keep_as_is(data_dir, loaded.good_len).map_err(fail)?
+        }
+    };
     let shards = config.shards;
     let directory = Directory::new(&config.vhosts);
     let (changes, missing) = defs.changes(&directory, &move |vhost, name| {

@@ -7,6 +7,9 @@
 //! Does not: block anyone (each shard applies the alarm to its own publishers, with the
 //! memory alarm's machinery, see `shard::flow`).
 //!
+//! The board also carries the broker-wide disk alarm ([`DiskFree`], `disk_free_limit`),
+//! so every holder of the board sees both.
+//!
 //! The size compared is the whole store's (one store per broker, split in per-shard
 //! files); each vhost compares it with its own thresholds.
 
@@ -14,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::config::policy::StoreQuota;
 use crate::ops::store_event::StoreEvent;
+use crate::store::disk_free::DiskFree;
 
 #[repr(align(64))]
 #[derive(Default)]
@@ -28,11 +32,14 @@ pub struct DiskBoard {
     /// Per vhost (by index): its quota and whether its producers are blocked.
     quotas: Vec<(String, StoreQuota)>,
     alarms: Vec<AtomicBool>,
+    /// Free space on the data dir's file system and the disk alarm.
+    pub free: DiskFree,
 }
 
 impl DiskBoard {
-    pub fn new(shards: usize, quotas: Vec<(String, StoreQuota)>) -> DiskBoard {
+    pub fn new(shards: usize, quotas: Vec<(String, StoreQuota)>, free: DiskFree) -> DiskBoard {
         DiskBoard {
+            free,
             slots: (0..shards).map(|_| Slot::default()).collect(),
             definitions: AtomicU64::new(0),
             alarms: quotas.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -117,6 +124,7 @@ mod tests {
         let board = DiskBoard::new(
             2,
             vec![("/".into(), quota), ("free".into(), StoreQuota::default())],
+            DiskFree::new("/".into(), 0, 3),
         );
         board.post(0, 600);
         board.post(1, 300);

@@ -58,6 +58,39 @@ pub fn append(out: &mut BytesMut, file: u32, fill: impl FnOnce(&mut BytesMut)) {
     out[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// Recomputes the checksum of the record starting at `at` in `buf` (file `file`) after
+/// its payload was changed in place. False when no whole record starts there.
+pub fn reseal(buf: &mut [u8], at: usize, file: u32) -> bool {
+    let Some(len) = buf
+        .get(at..at + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    else {
+        return false;
+    };
+    let Some(payload) = buf.get(at + HEADER..at + HEADER + len) else {
+        return false;
+    };
+    let crc = checksum(file, payload);
+    buf[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+    true
+}
+
+/// The records in `buf` (written for one file, possibly ending with an end mark): the
+/// offset of each record and its payload's range.
+pub fn spans(buf: &[u8]) -> Vec<(usize, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(b) = buf.get(at..at + HEADER) {
+        let len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        if len == 0 || at + HEADER + len > buf.len() {
+            break;
+        }
+        out.push((at, at + HEADER..at + HEADER + len));
+        at += HEADER + len;
+    }
+    out
+}
+
 /// Why a file's records stop before its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Damage {

@@ -268,6 +268,8 @@ pub fn read_shard(dir: &Path, known: &dyn Fn(QueueId) -> bool) -> std::io::Resul
                         *d = (*d).max(seq);
                     }
                 }
+                // Nacked after a failed write: never stored.
+                Logged::Withdrawn => {}
             }
         }
     }

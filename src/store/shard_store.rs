@@ -20,8 +20,13 @@
 //!   `SegmentInfo::live`.
 //! - At most one group is being written; confirms are released only once the group that
 //!   holds their messages is written and synced.
+//! - A group whose write failed stays the one in flight (`failed`) until it is written:
+//!   its new messages are withdrawn (same bytes, so every offset kept here stays
+//!   true), their entries are in `withdrawn` (in memory only: never evicted, never
+//!   copied forward, still counted live until they leave their queues), and nothing
+//!   after it is sealed meanwhile.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -127,6 +132,8 @@ pub struct Group {
     pub recycle: bool,
     /// The highest sequence number of each queue written in this group.
     pub upto: IdMap<QueueId, u64>,
+    /// How many of its first message records are compaction copies.
+    pub copies: usize,
 }
 
 /// A shard's store.
@@ -162,6 +169,14 @@ pub struct ShardStore {
     /// No compaction is tried before this (see `shard::persist`).
     pub compact_after: Option<std::time::Instant>,
     pub stats: StoreStats,
+    /// The group whose write failed, waiting to be written again (`in_flight` stays
+    /// set meanwhile).
+    pub failed: Option<Group>,
+    /// The failed group is not tried again before this.
+    pub retry_at: Option<std::time::Instant>,
+    /// Entries whose records were withdrawn after a failed write (their publishes
+    /// nacked): in memory only.
+    withdrawn: IdMap<QueueId, BTreeSet<u64>>,
 }
 
 impl ShardStore {
@@ -198,6 +213,9 @@ impl ShardStore {
             recycled_active: false,
             compact_after: None,
             stats: StoreStats::default(),
+            failed: None,
+            retry_at: None,
+            withdrawn: IdMap::default(),
         };
         for (queue, first_seq, segment, live, offset) in runs {
             store.runs.entry(queue).or_default().push_back(Run {
@@ -341,6 +359,7 @@ impl ShardStore {
         drop(staged);
         for queue in std::mem::take(&mut self.deleted) {
             self.committed_seq.remove(&queue);
+            self.withdrawn.remove(&queue);
             self.cursors.remove(&queue);
             if let Some(runs) = self.runs.remove(&queue) {
                 for run in runs {
@@ -408,7 +427,52 @@ impl ShardStore {
             new_file,
             recycle,
             upto,
+            copies,
         })
+    }
+
+    /// A group's write failed (its file is cut back to where the group starts): its new
+    /// messages' records are withdrawn in place and their entries remembered as in
+    /// memory only, and the group is kept in `failed`, to be written again as it is
+    /// now. Returns how many queue entries were withdrawn.
+    pub fn withdraw(&mut self, group: Group) -> u64 {
+        let mut data = BytesMut::from(&group.data[..]);
+        let mut messages = 0;
+        let mut entries = 0;
+        for (at, payload) in record::spans(&data) {
+            if data.get(payload.start) != Some(&message_log::MESSAGE_TYPE) {
+                continue;
+            }
+            messages += 1;
+            if messages <= group.copies {
+                // A copy of a live entry: it must reach the disk.
+                continue;
+            }
+            let Some(queues) = message_log::withdraw(&mut data[payload]) else {
+                continue;
+            };
+            record::reseal(&mut data, at, group.segment);
+            for (queue, seq) in queues {
+                self.withdrawn.entry(queue).or_default().insert(seq);
+                entries += 1;
+            }
+        }
+        if let Some(s) = self.segments.iter_mut().find(|s| s.number == group.segment) {
+            // The file was cut back to the group's start.
+            s.recycled_len = 0;
+        }
+        self.failed = Some(Group {
+            data: data.freeze(),
+            // Nothing of it may be evicted as if on disk.
+            upto: IdMap::default(),
+            ..group
+        });
+        entries
+    }
+
+    /// Whether `(queue, seq)` was withdrawn after a failed write (in memory only).
+    pub fn is_withdrawn(&self, queue: QueueId, seq: u64) -> bool {
+        self.withdrawn.get(&queue).is_some_and(|s| s.contains(&seq))
     }
 
     fn count_in(&mut self, segment: u32, n: u64) {
@@ -518,6 +582,10 @@ impl ShardStore {
     /// into the segment of the next group, which writes the copy. Returns false if the
     /// store does not count it in `from` (nothing is copied then).
     pub fn relocate(&mut self, queue: QueueId, seq: u64, msg: &LocalMessage, from: u32) -> bool {
+        if self.is_withdrawn(queue, seq) {
+            // Nacked: it stays out of the durable state.
+            return false;
+        }
         let copied_to = self
             .relocated
             .get(&queue)
@@ -570,6 +638,11 @@ impl ShardStore {
     /// Counts a stored entry out. False when the store does not know it (its queue was
     /// deleted meanwhile): no record is needed then.
     fn remove_live(&mut self, queue: QueueId, seq: u64) -> bool {
+        if let Some(w) = self.withdrawn.get_mut(&queue) {
+            if w.remove(&seq) && w.is_empty() {
+                self.withdrawn.remove(&queue);
+            }
+        }
         if let Some(segment) = self.relocated.get_mut(&queue).and_then(|m| m.remove(&seq)) {
             self.count_out(segment, 1);
             return true;
@@ -607,6 +680,14 @@ impl ShardStore {
         if self.fsync {
             self.stats.fsyncs += 1;
         }
+        self.dead_segments()
+    }
+
+    /// Takes the segments that can be deleted, oldest first (never the active one):
+    /// those at the front with nothing live. Also right after a failed write: what the
+    /// failed group counted out is gone from its queues, so its records can only
+    /// cancel messages of those segments.
+    pub fn dead_segments(&mut self) -> Vec<(u32, u64)> {
         let mut dead = Vec::new();
         while self.segments.len() > 1 && self.segments.front().is_some_and(|s| s.live == 0) {
             if let Some(s) = self.segments.pop_front() {
