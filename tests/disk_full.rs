@@ -1,0 +1,183 @@
+//! The disk alarm (issue 18, item 4): with the data directory on a small file system the
+//! test makes (a tmpfs, as root), free space below `store.disk_free_limit` blocks every
+//! publisher (`connection.blocked` "low on disk", MST-1013) while consumers and acks go
+//! on; freeing space releases them (`connection.unblocked`, MST-1014); every confirmed
+//! message survives a restart. Skips with a message where mounting is not allowed.
+
+#[macro_use]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::raw::RawConn;
+use common::wire::{m, Enc, Props};
+use common::{unique, Broker};
+
+shard_tests!(low_disk_blocks_publishers_and_space_releases_them);
+
+const CONNECTION_BLOCKED: (u16, u16) = (10, 60);
+const CONNECTION_UNBLOCKED: (u16, u16) = (10, 61);
+const FS_SIZE: u64 = 64 << 20;
+const LIMIT: u64 = 16 << 20;
+const BODY: usize = 64 * 1024;
+
+/// A tmpfs mounted for the test, unmounted (and its mount point removed) when dropped.
+struct SmallFs {
+    dir: PathBuf,
+}
+
+impl SmallFs {
+    fn mount() -> Option<SmallFs> {
+        let dir = std::env::temp_dir().join(unique("sluice-smallfs"));
+        std::fs::create_dir_all(&dir).ok()?;
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={FS_SIZE}")])
+            .arg("tmpfs")
+            .arg(&dir)
+            .status();
+        match status {
+            Ok(s) if s.success() => Some(SmallFs { dir }),
+            other => {
+                eprintln!("SKIPPED: cannot mount a tmpfs here ({other:?}); run as root");
+                let _ = std::fs::remove_dir(&dir);
+                None
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn free(&self) -> u64 {
+        let out = Command::new("df")
+            .args(["--output=avail", "-B1"])
+            .arg(&self.dir)
+            .output()
+            .expect("df");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .expect("df avail")
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn persistent() -> Props {
+    Props {
+        delivery_mode: Some(2),
+        ..Props::default()
+    }
+}
+
+/// Publishes `n` persistent messages in confirm mode and waits for every ack.
+fn publish_confirmed(c: &mut RawConn, queue: &str, from: u64, n: u64) {
+    let body = vec![b'd'; BODY];
+    for _ in 0..n {
+        c.publish(1, "", queue, &persistent(), &body).expect("publish");
+    }
+    let last = from + n;
+    let mut acked = from;
+    while acked < last {
+        let mth = c.read_method().expect("basic.ack");
+        assert_eq!(mth.id, m::BASIC_ACK, "a confirm, not {:?}", mth.id);
+        let mut d = mth.dec();
+        acked = acked.max(d.longlong());
+    }
+}
+
+fn message_count(c: &mut RawConn, queue: &str) -> u32 {
+    c.send_queue_declare(1, queue, [true, false, false]);
+    let ok = c.expect_method(1, m::QUEUE_DECLARE_OK);
+    let mut d = ok.dec();
+    let _ = d.shortstr();
+    d.long()
+}
+
+async fn low_disk_blocks_publishers_and_space_releases_them(shards: usize) {
+    let Some(fs) = SmallFs::mount() else {
+        return;
+    };
+    let data = fs.path().join("data");
+    let toml = format!("[store]\ndisk_free_limit = {LIMIT}\n");
+    let mut broker = Broker::start_in(&data, shards, Some(&toml));
+    let queue = unique("durable");
+    let mut publisher = RawConn::connect(&broker.addr());
+    publisher.handshake();
+    publisher.channel_open(1);
+    publisher.queue_declare(1, &queue, true, false, false);
+    publisher
+        .send_method(1, m::CONFIRM_SELECT, &Enc::new().bits(&[false]).done())
+        .expect("confirm.select");
+    publisher.expect_method(1, m::CONFIRM_SELECT_OK);
+    publish_confirmed(&mut publisher, &queue, 0, 100);
+
+    // Fill the file system to below the limit: the alarm is raised within a tick.
+    let filler = fs.path().join("filler");
+    let fill = fs.free().saturating_sub(LIMIT / 2);
+    std::fs::write(&filler, vec![0u8; fill as usize]).expect("write the filler");
+    let blocked = publisher.read_method().expect("connection.blocked");
+    assert_eq!((blocked.id, blocked.channel), (CONNECTION_BLOCKED, 0));
+    assert_eq!(blocked.dec().shortstr(), "low on disk");
+    let line = broker
+        .wait_for_log("MST-1013 : Disk free space alarm set", Duration::from_secs(5))
+        .expect("MST-1013 logged");
+    assert!(line.contains(&format!("Limit : {} bytes", thousands(LIMIT))), "{line}");
+
+    // Consumers and acks go on meanwhile.
+    let mut consumer = RawConn::connect(&broker.addr());
+    consumer.handshake();
+    consumer.channel_open(1);
+    let get = Enc::new().short(0).shortstr(&queue).bits(&[false]).done();
+    consumer.send_method(1, m::BASIC_GET, &get).expect("basic.get");
+    let got = consumer.read_delivery(1);
+    assert_eq!(got.body.len(), BODY);
+    let mut d = got.method.dec();
+    let tag = d.longlong();
+    let ack = Enc::new().longlong(tag).bits(&[false]).done();
+    consumer.send_method(1, m::BASIC_ACK, &ack).expect("ack");
+    assert_eq!(message_count(&mut consumer, &queue), 99);
+
+    // Space comes back: the publisher is released and its publishes are confirmed.
+    std::fs::remove_file(&filler).expect("remove the filler");
+    let unblocked = publisher.read_method().expect("connection.unblocked");
+    assert_eq!((unblocked.id, unblocked.channel), (CONNECTION_UNBLOCKED, 0));
+    broker
+        .wait_for_log("MST-1014 : Disk free space alarm cleared", Duration::from_secs(5))
+        .expect("MST-1014 logged");
+    publish_confirmed(&mut publisher, &queue, 100, 10);
+    drop(publisher);
+    drop(consumer);
+
+    // Every confirmed message, less the one acked, survives a restart.
+    broker.stop();
+    let broker = Broker::start_in(&data, shards, Some(&toml));
+    let mut c = RawConn::connect(&broker.addr());
+    c.handshake();
+    c.channel_open(1);
+    assert_eq!(message_count(&mut c, &queue), 109);
+    drop(c);
+    drop(broker);
+    drop(fs);
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
