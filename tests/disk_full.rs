@@ -83,7 +83,8 @@ fn persistent() -> Props {
 fn publish_confirmed(c: &mut RawConn, queue: &str, from: u64, n: u64) {
     let body = vec![b'd'; BODY];
     for _ in 0..n {
-        c.publish(1, "", queue, &persistent(), &body).expect("publish");
+        c.publish(1, "", queue, &persistent(), &body)
+            .expect("publish");
     }
     let last = from + n;
     let mut acked = from;
@@ -129,16 +130,32 @@ async fn low_disk_blocks_publishers_and_space_releases_them(shards: usize) {
     assert_eq!((blocked.id, blocked.channel), (CONNECTION_BLOCKED, 0));
     assert_eq!(blocked.dec().shortstr(), "low on disk");
     let line = broker
-        .wait_for_log("MST-1013 : Disk free space alarm set", Duration::from_secs(5))
+        .wait_for_log(
+            "MST-1013 : Disk free space alarm set",
+            Duration::from_secs(5),
+        )
         .expect("MST-1013 logged");
-    assert!(line.contains(&format!("Limit : {} bytes", thousands(LIMIT))), "{line}");
+    assert!(
+        line.contains(&format!("Limit : {} bytes", thousands(LIMIT))),
+        "{line}"
+    );
+
+    let overview = common::http::get(broker.http_port(), "/api/overview").json();
+    assert_eq!(overview["disk_free_alarm"], true, "{overview}");
+    assert_eq!(overview["disk_free_limit"], LIMIT, "{overview}");
+    assert!(
+        overview["disk_free"].as_u64().is_some_and(|f| f < LIMIT),
+        "{overview}"
+    );
 
     // Consumers and acks go on meanwhile.
     let mut consumer = RawConn::connect(&broker.addr());
     consumer.handshake();
     consumer.channel_open(1);
     let get = Enc::new().short(0).shortstr(&queue).bits(&[false]).done();
-    consumer.send_method(1, m::BASIC_GET, &get).expect("basic.get");
+    consumer
+        .send_method(1, m::BASIC_GET, &get)
+        .expect("basic.get");
     let got = consumer.read_delivery(1);
     assert_eq!(got.body.len(), BODY);
     let mut d = got.method.dec();
@@ -152,8 +169,13 @@ async fn low_disk_blocks_publishers_and_space_releases_them(shards: usize) {
     let unblocked = publisher.read_method().expect("connection.unblocked");
     assert_eq!((unblocked.id, unblocked.channel), (CONNECTION_UNBLOCKED, 0));
     broker
-        .wait_for_log("MST-1014 : Disk free space alarm cleared", Duration::from_secs(5))
+        .wait_for_log(
+            "MST-1014 : Disk free space alarm cleared",
+            Duration::from_secs(5),
+        )
         .expect("MST-1014 logged");
+    let overview = common::http::get(broker.http_port(), "/api/overview").json();
+    assert_eq!(overview["disk_free_alarm"], false, "{overview}");
     publish_confirmed(&mut publisher, &queue, 100, 10);
     drop(publisher);
     drop(consumer);

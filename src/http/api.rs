@@ -235,6 +235,11 @@ async fn overview(ctx: &Context) -> HttpResponse {
         },
         "rss_bytes": super::rss_bytes(),
         "store_bytes": ctx.disk.total(),
+        // RabbitMQ's node fields for the disk alarm (free space of the data directory's
+        // file system, as shard 0 last read it).
+        "disk_free": ctx.disk.free.free(),
+        "disk_free_limit": ctx.disk.free.limit(),
+        "disk_free_alarm": ctx.disk.free.alarm(),
     }))
 }
 

@@ -392,6 +392,26 @@ fn broker_metrics(ctx: &Context, reg: &mut Registry) {
         "Bytes of the message store and definitions on disk",
         ctx.disk.total() as f64,
     );
+    if let Some(free) = ctx.disk.free.free() {
+        one(
+            reg,
+            "disk_free_bytes",
+            "Free space of the data directory's file system",
+            free as f64,
+        );
+    }
+    one(
+        reg,
+        "disk_free_limit_bytes",
+        "Free space below which publishers are blocked",
+        ctx.disk.free.limit() as f64,
+    );
+    one(
+        reg,
+        "disk_free_alarm",
+        "1 while the disk alarm blocks publishers",
+        f64::from(u8::from(ctx.disk.free.alarm())),
+    );
     one(
         reg,
         "shards",
