@@ -14,7 +14,9 @@
 //!   exchanges whose only binding led to it); exchange.delete removes the bindings from
 //!   and to the exchange; `if-unused` counts bindings as source only;
 //! - `errors`: raw frames: 404 and 403 with RabbitMQ's texts as channel closes, unbind
-//!   of a missing binding or exchange is ok, nowait, the capability in connection.start.
+//!   of a missing binding or exchange is ok, nowait, the capability in connection.start;
+//! - `many` (issue 18, item 13): one queue bound, unbound and rebound with hundreds of
+//!   keys on a direct and a topic exchange routes exactly; deleting it takes them all.
 
 #[macro_use]
 mod common;
@@ -26,5 +28,7 @@ mod support;
 mod errors;
 #[path = "e2e_bindings/lifecycle.rs"]
 mod lifecycle;
+#[path = "e2e_bindings/many.rs"]
+mod many;
 #[path = "e2e_bindings/routing.rs"]
 mod routing;

@@ -191,11 +191,12 @@ async fn read_loop(
         // A client that does not read what we send (returns, confirms, replies) is not
         // read either: its outbound buffer stays bounded.
         let full = |shard: &Shard| {
-            shard
-                .state
-                .borrow()
-                .conn(conn)
-                .is_some_and(|c| c.out.queued_bytes() > pause_above && c.phase != Phase::Closed)
+            shard.state.borrow().conn(conn).is_some_and(|c| {
+                // A closing connection is read (and discarded) whatever it has
+                // queued: its client must be able to finish writing and answer.
+                c.out.queued_bytes() > pause_above
+                    && !matches!(c.phase, Phase::Closing | Phase::Closed)
+            })
         };
         if full(shard) {
             rb.release_if_empty();

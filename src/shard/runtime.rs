@@ -390,9 +390,30 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
     }
 }
 
-/// Closes every connection with 320, lets writers flush (up to a second), then stops.
+/// How long shutdown waits, in all, for clients to answer the 320 close with close-ok
+/// (their sockets are read, and what they send discarded, meanwhile — held ones too),
+/// before the remaining connections are cut off.
+const SHUTDOWN_CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Closes every connection with 320 and waits (at most [`SHUTDOWN_CLOSE_WAIT`]) for
+/// each client's close-ok, reading and discarding what they send so that no socket is
+/// closed with unread input (a reset that can destroy the close before the client
+/// reads it); then cuts off the rest, lets writers flush (up to a second), and stops.
 async fn shutdown(shard: Rc<Shard>) {
     shard.stopping.set(true);
+    let deadline = shard.clock.now() + SHUTDOWN_CLOSE_WAIT;
+    {
+        let mut st = shard.state.borrow_mut();
+        let ids: Vec<_> = st.conns.iter().map(|(_, c)| c.id).collect();
+        for id in ids {
+            st.close_for_shutdown(&shard, id);
+        }
+    }
+    shard.flush();
+    while !shard.state.borrow().conns.is_empty() && shard.clock.now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        shard.clock.refresh();
+    }
     {
         let mut st = shard.state.borrow_mut();
         let ids: Vec<_> = st.conns.iter().map(|(_, c)| c.id).collect();

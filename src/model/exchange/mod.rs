@@ -12,8 +12,10 @@
 //!   directory keeps it equal to the sum over every exchange's `exchanges` routes.
 //!
 //! # Costs
-//! See `routes`: one binding costs O(bindings of its destination).
+//! See `routes`: checking, adding or removing one binding costs O(1) expected, whatever
+//! the number of bindings of the exchange or of its destination (`dest`).
 
+pub mod dest;
 pub mod headers;
 pub mod routes;
 

@@ -8,15 +8,17 @@
 //!
 //! # Invariants
 //! - `bindings` holds every binding exactly once (unique on destination, key,
-//!   arguments), grouped by destination; `count` is their number.
+//!   arguments), grouped by destination (`dest::DestBindings`); `count` is their
+//!   number.
 //! - The matcher holds the same set of (key, destination) pairs as `bindings`,
 //!   de-duplicated.
 //!
 //! # Costs
-//! Checking, adding or removing one binding, and removing every binding of one
-//! destination, cost O(bindings of that destination) (usually one), never O(bindings of
-//! the exchange) — except for headers exchanges, whose routing is a scan of their rules
-//! anyway.
+//! Checking, adding or removing one binding costs O(1) expected (plus the matcher's
+//! own insert or remove: O(words) in a topic trie), however many bindings the exchange
+//! or the destination has; removing every binding of one destination costs O(its
+//! bindings). Headers exchanges are the exception for removal: their routing is a scan
+//! of their rules anyway, and so is removing one.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -27,6 +29,7 @@ use smallvec::SmallVec;
 use crate::model::topic_trie::{MatchOut, TopicTrie};
 use crate::protocol::{FieldTable, ShortStr};
 
+use super::dest::DestBindings;
 use super::headers::{HeadersRule, LazyHeaders};
 use super::ExchangeKind;
 
@@ -47,7 +50,7 @@ enum Matcher<T: Copy + Eq + Hash> {
 /// One exchange's bindings to destinations of type `T` (a `QueueRef`, or an exchange's
 /// slot in its virtual host), each binding a `B`.
 pub struct Routes<T: Copy + Eq + Hash, B> {
-    bindings: HashMap<T, SmallVec<[B; 1]>>,
+    bindings: HashMap<T, DestBindings<B>>,
     count: usize,
     matcher: Matcher<T>,
 }
@@ -98,7 +101,7 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
     pub fn iter(&self) -> impl Iterator<Item = (T, &B)> {
         self.bindings
             .iter()
-            .flat_map(|(dest, bs)| bs.iter().map(move |b| (*dest, b)))
+            .flat_map(|(dest, bs)| bs.as_slice().iter().map(move |b| (*dest, b)))
     }
 
     /// Each destination once, with its number of bindings.
@@ -121,7 +124,9 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
     }
 
     pub fn contains(&self, dest: T, binding: &B) -> bool {
-        self.of(dest).contains(binding)
+        self.bindings
+            .get(&dest)
+            .is_some_and(|bs| bs.contains(binding))
     }
 
     /// Adds a binding; a duplicate is a no-op. Returns whether it was new.
@@ -160,10 +165,9 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
         let Some(of_dest) = self.bindings.get_mut(&dest) else {
             return false;
         };
-        let Some(pos) = of_dest.iter().position(|b| b == binding) else {
+        if !of_dest.remove(binding) {
             return false;
-        };
-        of_dest.remove(pos);
+        }
         if of_dest.is_empty() {
             self.bindings.remove(&dest);
         }
@@ -178,7 +182,7 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
             return 0;
         };
         self.count -= gone.len();
-        for binding in &gone {
+        for binding in gone.as_slice() {
             self.forget_in_matcher(dest, binding);
         }
         gone.len()
@@ -187,12 +191,12 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
     /// Drops a (key, destination) pair from the matcher unless another binding still
     /// needs it.
     fn forget_in_matcher(&mut self, dest: T, binding: &B) {
-        let remaining = self.bindings.get(&dest).map_or(&[][..], |b| b.as_slice());
+        let remaining = self.bindings.get(&dest);
         let key = binding.routing_key();
-        let same_key = |b: &B| b.routing_key() == key;
+        let key_still_bound = remaining.is_some_and(|bs| bs.has_key(key.as_bytes()));
         match &mut self.matcher {
             Matcher::Direct(map) => {
-                if remaining.iter().any(same_key) {
+                if key_still_bound {
                     return;
                 }
                 if let Some(list) = map.get_mut(key.as_bytes()) {
@@ -203,7 +207,7 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
                 }
             }
             Matcher::Fanout(list, at) => {
-                if remaining.is_empty() {
+                if remaining.is_none_or(|bs| bs.is_empty()) {
                     if let Some(pos) = at.remove(&dest) {
                         list.swap_remove(pos);
                         if let Some(moved) = list.get(pos) {
@@ -213,7 +217,7 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
                 }
             }
             Matcher::Topic(trie) => {
-                if !remaining.iter().any(same_key) {
+                if !key_still_bound {
                     trie.remove(key.as_bytes(), dest);
                 }
             }

@@ -540,6 +540,23 @@ impl State {
         self.finish_connection(conn);
     }
 
+    /// Shutdown: an open connection gets `320 CONNECTION_FORCED` and stays readable
+    /// (held and paused readers resume) until its client's close-ok; one still in its
+    /// handshake, or already closing, is finished as [`State::force_close`] does.
+    pub fn close_for_shutdown(&mut self, shard: &Shard, conn: ConnId) {
+        if self.conn(conn).map(|c| c.phase) != Some(Phase::Open) {
+            self.force_close(shard, conn, "shutdown");
+            return;
+        }
+        let err = ConnectionError::Forced(
+            "broker forced connection closure with reason 'shutdown'".to_owned(),
+        );
+        self.close_connection(shard, conn, &err, 0, 0);
+        if let Some(c) = self.conn_mut(conn) {
+            c.resume.notify();
+        }
+    }
+
     /// Forgets a connection whose socket is gone: releases channels, deletes its
     /// exclusive queues.
     pub fn drop_conn(&mut self, shard: &Shard, conn: ConnId) {
