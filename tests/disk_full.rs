@@ -15,7 +15,10 @@ use common::raw::RawConn;
 use common::wire::{m, Enc, Props};
 use common::{unique, Broker};
 
-shard_tests!(low_disk_blocks_publishers_and_space_releases_them);
+shard_tests!(
+    low_disk_blocks_publishers_and_space_releases_them,
+    a_failed_write_nacks_and_the_broker_carries_on,
+);
 
 const CONNECTION_BLOCKED: (u16, u16) = (10, 60);
 const CONNECTION_UNBLOCKED: (u16, u16) = (10, 61);
@@ -30,10 +33,14 @@ struct SmallFs {
 
 impl SmallFs {
     fn mount() -> Option<SmallFs> {
+        Self::mount_sized(FS_SIZE)
+    }
+
+    fn mount_sized(size: u64) -> Option<SmallFs> {
         let dir = std::env::temp_dir().join(unique("sluice-smallfs"));
         std::fs::create_dir_all(&dir).ok()?;
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={FS_SIZE}")])
+            .args(["-t", "tmpfs", "-o", &format!("size={size}")])
             .arg("tmpfs")
             .arg(&dir)
             .status();
@@ -202,4 +209,159 @@ fn thousands(n: u64) -> String {
         out.push(ch);
     }
     out
+}
+
+const BASIC_NACK: (u16, u16) = (60, 120);
+
+/// Publishes `n` persistent messages (tags `from+1 ..= from+n`) and reads their
+/// outcomes; returns the tags acked and nacked. `connection.blocked` and
+/// `connection.unblocked` are noted in `blocked`.
+fn publish_outcomes(
+    c: &mut RawConn,
+    queue: &str,
+    from: u64,
+    n: u64,
+    blocked: &mut Vec<bool>,
+) -> (Vec<u64>, Vec<u64>) {
+    let body = vec![b'w'; BODY];
+    for _ in 0..n {
+        c.publish(1, "", queue, &persistent(), &body)
+            .expect("publish");
+    }
+    let (mut acked, mut nacked) = (Vec::new(), Vec::new());
+    let mut settled = from;
+    while settled < from + n {
+        let mth = c.read_method().expect("a confirm");
+        match mth.id {
+            CONNECTION_BLOCKED => blocked.push(true),
+            CONNECTION_UNBLOCKED => blocked.push(false),
+            id @ (m::BASIC_ACK | BASIC_NACK) => {
+                let mut d = mth.dec();
+                let tag = d.longlong();
+                let multiple = d.bits(1)[0];
+                let first = if multiple { settled + 1 } else { tag };
+                for t in first..=tag {
+                    if id == m::BASIC_ACK {
+                        acked.push(t);
+                    } else {
+                        nacked.push(t);
+                    }
+                }
+                settled = settled.max(tag);
+            }
+            other => panic!("unexpected method {other:?}"),
+        }
+    }
+    (acked, nacked)
+}
+
+/// With no free-space limit (0), the store's writes themselves hit ENOSPC: the
+/// publishes of the failed group are nacked (MST-1015), the disk alarm blocks the
+/// publisher, the broker stays up. It restarts on the full disk with exactly the
+/// confirmed messages and serves a consumer's get and ack; once space is freed, new
+/// publishes are confirmed, and a last restart finds exactly what it should.
+async fn a_failed_write_nacks_and_the_broker_carries_on(shards: usize) {
+    let Some(fs) = SmallFs::mount_sized(32 << 20) else {
+        return;
+    };
+    let data = fs.path().join("data");
+    let toml = "[store]\ndisk_free_limit = 0\nsegment_size = 1048576\n";
+    let mut broker = Broker::start_in(&data, shards, Some(toml));
+    let queue = unique("durable");
+    let mut publisher = RawConn::connect(&broker.addr());
+    publisher.handshake();
+    publisher.channel_open(1);
+    publisher.queue_declare(1, &queue, true, false, false);
+    publisher
+        .send_method(1, m::CONFIRM_SELECT, &Enc::new().bits(&[false]).done())
+        .expect("confirm.select");
+    publisher.expect_method(1, m::CONFIRM_SELECT_OK);
+    // Leave about 3 MiB free.
+    let filler = fs.path().join("filler");
+    let fill = fs.free().saturating_sub(3 << 20);
+    std::fs::write(&filler, vec![0u8; fill as usize]).expect("write the filler");
+    let mut blocked = Vec::new();
+    let (mut acked, mut nacked) = (Vec::new(), Vec::new());
+    let mut tag = 0;
+    while nacked.is_empty() && tag < 400 {
+        let (a, n) = publish_outcomes(&mut publisher, &queue, tag, 4, &mut blocked);
+        acked.extend(a);
+        nacked.extend(n);
+        tag += 4;
+    }
+    assert!(
+        !nacked.is_empty(),
+        "no publish was nacked on a full file system ({} acked); log:\n{}",
+        acked.len(),
+        broker.logs().join("\n")
+    );
+    broker
+        .wait_for_log("MST-1015 : Store write failed", Duration::from_secs(5))
+        .expect("MST-1015 logged");
+    if !blocked.contains(&true) {
+        let mth = publisher.read_method().expect("connection.blocked");
+        assert_eq!(mth.id, CONNECTION_BLOCKED);
+        assert_eq!(mth.dec().shortstr(), "low on disk");
+    }
+    assert!(broker.is_running(), "the broker exited on a full disk");
+    eprintln!(
+        "full file system: {} confirmed, {} nacked before space returned",
+        acked.len(),
+        nacked.len()
+    );
+
+    drop(publisher);
+
+    // The broker stops and starts again on the full file system, and serves consumers:
+    // every confirmed message is there, and an ack is taken.
+    broker.stop();
+    let mut broker = Broker::start_in(&data, shards, Some(toml));
+    let mut consumer = RawConn::connect(&broker.addr());
+    consumer.handshake();
+    consumer.channel_open(1);
+    assert_eq!(
+        message_count(&mut consumer, &queue) as usize,
+        acked.len(),
+        "after a restart on the full disk: confirmed {} and nacked {}",
+        acked.len(),
+        nacked.len()
+    );
+    let get = Enc::new().short(0).shortstr(&queue).bits(&[false]).done();
+    consumer
+        .send_method(1, m::BASIC_GET, &get)
+        .expect("basic.get");
+    let got = consumer.read_delivery(1);
+    let tag_of_get = got.method.dec().longlong();
+    let ack = Enc::new().longlong(tag_of_get).bits(&[false]).done();
+    consumer.send_method(1, m::BASIC_ACK, &ack).expect("ack");
+    assert_eq!(
+        message_count(&mut consumer, &queue) as usize,
+        acked.len() - 1
+    );
+
+    // Space returns: a new publisher's messages are confirmed.
+    std::fs::remove_file(&filler).expect("remove the filler");
+    let mut publisher = RawConn::connect(&broker.addr());
+    publisher.handshake();
+    publisher.channel_open(1);
+    publisher
+        .send_method(1, m::CONFIRM_SELECT, &Enc::new().bits(&[false]).done())
+        .expect("confirm.select");
+    publisher.expect_method(1, m::CONFIRM_SELECT_OK);
+    let mut blocked = Vec::new();
+    let (a, n) = publish_outcomes(&mut publisher, &queue, 0, 4, &mut blocked);
+    assert!(n.is_empty(), "nacks after space returned: {n:?}");
+    assert_eq!(a.len(), 4);
+    drop(publisher);
+    drop(consumer);
+
+    broker.stop();
+    let broker = Broker::start_in(&data, shards, Some(toml));
+    let mut c = RawConn::connect(&broker.addr());
+    c.handshake();
+    c.channel_open(1);
+    assert_eq!(message_count(&mut c, &queue) as usize, acked.len() - 1 + 4);
+    drop(c);
+    drop(broker);
+    drop(fs);
 }
