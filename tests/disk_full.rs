@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::raw::RawConn;
 use common::wire::{m, Enc, Props};
-use common::{unique, Broker};
+use common::{thousands, unique, Broker};
 
 shard_tests!(
     low_disk_blocks_publishers_and_space_releases_them,
@@ -123,10 +123,7 @@ async fn low_disk_blocks_publishers_and_space_releases_them(shards: usize) {
     publisher.handshake();
     publisher.channel_open(1);
     publisher.queue_declare(1, &queue, true, false, false);
-    publisher
-        .send_method(1, m::CONFIRM_SELECT, &Enc::new().bits(&[false]).done())
-        .expect("confirm.select");
-    publisher.expect_method(1, m::CONFIRM_SELECT_OK);
+    publisher.confirm_select(1);
     publish_confirmed(&mut publisher, &queue, 0, 100);
 
     // Fill the file system to below the limit: the alarm is raised within a tick.
@@ -199,18 +196,6 @@ async fn low_disk_blocks_publishers_and_space_releases_them(shards: usize) {
     drop(fs);
 }
 
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
 const BASIC_NACK: (u16, u16) = (60, 120);
 
 /// Publishes `n` persistent messages (tags `from+1 ..= from+n`) and reads their
@@ -272,10 +257,7 @@ async fn a_failed_write_nacks_and_the_broker_carries_on(shards: usize) {
     publisher.handshake();
     publisher.channel_open(1);
     publisher.queue_declare(1, &queue, true, false, false);
-    publisher
-        .send_method(1, m::CONFIRM_SELECT, &Enc::new().bits(&[false]).done())
-        .expect("confirm.select");
-    publisher.expect_method(1, m::CONFIRM_SELECT_OK);
+    publisher.confirm_select(1);
     // Leave about 3 MiB free.
     let filler = fs.path().join("filler");
     let fill = fs.free().saturating_sub(3 << 20);
@@ -344,10 +326,7 @@ async fn a_failed_write_nacks_and_the_broker_carries_on(shards: usize) {
     let mut publisher = RawConn::connect(&broker.addr());
     publisher.handshake();
     publisher.channel_open(1);
-    publisher
-        .send_method(1, m::CONFIRM_SELECT, &Enc::new().bits(&[false]).done())
-        .expect("confirm.select");
-    publisher.expect_method(1, m::CONFIRM_SELECT_OK);
+    publisher.confirm_select(1);
     let mut blocked = Vec::new();
     let (a, n) = publish_outcomes(&mut publisher, &queue, 0, 4, &mut blocked);
     assert!(n.is_empty(), "nacks after space returned: {n:?}");

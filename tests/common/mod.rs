@@ -60,6 +60,19 @@ macro_rules! shard_tests {
     };
 }
 
+/// `n` with a comma every three digits, as the log lines print numbers.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Runs `fut` and fails the test if it takes longer than [`TEST_TIMEOUT`].
 pub async fn bounded<F: Future<Output = ()>>(fut: F) {
     bounded_for(TEST_TIMEOUT, fut).await

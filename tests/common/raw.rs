@@ -379,6 +379,17 @@ impl RawConn {
 
     // ---- common methods ----------------------------------------------------------------
 
+    /// confirm.select on `channel`, waiting for select-ok.
+    pub fn confirm_select(&mut self, channel: u16) {
+        self.send_method(
+            channel,
+            m::CONFIRM_SELECT,
+            &Enc::new().bits(&[false]).done(),
+        )
+        .expect("send confirm.select");
+        self.expect_method(channel, m::CONFIRM_SELECT_OK);
+    }
+
     pub fn channel_open(&mut self, channel: u16) {
         self.send_method(channel, m::CHANNEL_OPEN, &Enc::new().shortstr("").done())
             .expect("send channel.open");

@@ -13,6 +13,7 @@ use amqprs::channel::{QueueDeclareArguments, QueuePurgeArguments};
 use amqprs::{FieldTable, FieldValue};
 
 use crate::common::raw::{client_properties, Method, RawConn, Tune};
+pub use crate::common::thousands;
 use crate::common::wire::{self, m, Enc, Props, Val};
 use crate::common::{wait_until, Broker, Chan, Conn, Event, EVENT_TIMEOUT};
 
@@ -69,19 +70,6 @@ pub fn lines_containing(broker: &Broker, needle: &str) -> Vec<String> {
         .into_iter()
         .filter(|l| l.contains(needle))
         .collect()
-}
-
-/// `n` with thousands separators, as the log lines print numbers.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Parses a number printed with thousands separators.

@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::common::{unique, wait_until, Broker, EVENT_TIMEOUT};
+use crate::common::{thousands, unique, wait_until, Broker, EVENT_TIMEOUT};
 
 const LIMIT: u64 = 512 << 20;
 
@@ -165,16 +165,4 @@ async fn broker_in_a_limited_cgroup_uses_its_limit(shards: usize) {
     broker.assert_healthy();
     assert_eq!(broker.stop().code(), Some(0));
     drop(group);
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

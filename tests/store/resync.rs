@@ -5,7 +5,7 @@
 //! and what is written after the restart survives the next one without another
 //! MST-1010.
 
-use crate::common::EVENT_TIMEOUT;
+use crate::common::{thousands, EVENT_TIMEOUT};
 use crate::support::*;
 
 store_tests!(
@@ -33,19 +33,6 @@ async fn a_flipped_byte_in_the_oldest_segment_costs_one_message() {
 enum Which {
     Newest,
     Oldest,
-}
-
-/// `n` with a comma every three digits, as log lines print counts.
-fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Where body `i` of series `tag` starts in `data`, if it is there.
@@ -133,7 +120,7 @@ async fn flipped_mid_segment(which: Which) {
     );
     let expected = format!(
         "1 damaged record in 1 region, {} bytes, first at offset {record_at} : checksum mismatch (stored ",
-        thousands(record_len)
+        thousands(record_len as u64)
     );
     assert!(
         rest.starts_with(&expected),
