@@ -79,6 +79,16 @@ impl Drop for SmallFs {
     }
 }
 
+/// A connection with channel 1 in confirm mode, the durable `queue` declared.
+fn confirming_publisher(broker: &Broker, queue: &str) -> RawConn {
+    let mut c = RawConn::connect(&broker.addr());
+    c.handshake();
+    c.channel_open(1);
+    c.queue_declare(1, queue, true, false, false);
+    c.confirm_select(1);
+    c
+}
+
 fn persistent() -> Props {
     Props {
         delivery_mode: Some(2),
@@ -119,11 +129,7 @@ async fn low_disk_blocks_publishers_and_space_releases_them(shards: usize) {
     let toml = format!("[store]\ndisk_free_limit = {LIMIT}\n");
     let mut broker = Broker::start_in(&data, shards, Some(&toml));
     let queue = unique("durable");
-    let mut publisher = RawConn::connect(&broker.addr());
-    publisher.handshake();
-    publisher.channel_open(1);
-    publisher.queue_declare(1, &queue, true, false, false);
-    publisher.confirm_select(1);
+    let mut publisher = confirming_publisher(&broker, &queue);
     publish_confirmed(&mut publisher, &queue, 0, 100);
 
     // Fill the file system to below the limit: the alarm is raised within a tick.
@@ -253,11 +259,7 @@ async fn a_failed_write_nacks_and_the_broker_carries_on(shards: usize) {
     let toml = "[store]\ndisk_free_limit = 0\nsegment_size = 1048576\n";
     let mut broker = Broker::start_in(&data, shards, Some(toml));
     let queue = unique("durable");
-    let mut publisher = RawConn::connect(&broker.addr());
-    publisher.handshake();
-    publisher.channel_open(1);
-    publisher.queue_declare(1, &queue, true, false, false);
-    publisher.confirm_select(1);
+    let mut publisher = confirming_publisher(&broker, &queue);
     // Leave about 3 MiB free.
     let filler = fs.path().join("filler");
     let fill = fs.free().saturating_sub(3 << 20);
@@ -323,10 +325,7 @@ async fn a_failed_write_nacks_and_the_broker_carries_on(shards: usize) {
 
     // Space returns: a new publisher's messages are confirmed.
     std::fs::remove_file(&filler).expect("remove the filler");
-    let mut publisher = RawConn::connect(&broker.addr());
-    publisher.handshake();
-    publisher.channel_open(1);
-    publisher.confirm_select(1);
+    let mut publisher = confirming_publisher(&broker, &queue);
     let mut blocked = Vec::new();
     let (a, n) = publish_outcomes(&mut publisher, &queue, 0, 4, &mut blocked);
     assert!(n.is_empty(), "nacks after space returned: {n:?}");

@@ -785,11 +785,8 @@ pub(super) fn owner(shard: &Shard, conn: ConnId) -> ConnOwner {
     }
 }
 
-/// Refuses a queue or exchange name with a character that can break a log line (406)
-/// before it is created: C0, DEL, C1 (NEL included) and U+2028 / U+2029, the set
-/// `ops::escape` escapes (RabbitMQ accepts them all; sluice refuses them, the separators
-/// under the same "control character" text). Lookups need no check: no such name can
-/// exist. (Names are UTF-8 already: the method decoder refuses anything else with 501.)
+/// Refuses (406) a new queue or exchange name with a character that can break a log
+/// line, the set `ops::escape` escapes (RabbitMQ accepts them). Lookups need no check.
 fn check_name_characters(kind: ObjectKind, name: &ShortStr) -> Result<(), MethodError> {
     let text = name.as_str_lossy();
     if text.chars().any(crate::ops::escape::breaks_lines) {
