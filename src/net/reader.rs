@@ -63,7 +63,7 @@ pub async fn serve_transport(
     let conn = {
         let config = &shard.config;
         let writer = Rc::clone(&signal);
-        shard.state.borrow_mut().add_conn(|id, serial| {
+        shard.state.borrow_mut().conns.add(|id, serial| {
             Conn::new(
                 id,
                 serial,
@@ -83,7 +83,8 @@ pub async fn serve_transport(
     {
         let mut st = shard.state.borrow_mut();
         let deadline = accepted + crate::shard::handler::HANDSHAKE_TIMEOUT;
-        st.wheel
+        st.common
+            .wheel
             .arm(deadline, crate::shard::TimerKey::Handshake(conn));
     }
     let writer_done = Rc::new(Signal::new());
@@ -108,7 +109,7 @@ pub async fn serve_transport(
             conn,
         ));
         linger(&stream).await;
-        shard.state.borrow_mut().finish_connection(conn);
+        shard.state.borrow_mut().conn_side().finish_connection(conn);
         let _ = cutoff.await;
     }
     if matches!(phase(&shard, conn), Some(Phase::Closed)) {
@@ -124,7 +125,7 @@ pub async fn serve_transport(
             let _ = tokio::time::timeout(CLOSE_GRACE, writer_done.wait()).await;
         }
     }
-    shard.state.borrow_mut().drop_conn(&shard, conn);
+    shard.state.borrow_mut().conn_side().drop_conn(&shard, conn);
     shard.flush();
 }
 
@@ -241,7 +242,11 @@ async fn read_loop(
                 continue;
             }
             let header = buf.split_to(8);
-            let check = shard.state.borrow_mut().on_protocol_header(conn, &header);
+            let check = shard
+                .state
+                .borrow_mut()
+                .conn_side()
+                .on_protocol_header(conn, &header);
             shard.flush();
             if check == HeaderCheck::Refused {
                 return;
@@ -268,7 +273,7 @@ async fn process_frames(
             let mut step = Step::NeedMore;
             loop {
                 match rb.next_frame(frame_max) {
-                    Ok(Some(frame)) => match st.on_frame(shard, conn, frame) {
+                    Ok(Some(frame)) => match st.conn_side().on_frame(shard, conn, frame) {
                         Flow::Continue => {
                             if st.conn(conn).is_some_and(|c| c.hold_requested) {
                                 step = Step::Hold;
@@ -288,7 +293,7 @@ async fn process_frames(
                     Err(e) => {
                         // Framing is lost: close with 501 and read no further.
                         let err = ConnectionError::Frame(e.to_string());
-                        st.close_connection(shard, conn, &err, 0, 0);
+                        st.conn_side().close_connection(shard, conn, &err, 0, 0);
                         if let Some(c) = st.conn_mut(conn) {
                             c.phase = Phase::Closed;
                         }
@@ -314,6 +319,7 @@ async fn process_frames(
                 shard
                     .state
                     .borrow_mut()
+                    .conn_side()
                     .complete(shard, conn, p.channel, resolved);
                 shard.flush();
             }
@@ -331,7 +337,7 @@ async fn end_of_batch(shard: &Rc<Shard>, conn: ConnId) {
         shard.send_publishes(publishes).await;
         set_paused(shard, conn, false);
     }
-    shard.state.borrow_mut().flush_confirms(conn);
+    shard.state.borrow_mut().conn_side().flush_confirms(conn);
     shard.flush();
 }
 
@@ -369,7 +375,7 @@ async fn hold(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) -> bool {
             let st = shard.state.borrow();
             match st.conn(conn) {
                 Some(c) if c.phase == Phase::Open => (
-                    st.hold_wanted(shard, conn),
+                    st.conns.hold_wanted(shard, conn),
                     c.holds_unacked(),
                     Rc::clone(&c.resume),
                 ),
@@ -386,7 +392,11 @@ async fn hold(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) -> bool {
         if unacked {
             let since = *unacked_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= timeout {
-                shard.state.borrow_mut().enforce_flow_timeout(shard, conn);
+                shard
+                    .state
+                    .borrow_mut()
+                    .conn_side()
+                    .enforce_flow_timeout(shard, conn);
                 shard.flush();
                 continue;
             }

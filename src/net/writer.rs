@@ -107,9 +107,9 @@ async fn write_loop(
                 };
                 // No-ack runs now on the wire stop counting against their queues (local
                 // queues at once; others with the deferred flush below).
-                st.settle_written(shard, conn);
+                st.conn_side().settle_written(shard, conn);
                 if drained {
-                    st.top_up_conn(shard, conn);
+                    st.conn_side().top_up_conn(shard, conn);
                 }
             }
             // Settlements and credit go out with one flush for every writer that completed

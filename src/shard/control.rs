@@ -19,7 +19,9 @@ use tokio::sync::oneshot;
 use crate::model::exchange::headers::HeadersRule;
 use crate::model::exchange::{Binding, ExchangeBinding, ExchangeKind};
 use crate::model::ids::{ConnOwner, QueueId, QueueRef, ShardId};
-use crate::model::routing::{DirectoryChange, QueueMeta, Removal, VhostDirectory, VhostIdx};
+use crate::model::routing::{
+    Directory, DirectoryChange, QueueMeta, Removal, VhostDirectory, VhostIdx,
+};
 use crate::ops::event::OpsEvent;
 use crate::policy::args::ArgError;
 use crate::policy::{capacity, max_length, queue_args, slow_consumer};
@@ -46,7 +48,11 @@ pub async fn request(shard: &Rc<Shard>, req: ControlRequest) -> ControlReply {
 /// Sends a request to a queue's home shard and waits for its answer.
 pub async fn queue_request(shard: &Rc<Shard>, home: ShardId, req: QueueRequest) -> QueueReply {
     if home == shard.id {
-        let reply = shard.state.borrow_mut().queue_request(shard, req);
+        let reply = shard
+            .state
+            .borrow_mut()
+            .queue_side()
+            .queue_request(shard, req);
         return reply;
     }
     // What this shard's turn has for the queue's shard so far (acks, requeues, credit)
@@ -100,7 +106,8 @@ pub async fn coordinate(shard: &Rc<Shard>, req: ControlRequest) -> ControlReply 
 }
 
 fn vhost_dir(st: &State, vhost: VhostIdx) -> Result<&VhostDirectory, ChannelError> {
-    st.directory
+    st.common
+        .directory
         .vhost(vhost)
         .ok_or_else(|| ChannelError::Internal(format!("unknown vhost index {vhost}")))
 }
@@ -333,7 +340,7 @@ fn plan(
             arguments,
             requester,
         } => {
-            let next_id = st.next_queue_id;
+            let next_id = st.common.next_queue_id;
             let dir = vhost_dir(st, vhost)?;
             // An existing queue is checked for equivalence only, a new one's arguments
             // are validated (rabbit_channel's order).
@@ -399,7 +406,7 @@ fn plan(
                 id: QueueId(next_id),
                 home,
             };
-            st.next_queue_id += 1;
+            st.common.next_queue_id += 1;
             let meta = QueueMeta {
                 queue,
                 name,
@@ -665,7 +672,7 @@ async fn broadcast(shard: &Rc<Shard>, changes: Vec<DirectoryChange>) {
         let mut st = shard.state.borrow_mut();
         let now = shard.clock.now();
         for change in changes.iter() {
-            st.apply_change(shard, change, now);
+            apply_change(&mut st, shard, change, now);
         }
     }
     let mut acks = Vec::with_capacity(shard.shards);
@@ -681,72 +688,74 @@ async fn broadcast(shard: &Rc<Shard>, changes: Vec<DirectoryChange>) {
     }
 }
 
-impl State {
-    /// Applies one directory change to this shard's replica and to its home queues.
-    pub fn apply_change(&mut self, shard: &Shard, change: &DirectoryChange, now: Instant) {
-        let topic = self.topic_bindings_changed_by(shard, change);
-        self.directory.apply(change);
-        match change {
-            DirectoryChange::DeclareQueue { vhost, meta } => {
-                if meta.queue.home == shard.id {
-                    self.create_home_queue(&shard.live(), *vhost, meta, now);
-                }
-                self.queue_declared(shard, meta.queue.id, now);
+/// Applies one directory change to this shard's replica and to its home queues.
+pub fn apply_change(st: &mut State, shard: &Shard, change: &DirectoryChange, now: Instant) {
+    let topic = topic_bindings_changed_by(&st.common.directory, shard, change);
+    st.common.directory.apply(change);
+    let mut queues = st.queue_side();
+    match change {
+        DirectoryChange::DeclareQueue { vhost, meta } => {
+            if meta.queue.home == shard.id {
+                queues.create_home_queue(&shard.live(), *vhost, meta, now);
             }
-            DirectoryChange::DeleteQueue { queue, .. } if queue.home == shard.id => {
-                self.delete_home_queue(shard, queue.id);
-            }
-            _ => {}
+            queues.queue_declared(shard, meta.queue.id, now);
         }
-        for (queue, exchange, key, added) in topic {
-            self.topic_binding_changed(shard, queue, &exchange, &key, added);
+        DirectoryChange::DeleteQueue { queue, .. } if queue.home == shard.id => {
+            queues.delete_home_queue(shard, queue.id);
         }
+        _ => {}
     }
+    for (queue, exchange, key, added) in topic {
+        queues.topic_binding_changed(shard, queue, &exchange, &key, added);
+    }
+    // Consumers of a deleted queue hear of it now, before the deleting channel's
+    // delete-ok.
+    st.hand_to_connections(shard);
+}
 
-    /// The topic bindings of this shard's home queues that a change adds (`true`) or
-    /// removes (`false`), worked out before it is applied: a queue is a topic
-    /// subscription while it has one (seed 000).
-    fn topic_bindings_changed_by(
-        &self,
-        shard: &Shard,
-        change: &DirectoryChange,
-    ) -> Vec<(QueueId, String, String, bool)> {
-        let topic_exchange = |vhost: VhostIdx, name: &ShortStr| {
-            self.directory
-                .vhost(vhost)
-                .and_then(|d| d.exchange(name))
-                .filter(|ex| ex.def.kind == ExchangeKind::Topic)
-        };
-        let mine = |b: &Binding| b.queue.home == shard.id;
-        let entry = |ex: &ShortStr, b: &Binding, added| {
-            (b.queue.id, ex.to_string(), b.routing_key.to_string(), added)
-        };
-        match change {
-            DirectoryChange::Bind {
-                vhost,
-                exchange,
-                binding,
-            } if mine(binding) => match topic_exchange(*vhost, exchange) {
-                Some(ex) if !ex.has_binding(binding) => vec![entry(exchange, binding, true)],
-                _ => Vec::new(),
-            },
-            DirectoryChange::Unbind {
-                vhost,
-                exchange,
-                binding,
-            } if mine(binding) => match topic_exchange(*vhost, exchange) {
-                Some(ex) if ex.has_binding(binding) => vec![entry(exchange, binding, false)],
-                _ => Vec::new(),
-            },
-            DirectoryChange::DeleteExchange { vhost, name } => match topic_exchange(*vhost, name) {
-                Some(ex) => ex
-                    .bindings()
-                    .filter(|b| mine(b))
-                    .map(|b| entry(name, b, false))
-                    .collect(),
-                None => Vec::new(),
-            },
+/// The topic bindings of this shard's home queues that a change adds (`true`) or
+/// removes (`false`), worked out before it is applied: a queue is a topic
+/// subscription while it has one (seed 000).
+fn topic_bindings_changed_by(
+    directory: &Directory,
+    shard: &Shard,
+    change: &DirectoryChange,
+) -> Vec<(QueueId, String, String, bool)> {
+    let topic_exchange = |vhost: VhostIdx, name: &ShortStr| {
+        directory
+            .vhost(vhost)
+            .and_then(|d| d.exchange(name))
+            .filter(|ex| ex.def.kind == ExchangeKind::Topic)
+    };
+    let mine = |b: &Binding| b.queue.home == shard.id;
+    let entry = |ex: &ShortStr, b: &Binding, added| {
+        (b.queue.id, ex.to_string(), b.routing_key.to_string(), added)
+    };
+    match change {
+        DirectoryChange::Bind {
+            vhost,
+            exchange,
+            binding,
+        } if mine(binding) => match topic_exchange(*vhost, exchange) {
+            Some(ex) if !ex.has_binding(binding) => vec![entry(exchange, binding, true)],
             _ => Vec::new(),
-        }
+        },
+        DirectoryChange::Unbind {
+            vhost,
+            exchange,
+            binding,
+        } if mine(binding) => match topic_exchange(*vhost, exchange) {
+            Some(ex) if ex.has_binding(binding) => vec![entry(exchange, binding, false)],
+            _ => Vec::new(),
+        },
+        DirectoryChange::DeleteExchange { vhost, name } => match topic_exchange(*vhost, name) {
+            Some(ex) => ex
+                .bindings()
+                .filter(|b| mine(b))
+                .map(|b| entry(name, b, false))
+                .collect(),
+            None => Vec::new(),
+        },
+        _ => Vec::new(),
     }
 }

@@ -9,46 +9,37 @@
 //! The per-connection protocol handling lives in `handler`, the queue side in `queues`, the
 //! control-plane coordinator in `control`, the thread and listener in `runtime`.
 
-pub mod arrivals;
 pub mod cgroup;
+pub mod conns;
 pub mod control;
-pub mod dead_letter;
-pub mod deliver;
-pub mod flow;
-pub mod handler;
+pub mod home;
 pub mod inbox;
 pub mod memory;
 pub mod observe;
-pub mod paging;
-pub mod persist;
+pub mod outbox;
 pub mod placement;
-pub mod policy;
-pub mod queues;
 pub mod reclaim;
 pub mod runtime;
+
+pub use conns::handler;
+pub use home::{arrivals, dead_letter, paging, persist, policy};
+pub use outbox::{push_confirm, Outbox};
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
-use slab::Slab;
-
 use crate::config::Config;
-use crate::model::ids::{ConnId, IdMap, QueueId, ShardId};
+use crate::model::ids::{ConnId, QueueId, ShardId};
 use crate::model::routing::Directory;
-use crate::model::routing::VhostIdx;
-use crate::protocol::ShortStr;
-use crate::queue::{Dispatch, Queue};
 use crate::session::connection::Conn;
 use crate::session::signal::Signal;
 use crate::timer::clock::Clock;
-use crate::timer::wheel::{TimerId, TimerWheel};
+use crate::timer::wheel::TimerWheel;
 
 use crate::policy::watermark::Watermark;
 
-use inbox::{
-    ConfirmDone, FlowNotice, Peers, PublishBatch, RemoteDelivery, Routed, Settlement, ShardMsg,
-};
+use inbox::{Peers, PublishBatch, ShardMsg};
 use memory::MemoryBoard;
 
 /// What a timer on the shard's wheel is for.
@@ -67,108 +58,80 @@ pub enum TimerKey {
     QueuePolicy(QueueId),
 }
 
-/// Messages to other shards, collected during a turn and sent once at its end.
-pub struct Outbox {
-    pub publish: Vec<Vec<Routed>>,
-    pub deliver: Vec<Vec<RemoteDelivery>>,
-    pub settle: Vec<Vec<Settlement>>,
-    pub confirms: Vec<Vec<ConfirmDone>>,
-    pub flow: Vec<Vec<FlowNotice>>,
-}
-
-impl Outbox {
-    fn new(shards: usize) -> Outbox {
-        Outbox {
-            publish: (0..shards).map(|_| Vec::new()).collect(),
-            deliver: (0..shards).map(|_| Vec::new()).collect(),
-            settle: (0..shards).map(|_| Vec::new()).collect(),
-            confirms: (0..shards).map(|_| Vec::new()).collect(),
-            flow: (0..shards).map(|_| Vec::new()).collect(),
-        }
-    }
-
-    pub fn settle(&mut self, shard: ShardId, s: Settlement) {
-        if let Some(v) = self.settle.get_mut(usize::from(shard)) {
-            v.push(s);
-        }
-    }
-
-    /// A confirm outcome for a publisher on `shard`; consecutive publishes of one
-    /// channel with the same outcome travel as one range.
-    pub fn confirm(&mut self, shard: ShardId, done: ConfirmDone) {
-        if let Some(v) = self.confirms.get_mut(usize::from(shard)) {
-            push_confirm(v, done);
-        }
-    }
-
-    pub fn flow(&mut self, shard: ShardId, notice: FlowNotice) {
-        if let Some(v) = self.flow.get_mut(usize::from(shard)) {
-            v.push(notice);
-        }
-    }
-}
-
-/// Appends a confirm outcome; consecutive publishes of one channel with the same
-/// outcome become one range.
-pub fn push_confirm(v: &mut Vec<ConfirmDone>, done: ConfirmDone) {
-    if let Some(last) = v.last_mut() {
-        if last.channel == done.channel
-            && last.rejected == done.rejected
-            && last.last + 1 == done.first
-        {
-            last.last = done.last;
-            return;
-        }
-    }
-    v.push(done);
-}
-
-/// Everything mutable on a shard, behind one `RefCell`.
-pub struct State {
+/// What both sides of a shard use: the directory replica (read on the hot path, changed
+/// only by `control`), the timer wheel, the outbox to other shards, and the coordinator's
+/// own bookkeeping.
+pub struct Common {
     pub directory: Directory,
-    pub queues: IdMap<QueueId, Queue>,
-    pub conns: Slab<Conn>,
-    next_generation: u32,
-    /// Next connection serial: shard `i` of `n` hands out `i+1, i+1+n, …`, so serials are
-    /// unique across the broker.
-    next_serial: u64,
-    serial_step: u64,
     pub wheel: TimerWheel<TimerKey>,
-    dirty_queues: Vec<QueueId>,
-    dirty_conns: Vec<ConnId>,
-    /// Counter behind [`State::next_rotation`].
-    rotation: u64,
     pub outbox: Outbox,
-    scratch: Vec<Dispatch>,
-    /// Housekeeping timer armed per queue, with its deadline.
-    pub queue_timers: IdMap<QueueId, (TimerId, Instant)>,
-    /// Queues the broker itself wants deleted (auto-delete, x-expires); the turn's end
-    /// hands them to the coordinator.
-    pub internal_deletes: Vec<(VhostIdx, ShortStr)>,
     /// Next queue id; only the coordinator (shard 0) allocates.
     pub next_queue_id: u64,
-    name_seed: u64,
-    /// The memory alarm as this shard has applied it to its publishers.
-    pub memory_alarm: bool,
-    /// The broker-wide disk alarm (`store.disk_free_limit`) as this shard applied it.
-    pub disk_alarm: bool,
-    /// Each vhost's store alarm (disk quota) as this shard has applied it.
-    pub store_alarms: Vec<bool>,
-    /// Confirms of publishes that entered durable queues this turn: they go out once
-    /// the group sealed at the turn's end is on disk (`persist`).
-    pub held_confirms: Vec<ConfirmDone>,
-    /// Home queues with evicted entries (`paging`), and those being read back now.
-    pub evicting: Vec<QueueId>,
-    pub paging_in: Vec<QueueId>,
-    /// Home queues the slow-consumer policy deleted, with when (kept one rate window).
-    pub slow_deleted: Vec<(QueueId, Instant)>,
     /// The watermark's hysteresis (evaluated by the coordinating shard only).
     pub watermark: Watermark,
-    /// Publishes from other shards waiting for their queue's declaration.
-    pub arrivals: arrivals::Arrivals,
-    /// Messages that died in home queues with a dead-letter exchange, to re-publish
-    /// before this turn ends.
-    pub dead_letters: Vec<dead_letter::DeadLetter>,
+}
+
+/// Everything mutable on a shard, behind one `RefCell`: the connection side, the queue
+/// side, and what both use. Each side's fields are private to its room; a call that
+/// needs a side takes its view ([`State::conn_side`], [`State::queue_side`]).
+pub struct State {
+    pub conns: conns::Connections,
+    pub home: home::HomeQueues,
+    pub common: Common,
+}
+
+impl State {
+    /// The connection side, with the queue side it may call.
+    pub fn conn_side(&mut self) -> conns::ConnSide<'_> {
+        conns::ConnSide::new(&mut self.conns, &mut self.home, &mut self.common)
+    }
+
+    /// The connection with this id, if it is still the same connection.
+    pub fn conn(&self, id: ConnId) -> Option<&Conn> {
+        self.conns.get(id)
+    }
+
+    pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+        self.conns.get_mut(id)
+    }
+
+    /// The queue side.
+    pub fn queue_side(&mut self) -> home::QueueSide<'_> {
+        home::QueueSide::new(&mut self.home, &mut self.common)
+    }
+
+    /// Dispatches every dirty queue as far as consumer credit allows, one queue at a
+    /// time: the queue side hands each queue's deliveries for local consumers over as a
+    /// `Vec<Delivery>`, the connection side writes them (and settles credit back, which
+    /// may make the queue dirty again for the next round). Each round starts at a
+    /// different queue.
+    fn dispatch(&mut self, shard: &Shard, now: Instant) {
+        let mut local = Vec::new();
+        while self.home.has_dirty() {
+            for queue in self.home.take_round() {
+                self.queue_side()
+                    .dispatch_queue(shard, queue, now, &mut local);
+                if !local.is_empty() {
+                    self.conn_side().deliver_local(shard, &mut local);
+                }
+            }
+        }
+    }
+
+    /// Gives what the queue side has for this shard's connections to the connection side.
+    fn hand_to_connections(&mut self, shard: &Shard) {
+        let notices = self.home.take_for_connections();
+        if notices.is_empty() {
+            return;
+        }
+        let mut side = self.conn_side();
+        for target in notices.consumers_gone {
+            side.consumer_gone(target);
+        }
+        for (conn, target, queue) in notices.slow_closes {
+            side.slow_consumer_close(shard, conn, target, queue);
+        }
+    }
 }
 
 /// One shard. Lives in an `Rc` on its own thread.
@@ -237,32 +200,15 @@ impl Shard {
         let now = Instant::now();
         let shards = config.shards;
         let state = State {
-            directory: Directory::new(&config.vhosts),
-            queues: IdMap::default(),
-            conns: Slab::new(),
-            next_generation: 1,
-            next_serial: u64::from(id) + 1,
-            serial_step: shards as u64,
-            wheel: TimerWheel::new(now, config.shard.tick, 512),
-            dirty_queues: Vec::new(),
-            dirty_conns: Vec::new(),
-            rotation: 0,
-            outbox: Outbox::new(shards),
-            scratch: Vec::new(),
-            queue_timers: IdMap::default(),
-            internal_deletes: Vec::new(),
-            next_queue_id: 1,
-            name_seed: wall_nanos() ^ (u64::from(id) << 32),
-            memory_alarm: false,
-            disk_alarm: false,
-            store_alarms: Vec::new(),
-            held_confirms: Vec::new(),
-            evicting: Vec::new(),
-            paging_in: Vec::new(),
-            slow_deleted: Vec::new(),
-            watermark: Watermark::new(memory.high, memory.low),
-            arrivals: arrivals::Arrivals::default(),
-            dead_letters: Vec::new(),
+            conns: conns::Connections::new(id, shards),
+            home: home::HomeQueues::default(),
+            common: Common {
+                directory: Directory::new(&config.vhosts),
+                wheel: TimerWheel::new(now, config.shard.tick, 512),
+                outbox: Outbox::new(shards),
+                next_queue_id: 1,
+                watermark: Watermark::new(memory.high, memory.low),
+            },
         };
         Shard {
             id,
@@ -310,46 +256,49 @@ impl Shard {
         let now = self.clock.now();
         let mut st = self.state.borrow_mut();
         loop {
-            if !st.dead_letters.is_empty() {
-                st.run_dead_letters(self);
+            st.hand_to_connections(self);
+            if st.home.has_dead_letters() {
+                st.queue_side().run_dead_letters(self);
             }
-            st.run_dispatch(self, now);
+            st.dispatch(self, now);
+            st.hand_to_connections(self);
             // Dispatch may find expired messages to dead-letter.
-            if st.dead_letters.is_empty() {
+            if !st.home.has_dead_letters() && !st.home.has_dirty() {
                 break;
             }
         }
-        for (vhost, name) in st.internal_deletes.drain(..) {
+        for (vhost, name) in st.common.outbox.queue_deletes.drain(..) {
             control::spawn_internal_delete(self, vhost, name);
         }
         for shard in 0..self.shards {
             let sid = shard as ShardId;
-            let deliver = std::mem::take(&mut st.outbox.deliver[shard]);
+            let outbox = &mut st.common.outbox;
+            let deliver = std::mem::take(&mut outbox.deliver[shard]);
             if !deliver.is_empty() {
                 self.peers.send(sid, ShardMsg::Deliver(deliver));
             }
-            let settle = std::mem::take(&mut st.outbox.settle[shard]);
+            let settle = std::mem::take(&mut outbox.settle[shard]);
             if !settle.is_empty() {
                 self.peers.send(sid, ShardMsg::Settle(settle));
             }
-            let confirms = std::mem::take(&mut st.outbox.confirms[shard]);
+            let confirms = std::mem::take(&mut outbox.confirms[shard]);
+            let flow = std::mem::take(&mut outbox.flow[shard]);
             if !confirms.is_empty() {
                 if sid == self.id {
-                    st.confirms_done(self, confirms);
+                    st.conn_side().confirms_done(self, confirms);
                 } else {
                     self.peers.send(sid, ShardMsg::Confirms(confirms));
                 }
             }
-            let flow = std::mem::take(&mut st.outbox.flow[shard]);
             if !flow.is_empty() {
                 if sid == self.id {
-                    st.flow_notices(self, flow);
+                    st.conn_side().flow_notices(self, flow);
                 } else {
                     self.peers.send(sid, ShardMsg::Flow(flow));
                 }
             }
         }
-        st.wake_writers();
+        st.conns.wake_writers();
         drop(st);
         self.commit_store();
     }
@@ -360,7 +309,7 @@ impl Shard {
     pub fn take_publishes(&self) -> Vec<(ShardId, PublishBatch)> {
         let mut st = self.state.borrow_mut();
         let mut out = Vec::new();
-        for (shard, batch) in st.outbox.publish.iter_mut().enumerate() {
+        for (shard, batch) in st.common.outbox.publish.iter_mut().enumerate() {
             if !batch.is_empty() {
                 let routed = std::mem::take(batch);
                 let bytes: u64 = routed.iter().map(|r| r.msg.memory_size()).sum();
@@ -398,224 +347,5 @@ impl Shard {
                 }
             }
         }
-    }
-}
-
-impl State {
-    /// Registers a new connection and returns its id.
-    pub fn add_conn(&mut self, make: impl FnOnce(ConnId, u64) -> Conn) -> ConnId {
-        let generation = self.next_generation;
-        self.next_generation = self.next_generation.wrapping_add(1).max(1);
-        let serial = self.next_serial;
-        self.next_serial += self.serial_step;
-        let entry = self.conns.vacant_entry();
-        let id = ConnId {
-            slot: entry.key() as u32,
-            generation,
-        };
-        entry.insert(make(id, serial));
-        id
-    }
-
-    /// The connection with this id, if it is still the same connection.
-    pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
-        self.conns
-            .get_mut(id.slot as usize)
-            .filter(|c| c.id.generation == id.generation)
-    }
-
-    pub fn conn(&self, id: ConnId) -> Option<&Conn> {
-        self.conns
-            .get(id.slot as usize)
-            .filter(|c| c.id.generation == id.generation)
-    }
-
-    /// Marks a queue as having something to dispatch this turn (O(1): the queue carries
-    /// a flag, so a turn with many dirty queues does not scan the list).
-    pub fn mark_dirty(&mut self, queue: QueueId) {
-        if let Some(q) = self.queues.get_mut(&queue) {
-            if !q.in_dirty_list {
-                q.in_dirty_list = true;
-                self.dirty_queues.push(queue);
-            }
-        }
-    }
-
-    /// Marks a connection's writer to be woken at the end of the turn (O(1): the
-    /// connection carries a flag).
-    pub fn mark_writer(&mut self, id: ConnId) {
-        if let Some(c) = self.conn_mut(id) {
-            if !c.writer_marked {
-                c.writer_marked = true;
-                self.dirty_conns.push(id);
-            }
-        }
-    }
-
-    /// A starting point in `0..len` that moves on every call, spread over the range
-    /// (Fibonacci hashing of a counter), for rotating work lists.
-    pub fn next_rotation(&mut self, len: usize) -> usize {
-        self.rotation = self.rotation.wrapping_add(1);
-        if len < 2 {
-            return 0;
-        }
-        let spread = self.rotation.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        ((spread >> 32) as usize) % len
-    }
-
-    /// Wakes the writers marked this turn, starting at a rotating point so that no
-    /// connection's writes always go first.
-    fn wake_writers(&mut self) {
-        let mut dirty = std::mem::take(&mut self.dirty_conns);
-        let start = self.next_rotation(dirty.len());
-        dirty.rotate_left(start);
-        for id in dirty.drain(..) {
-            if let Some(conn) = self.conn_mut(id) {
-                conn.writer_marked = false;
-                conn.writer.notify();
-            }
-        }
-        self.dirty_conns = dirty;
-    }
-
-    /// Gives back the room of per-turn lists that grew in a burst (called by
-    /// `reclaim`, between turns, when they are empty).
-    pub fn release_spare_lists(&mut self) {
-        if self.dirty_queues.is_empty() && self.dirty_queues.capacity() > 64 {
-            self.dirty_queues = Vec::new();
-        }
-        if self.dirty_conns.is_empty() && self.dirty_conns.capacity() > 64 {
-            self.dirty_conns = Vec::new();
-        }
-        if self.scratch.is_empty() && self.scratch.capacity() > 64 {
-            self.scratch = Vec::new();
-        }
-    }
-
-    /// A seed for server-generated names, different on every call.
-    pub fn next_name_seed(&mut self) -> u64 {
-        self.name_seed = self
-            .name_seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        self.name_seed ^ wall_nanos()
-    }
-}
-
-fn wall_nanos() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::rc::Rc;
-
-    use super::*;
-    use crate::queue::{QueueLimits, QueueSettings};
-
-    fn shard() -> Shard {
-        let config = Arc::new(Config::default());
-        let (peers, _inboxes) = inbox::mesh(1, 4, 1 << 20);
-        let memory = Arc::new(MemoryBoard::new(1, u64::MAX - 1, u64::MAX));
-        let persistence = persist::Persistence::empty(&std::env::temp_dir(), 1);
-        let counts = Arc::new(crate::limits::ConnectionCounts::new(
-            &config.limits.resources,
-        ));
-        Shard::new(0, config, peers, memory, persistence, counts)
-    }
-
-    fn conn(st: &mut State, signal: &Rc<Signal>) -> ConnId {
-        let now = Instant::now();
-        st.add_conn(|id, serial| {
-            Conn::new(
-                id,
-                serial,
-                "127.0.0.1:1".parse().expect("address"),
-                now,
-                512,
-                131_072,
-                Rc::clone(signal),
-            )
-        })
-    }
-
-    #[test]
-    fn a_writer_marked_many_times_in_a_turn_is_listed_once() {
-        let shard = shard();
-        let mut st = shard.state.borrow_mut();
-        let signals: Vec<Rc<Signal>> = (0..1000).map(|_| Rc::new(Signal::new())).collect();
-        let ids: Vec<ConnId> = signals.iter().map(|s| conn(&mut st, s)).collect();
-        for _ in 0..5 {
-            for id in &ids {
-                st.mark_writer(*id);
-            }
-        }
-        assert_eq!(st.dirty_conns.len(), 1000);
-        st.wake_writers();
-        assert!(st.dirty_conns.is_empty());
-        assert!(st.conns.iter().all(|(_, c)| !c.writer_marked));
-        // Marked again in the next turn; a connection gone meanwhile is skipped.
-        st.mark_writer(ids[0]);
-        st.mark_writer(ids[1]);
-        st.conns.remove(ids[1].slot as usize);
-        st.mark_writer(ids[1]);
-        assert_eq!(st.dirty_conns.len(), 2);
-        st.wake_writers();
-        assert!(st.dirty_conns.is_empty());
-    }
-
-    #[test]
-    fn a_queue_marked_dirty_many_times_is_listed_once() {
-        let shard = shard();
-        let mut st = shard.state.borrow_mut();
-        let now = Instant::now();
-        for i in 1..=100 {
-            let q = Queue::new(
-                QueueId(i),
-                0,
-                "/".into(),
-                format!("q{i}").into(),
-                QueueSettings {
-                    durable: false,
-                    exclusive: false,
-                    auto_delete: false,
-                    arguments: Default::default(),
-                    message_ttl: None,
-                    expires: None,
-                    max_priority: None,
-                    single_active_consumer: false,
-                    dead_letter: None,
-                    stored: false,
-                },
-                QueueLimits::new(std::time::Duration::from_secs(5)),
-                now,
-            );
-            st.queues.insert(QueueId(i), q);
-        }
-        for _ in 0..10 {
-            for i in 1..=100 {
-                st.mark_dirty(QueueId(i));
-            }
-        }
-        st.mark_dirty(QueueId(999));
-        assert_eq!(st.dirty_queues.len(), 100);
-        assert!(st.queues.values().all(|q| q.in_dirty_list));
-    }
-
-    #[test]
-    fn rotation_starts_anywhere_in_the_list() {
-        let shard = shard();
-        let mut st = shard.state.borrow_mut();
-        let mut seen = std::collections::HashSet::new();
-        for _ in 0..200 {
-            let start = st.next_rotation(10);
-            assert!(start < 10);
-            seen.insert(start);
-        }
-        assert_eq!(seen.len(), 10, "every start is used: {seen:?}");
-        assert_eq!(st.next_rotation(1), 0);
-        assert_eq!(st.next_rotation(0), 0);
     }
 }

@@ -14,6 +14,7 @@
 use std::time::Instant;
 
 use crate::model::ids::ShardId;
+use crate::model::routing::Directory;
 use crate::protocol::ShortStr;
 use crate::queue::{Queue, QueueCounters};
 use crate::session::connection::{Conn, Phase};
@@ -221,38 +222,44 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
     match req {
         ObserveRequest::Snapshot(want) => {
             let st = shard.state.borrow();
-            let mut view = st.snapshot(shard.id, now, want);
+            let mut view = snapshot(&st, shard.id, now, want);
             view.bytes_read = shard.counters.bytes_read.get();
             view.bytes_written = shard.counters.bytes_written.get();
             view.cpu_seconds = thread_cpu_seconds();
             ObserveReply::Snapshot(Box::new(view))
         }
-        ObserveRequest::Directory => ObserveReply::Directory(shard.state.borrow().directory_view()),
+        ObserveRequest::Directory => {
+            ObserveReply::Directory(directory_view(&shard.state.borrow().common.directory))
+        }
         ObserveRequest::CloseConnection { name, reason } => {
             let mut st = shard.state.borrow_mut();
             let found = st
                 .conns
                 .iter()
-                .find(|(_, c)| connection_name(c) == name)
-                .map(|(_, c)| c.id);
+                .find(|c| connection_name(c) == name)
+                .map(|c| c.id);
             if let Some(id) = found {
-                st.force_close(shard, id, &reason);
+                st.conn_side().force_close(shard, id, &reason);
             }
             ObserveReply::Closed(found.is_some())
         }
         ObserveRequest::Purge { vhost, name } => {
             let mut st = shard.state.borrow_mut();
             let queue = st
+                .common
                 .directory
                 .vhost_index(&vhost)
-                .and_then(|v| st.directory.vhost(v))
+                .and_then(|v| st.common.directory.vhost(v))
                 .and_then(|d| d.queue(&ShortStr::from(name.as_str())))
                 .map(|m| m.queue)
                 .filter(|q| q.home == shard.id);
             let Some(queue) = queue else {
                 return ObserveReply::Purged(None);
             };
-            match st.queue_request(shard, QueueRequest::Purge { queue: queue.id }) {
+            match st
+                .queue_side()
+                .queue_request(shard, QueueRequest::Purge { queue: queue.id })
+            {
                 QueueReply::Purged(n) => ObserveReply::Purged(Some(n)),
                 _ => ObserveReply::Purged(None),
             }
@@ -322,148 +329,147 @@ fn phase_name(phase: Phase) -> &'static str {
     }
 }
 
-impl State {
-    /// This shard's counts, and its home queues, connections, channels and consumers
-    /// as asked.
-    fn snapshot(&self, shard: ShardId, now: Instant, want: Want) -> ShardView {
-        let with_consumers = want.consumers;
-        let mut view = ShardView {
+/// This shard's counts, and its home queues, connections, channels and consumers
+/// as asked.
+fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
+    let with_consumers = want.consumers;
+    let mut view = ShardView {
+        shard,
+        queue_count: st.home.len() as u64,
+        connection_count: st.conns.len() as u64,
+        ..ShardView::default()
+    };
+    for c in st.conns.iter() {
+        view.channel_count += c.channels.len() as u64;
+        for ch in c.channels.values() {
+            view.consumer_count += ch.consumers.len() as u64;
+        }
+    }
+    if want.queues {
+        // The next chunk in id order: O(queues) to select, no allocation per queue.
+        let mut ids: Vec<u64> = st
+            .home
+            .iter()
+            .map(|q| q.id.0)
+            .filter(|id| *id > want.queues_after)
+            .collect();
+        if ids.len() > QUEUE_CHUNK {
+            ids.select_nth_unstable(QUEUE_CHUNK - 1);
+            ids.truncate(QUEUE_CHUNK);
+            ids.sort_unstable();
+            view.next_queue = ids.last().copied();
+        }
+        view.queues = ids
+            .iter()
+            .filter_map(|id| st.home.get(crate::model::ids::QueueId(*id)))
+            .map(|q| queue_view(q, shard, now))
+            .collect();
+    }
+    if !(want.connections || want.consumers) {
+        return view;
+    }
+    // Queue names by reference, for the consumers (built only when asked).
+    let mut queue_names = std::collections::HashMap::new();
+    if with_consumers {
+        let directory = &st.common.directory;
+        for d in (0..directory.vhost_count()).filter_map(|i| directory.vhost(i)) {
+            for m in d.queues() {
+                queue_names.insert(m.queue, text(&m.name));
+            }
+        }
+    }
+    for c in st.conns.iter() {
+        let name = connection_name(c);
+        view.connections.push(ConnView {
+            name: name.clone(),
+            serial: c.serial,
             shard,
-            queue_count: self.queues.len() as u64,
-            connection_count: self.conns.len() as u64,
-            ..ShardView::default()
-        };
-        for (_, c) in self.conns.iter() {
-            view.channel_count += c.channels.len() as u64;
-            for ch in c.channels.values() {
-                view.consumer_count += ch.consumers.len() as u64;
-            }
-        }
-        if want.queues {
-            // The next chunk in id order: O(queues) to select, no allocation per queue.
-            let mut ids: Vec<u64> = self
-                .queues
-                .keys()
-                .map(|q| q.0)
-                .filter(|id| *id > want.queues_after)
-                .collect();
-            if ids.len() > QUEUE_CHUNK {
-                ids.select_nth_unstable(QUEUE_CHUNK - 1);
-                ids.truncate(QUEUE_CHUNK);
-                ids.sort_unstable();
-                view.next_queue = ids.last().copied();
-            }
-            view.queues = ids
-                .iter()
-                .filter_map(|id| self.queues.get(&crate::model::ids::QueueId(*id)))
-                .map(|q| queue_view(q, shard, now))
-                .collect();
-        }
-        if !(want.connections || want.consumers) {
-            return view;
-        }
-        // Queue names by reference, for the consumers (built only when asked).
-        let mut queue_names = std::collections::HashMap::new();
-        if with_consumers {
-            for d in (0..self.directory.vhost_count()).filter_map(|i| self.directory.vhost(i)) {
-                for m in d.queues() {
-                    queue_names.insert(m.queue, text(&m.name));
-                }
-            }
-        }
-        for (_, c) in self.conns.iter() {
-            let name = connection_name(c);
-            view.connections.push(ConnView {
-                name: name.clone(),
-                serial: c.serial,
-                shard,
-                peer: c.peer.to_string(),
+            peer: c.peer.to_string(),
+            user: c.user.clone(),
+            vhost: c.vhost_name.clone(),
+            state: phase_name(c.phase),
+            channels: c.channels.len() as u64,
+            frame_max: c.frame_max,
+            channel_max: c.channel_max,
+            heartbeat: c.heartbeat,
+            held: c.read_paused_since.is_some(),
+            outbound_bytes: c.out.queued_bytes() as u64,
+        });
+        for ch in c.channels.values() {
+            view.channels.push(ChannelView {
+                connection: name.clone(),
+                number: ch.number,
                 user: c.user.clone(),
                 vhost: c.vhost_name.clone(),
-                state: phase_name(c.phase),
-                channels: c.channels.len() as u64,
-                frame_max: c.frame_max,
-                channel_max: c.channel_max,
-                heartbeat: c.heartbeat,
-                held: c.read_paused_since.is_some(),
-                outbound_bytes: c.out.queued_bytes() as u64,
+                prefetch: ch.prefetch,
+                global_prefetch: ch.global_prefetch,
+                unacked: ch.unacked.len() as u64,
+                consumers: ch.consumers.len() as u64,
+                confirm: ch.confirms.is_some(),
+                transactional: ch.tx.is_some(),
+                flow_blocked: ch.publisher.told_stopped(),
             });
-            for ch in c.channels.values() {
-                view.channels.push(ChannelView {
+            if !with_consumers {
+                continue;
+            }
+            for cons in ch.consumers.values() {
+                let queue = queue_names.get(&cons.queue).cloned().unwrap_or_default();
+                view.consumers.push(ConsumerView {
                     connection: name.clone(),
-                    number: ch.number,
-                    user: c.user.clone(),
+                    channel: ch.number,
+                    tag: text(&cons.tag),
                     vhost: c.vhost_name.clone(),
-                    prefetch: ch.prefetch,
-                    global_prefetch: ch.global_prefetch,
-                    unacked: ch.unacked.len() as u64,
-                    consumers: ch.consumers.len() as u64,
-                    confirm: ch.confirms.is_some(),
-                    transactional: ch.tx.is_some(),
-                    flow_blocked: ch.publisher.told_stopped(),
+                    queue,
+                    ack_required: !cons.no_ack,
+                    prefetch: cons.prefetch,
+                    unacked: cons.unacked,
                 });
-                if !with_consumers {
-                    continue;
+            }
+        }
+    }
+    view
+}
+
+/// Every vhost's exchanges and bindings, from this replica.
+fn directory_view(directory: &Directory) -> Vec<VhostView> {
+    (0..directory.vhost_count())
+        .filter_map(|i| directory.vhost(i))
+        .map(|d| {
+            let mut exchanges = Vec::new();
+            let mut bindings = Vec::new();
+            for ex in d.exchanges() {
+                exchanges.push(ExchangeView {
+                    name: text(&ex.def.name),
+                    kind: ex.def.kind.name(),
+                    durable: ex.def.durable,
+                    auto_delete: ex.def.auto_delete,
+                    internal: ex.def.internal,
+                    arguments: ex.def.arguments.clone(),
+                });
+                for b in ex.bindings() {
+                    bindings.push(BindingView {
+                        source: text(&ex.def.name),
+                        destination: text(&b.queue_name),
+                        destination_type: "queue",
+                        routing_key: text(&b.routing_key),
+                        arguments: b.arguments.clone(),
+                    });
                 }
-                for cons in ch.consumers.values() {
-                    let queue = queue_names.get(&cons.queue).cloned().unwrap_or_default();
-                    view.consumers.push(ConsumerView {
-                        connection: name.clone(),
-                        channel: ch.number,
-                        tag: text(&cons.tag),
-                        vhost: c.vhost_name.clone(),
-                        queue,
-                        ack_required: !cons.no_ack,
-                        prefetch: cons.prefetch,
-                        unacked: cons.unacked,
+                for (_, b) in ex.exchange_bindings() {
+                    bindings.push(BindingView {
+                        source: text(&ex.def.name),
+                        destination: text(&b.destination),
+                        destination_type: "exchange",
+                        routing_key: text(&b.routing_key),
+                        arguments: b.arguments.clone(),
                     });
                 }
             }
-        }
-        view
-    }
-
-    /// Every vhost's exchanges and bindings, from this replica.
-    fn directory_view(&self) -> Vec<VhostView> {
-        (0..self.directory.vhost_count())
-            .filter_map(|i| self.directory.vhost(i))
-            .map(|d| {
-                let mut exchanges = Vec::new();
-                let mut bindings = Vec::new();
-                for ex in d.exchanges() {
-                    exchanges.push(ExchangeView {
-                        name: text(&ex.def.name),
-                        kind: ex.def.kind.name(),
-                        durable: ex.def.durable,
-                        auto_delete: ex.def.auto_delete,
-                        internal: ex.def.internal,
-                        arguments: ex.def.arguments.clone(),
-                    });
-                    for b in ex.bindings() {
-                        bindings.push(BindingView {
-                            source: text(&ex.def.name),
-                            destination: text(&b.queue_name),
-                            destination_type: "queue",
-                            routing_key: text(&b.routing_key),
-                            arguments: b.arguments.clone(),
-                        });
-                    }
-                    for (_, b) in ex.exchange_bindings() {
-                        bindings.push(BindingView {
-                            source: text(&ex.def.name),
-                            destination: text(&b.destination),
-                            destination_type: "exchange",
-                            routing_key: text(&b.routing_key),
-                            arguments: b.arguments.clone(),
-                        });
-                    }
-                }
-                VhostView {
-                    vhost: d.name.clone(),
-                    exchanges,
-                    bindings,
-                }
-            })
-            .collect()
-    }
+            VhostView {
+                vhost: d.name.clone(),
+                exchanges,
+                bindings,
+            }
+        })
+        .collect()
 }

@@ -115,10 +115,13 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
         let persistence =
             Persistence::recovered(&config, id, &mut recovered_shard, definitions_bytes, disk);
         let shard = Rc::new(Shard::new(id, config, peers, memory, persistence, limits));
-        shard
-            .state
-            .borrow_mut()
-            .restore(&shard, &changes, recovered_shard, next_queue_id);
+        crate::shard::persist::restore(
+            &mut shard.state.borrow_mut(),
+            &shard,
+            &changes,
+            recovered_shard,
+            next_queue_id,
+        );
         drop(changes);
         for listener in listeners {
             tokio_uring::spawn(crate::net::listener::accept_loop(
@@ -242,21 +245,29 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
         ShardMsg::Publish(batch) => {
             let mut st = shard.state.borrow_mut();
             for routed in batch.routed {
-                st.take_routed(shard, routed, now);
+                st.queue_side().take_routed(shard, routed, now);
             }
             shard.peers.release_budget(shard.id, batch.permits);
         }
         ShardMsg::DeadLetter(routed) => {
             let mut st = shard.state.borrow_mut();
             for r in routed {
-                st.take_routed(shard, r, now);
+                st.queue_side().take_routed(shard, r, now);
             }
         }
         ShardMsg::Confirms(done) => {
-            shard.state.borrow_mut().confirms_done(shard, done);
+            shard
+                .state
+                .borrow_mut()
+                .conn_side()
+                .confirms_done(shard, done);
         }
         ShardMsg::Flow(notices) => {
-            shard.state.borrow_mut().flow_notices(shard, notices);
+            shard
+                .state
+                .borrow_mut()
+                .conn_side()
+                .flow_notices(shard, notices);
         }
         ShardMsg::SlowConsumer {
             conn,
@@ -266,21 +277,26 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             shard
                 .state
                 .borrow_mut()
+                .conn_side()
                 .slow_consumer_close(shard, conn, target, queue);
         }
         ShardMsg::Deliver(mut batch) => {
-            shard.state.borrow_mut().deliver_local(shard, &mut batch);
+            shard
+                .state
+                .borrow_mut()
+                .conn_side()
+                .deliver_local(shard, &mut batch);
         }
         ShardMsg::Settle(batch) => {
             let mut st = shard.state.borrow_mut();
             for s in batch {
-                st.settle(shard, s);
+                st.queue_side().settle(shard, s);
             }
         }
         ShardMsg::Apply(changes, ack) => {
             let mut st = shard.state.borrow_mut();
             for change in changes.iter() {
-                st.apply_change(shard, change, now);
+                control::apply_change(&mut st, shard, change, now);
             }
             let _ = ack.send(());
         }
@@ -293,14 +309,18 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             });
         }
         ShardMsg::Queue(req, reply) => {
-            let answer = shard.state.borrow_mut().queue_request(shard, req);
+            let answer = shard
+                .state
+                .borrow_mut()
+                .queue_side()
+                .queue_request(shard, req);
             let _ = reply.send(answer);
         }
         ShardMsg::Observe(req, reply) => {
             let _ = reply.send(crate::shard::observe::answer(shard, req));
         }
         ShardMsg::ConsumerGone(target) => {
-            shard.state.borrow_mut().consumer_gone(target);
+            shard.state.borrow_mut().conn_side().consumer_gone(target);
         }
         ShardMsg::Shutdown => {
             let shard = Rc::clone(shard);
@@ -363,25 +383,27 @@ async fn housekeeping_loop(shard: Rc<Shard>) {
         let now = shard.clock.now();
         {
             let mut st = shard.state.borrow_mut();
-            st.wheel.advance(now, &mut expired);
+            st.common.wheel.advance(now, &mut expired);
             for key in expired.drain(..) {
                 match key {
-                    TimerKey::Heartbeat(conn) => st.heartbeat_tick(&shard, conn, now),
-                    TimerKey::Handshake(conn) => st.handshake_deadline(&shard, conn),
-                    TimerKey::CloseTimeout(conn) => st.close_timeout(conn),
-                    TimerKey::QueueHousekeeping(queue) => st.queue_housekeeping(&shard, queue, now),
-                    TimerKey::QueuePolicy(queue) => st.policy_tick(&shard, queue, now),
+                    TimerKey::Heartbeat(conn) => st.conn_side().heartbeat_tick(&shard, conn, now),
+                    TimerKey::Handshake(conn) => st.conn_side().handshake_deadline(&shard, conn),
+                    TimerKey::CloseTimeout(conn) => st.conn_side().close_timeout(conn),
+                    TimerKey::QueueHousekeeping(queue) => {
+                        st.queue_side().queue_housekeeping(&shard, queue, now)
+                    }
+                    TimerKey::QueuePolicy(queue) => st.queue_side().policy_tick(&shard, queue, now),
                 }
             }
             shard.memory.post(usize::from(shard.id));
             if shard.id == 0 {
                 let st = &mut *st;
-                shard.memory.evaluate(&mut st.watermark);
+                shard.memory.evaluate(&mut st.common.watermark);
                 report_memory(&shard, &mut last_report, now);
             }
             let alarm = shard.memory.alarm();
-            if alarm != st.memory_alarm {
-                st.apply_memory_alarm(&shard, alarm);
+            if alarm != st.conns.memory_alarm() {
+                st.conn_side().apply_memory_alarm(&shard, alarm);
             }
             reclaim.tick(&mut st, now);
         }
@@ -404,9 +426,9 @@ async fn shutdown(shard: Rc<Shard>) {
     let deadline = shard.clock.now() + SHUTDOWN_CLOSE_WAIT;
     {
         let mut st = shard.state.borrow_mut();
-        let ids: Vec<_> = st.conns.iter().map(|(_, c)| c.id).collect();
+        let ids = st.conns.ids();
         for id in ids {
-            st.close_for_shutdown(&shard, id);
+            st.conn_side().close_for_shutdown(&shard, id);
         }
     }
     shard.flush();
@@ -416,19 +438,14 @@ async fn shutdown(shard: Rc<Shard>) {
     }
     {
         let mut st = shard.state.borrow_mut();
-        let ids: Vec<_> = st.conns.iter().map(|(_, c)| c.id).collect();
+        let ids = st.conns.ids();
         for id in ids {
-            st.force_close(&shard, id, "shutdown");
+            st.conn_side().force_close(&shard, id, "shutdown");
         }
     }
     shard.flush();
     for _ in 0..100 {
-        let pending = shard
-            .state
-            .borrow()
-            .conns
-            .iter()
-            .any(|(_, c)| !c.out.is_empty());
+        let pending = shard.state.borrow().conns.iter().any(|c| !c.out.is_empty());
         if !pending {
             break;
         }

@@ -21,11 +21,12 @@ use crate::session::channel::TxOp;
 use crate::session::confirm::ConfirmReply;
 use crate::session::error::{ChannelError, ObjectKind};
 
-use super::super::inbox::{ConfirmDone, Routed};
-use super::super::{Shard, State};
 use super::channel::MethodError;
+use crate::shard::conns::ConnSide;
+use crate::shard::inbox::{ConfirmDone, Routed};
+use crate::shard::Shard;
 
-impl State {
+impl ConnSide<'_> {
     /// A complete publish: in a transaction it waits for commit; otherwise it is routed.
     pub(super) fn publish(
         &mut self,
@@ -107,10 +108,10 @@ impl State {
         let vhost = self.conn(conn).map(|c| c.vhost).unwrap_or_default();
         let mut targets = Targets::new();
         {
-            let dir = self
-                .directory
-                .vhost(vhost)
-                .ok_or_else(|| MethodError::Channel(ChannelError::Internal("vhost gone".into())))?;
+            let dir =
+                self.common.directory.vhost(vhost).ok_or_else(|| {
+                    MethodError::Channel(ChannelError::Internal("vhost gone".into()))
+                })?;
             if let Some(ex) = dir.exchange(&publish.exchange) {
                 if ex.def.internal {
                     return Err(MethodError::Channel(ChannelError::InternalExchange {
@@ -175,10 +176,16 @@ impl State {
         for target in &targets {
             if target.home == shard.id {
                 if let Some(local) = &local {
-                    refused |=
-                        !self.enqueue(shard, target.id, std::rc::Rc::clone(local), origin, now);
+                    refused |= !self.queues().enqueue(
+                        shard,
+                        target.id,
+                        std::rc::Rc::clone(local),
+                        origin,
+                        now,
+                    );
                 }
-            } else if let Some(batch) = self.outbox.publish.get_mut(usize::from(target.home)) {
+            } else if let Some(batch) = self.common.outbox.publish.get_mut(usize::from(target.home))
+            {
                 match batch.last_mut() {
                     Some(last) if same_message(&last.msg, &msg) => last.queues.push(target.id),
                     _ => {
@@ -206,7 +213,7 @@ impl State {
                 tracker.record(confirm, waits, refused);
             }
             if stored_here {
-                self.hold_confirm(origin, confirm, true);
+                self.queues().hold_confirm(origin, confirm, true);
             }
         }
         Ok(())

@@ -27,8 +27,9 @@ use crate::store::quota::DiskBoard;
 use crate::store::recovery::RecoveredShard;
 use crate::store::shard_store::{self, Group, ShardStore, Spare, COMPACT_MAX_LIVE};
 
-use super::inbox::ConfirmDone;
-use super::{Shard, State};
+use super::QueueSide;
+use crate::shard::inbox::ConfirmDone;
+use crate::shard::{Shard, State};
 
 /// What a shard owns of the store.
 pub struct Persistence {
@@ -126,37 +127,37 @@ fn cut_back(file: &tokio_uring::fs::File, len: u64) {
     }
 }
 
-impl State {
-    /// Applies the recovered definitions and puts the recovered messages back in their
-    /// queues (before the shard accepts connections).
-    pub fn restore(
-        &mut self,
-        shard: &Shard,
-        changes: &[DirectoryChange],
-        mut recovered: RecoveredShard,
-        next_queue_id: u64,
-    ) {
-        let now = shard.clock.now();
-        for change in changes {
-            self.apply_change(shard, change, now);
-        }
-        self.next_queue_id = self.next_queue_id.max(next_queue_id);
-        let mut built: Vec<Option<LocalMessage>> = vec![None; recovered.messages.len()];
-        for (queue, entries) in std::mem::take(&mut recovered.queues) {
-            let Some(q) = self.queues.get_mut(&queue) else {
+/// Applies the recovered definitions and puts the recovered messages back in their
+/// queues (before the shard accepts connections).
+pub fn restore(
+    st: &mut State,
+    shard: &Shard,
+    changes: &[DirectoryChange],
+    mut recovered: RecoveredShard,
+    next_queue_id: u64,
+) {
+    let now = shard.clock.now();
+    for change in changes {
+        crate::shard::control::apply_change(st, shard, change, now);
+    }
+    st.common.next_queue_id = st.common.next_queue_id.max(next_queue_id);
+    let mut built: Vec<Option<LocalMessage>> = vec![None; recovered.messages.len()];
+    for (queue, entries) in std::mem::take(&mut recovered.queues) {
+        let Some(q) = st.home.queues.get_mut(&queue) else {
+            continue;
+        };
+        for e in entries {
+            let Some(Some(parts)) = recovered.messages.get(e.message) else {
                 continue;
             };
-            for e in entries {
-                let Some(Some(parts)) = recovered.messages.get(e.message) else {
-                    continue;
-                };
-                let msg = built[e.message].get_or_insert_with(|| Rc::new(parts.build()));
-                q.restore(Rc::clone(msg), e.seq, e.redelivered, now);
-            }
-            self.ensure_queue_timer(queue);
+            let msg = built[e.message].get_or_insert_with(|| Rc::new(parts.build()));
+            q.restore(Rc::clone(msg), e.seq, e.redelivered, now);
         }
+        st.queue_side().ensure_queue_timer(queue);
     }
+}
 
+impl QueueSide<'_> {
     /// A publish from `origin` (confirm number `seq`) entered durable queues here: its
     /// confirm waits for the group sealed at the end of this turn. Consecutive
     /// publishes of one channel wait as one range.
@@ -167,7 +168,7 @@ impl State {
             last: seq,
             rejected: !ok,
         };
-        super::push_confirm(&mut self.held_confirms, done);
+        crate::shard::push_confirm(&mut self.home.held_confirms, done);
     }
 }
 
@@ -177,7 +178,7 @@ impl Shard {
     pub fn commit_store(self: &Rc<Self>) {
         let group = self.store.borrow_mut().seal();
         if let Some(group) = group {
-            let confirms = std::mem::take(&mut self.state.borrow_mut().held_confirms);
+            let confirms = std::mem::take(&mut self.state.borrow_mut().home.held_confirms);
             tokio_uring::spawn(write_group(Rc::clone(self), group, confirms));
             return;
         }
@@ -188,11 +189,11 @@ impl Shard {
             return;
         }
         let mut st = self.state.borrow_mut();
-        if st.held_confirms.is_empty() {
+        if st.home.held_confirms.is_empty() {
             return;
         }
-        for done in std::mem::take(&mut st.held_confirms) {
-            st.outbox.confirm(done.channel.shard, done);
+        for done in std::mem::take(&mut st.home.held_confirms) {
+            st.common.outbox.confirm(done.channel.shard, done);
         }
         drop(st);
         self.flush_soon();
@@ -208,9 +209,9 @@ impl Shard {
                 return;
             };
             for change in changes {
-                if definitions::is_durable(&st.directory, change) {
+                if definitions::is_durable(&st.common.directory, change) {
                     let vhost = change_vhost(change);
-                    let name = st.directory.vhost(vhost).map(|v| v.name.clone());
+                    let name = st.common.directory.vhost(vhost).map(|v| v.name.clone());
                     writer.append(name.as_deref().unwrap_or("/"), change);
                 }
             }
@@ -302,7 +303,7 @@ impl Shard {
             let st = self.state.borrow();
             let mut store = self.store.borrow_mut();
             for (queue, range) in ranges {
-                let Some(q) = st.queues.get(&queue) else {
+                let Some(q) = st.home.queues.get(&queue) else {
                     continue;
                 };
                 found.clear();
@@ -339,11 +340,14 @@ impl Shard {
             self.disk.free.check();
         }
         if self.disk.has_quotas() {
-            self.state.borrow_mut().apply_store_alarms(self);
+            self.state.borrow_mut().conn_side().apply_store_alarms(self);
         }
         let alarm = self.disk.free.alarm();
-        if alarm != self.state.borrow().disk_alarm {
-            self.state.borrow_mut().apply_disk_alarm(self, alarm);
+        if alarm != self.state.borrow().conns.disk_alarm() {
+            self.state
+                .borrow_mut()
+                .conn_side()
+                .apply_disk_alarm(self, alarm);
         }
         self.retry_failed(Instant::now());
     }
@@ -392,7 +396,7 @@ impl Shard {
             for mut done in confirms {
                 nacked += done.last - done.first + 1;
                 done.rejected = true;
-                st.outbox.confirm(done.channel.shard, done);
+                st.common.outbox.confirm(done.channel.shard, done);
             }
         }
         log_failure(path, error, nacked);
@@ -528,7 +532,7 @@ async fn write_group(shard: Rc<Shard>, mut group: Group, confirms: Vec<ConfirmDo
     {
         let mut st = shard.state.borrow_mut();
         for done in confirms {
-            st.outbox.confirm(done.channel.shard, done);
+            st.common.outbox.confirm(done.channel.shard, done);
         }
     }
     shard.flush();

@@ -11,11 +11,12 @@ use crate::session::channel::TxOp;
 use crate::session::consumer::Credit;
 use crate::session::error::ChannelError;
 
-use super::super::inbox::SettleOp;
-use super::super::{Shard, State};
 use super::channel::MethodError;
+use crate::shard::conns::ConnSide;
+use crate::shard::inbox::SettleOp;
+use crate::shard::Shard;
 
-impl State {
+impl ConnSide<'_> {
     /// ack / nack / reject from the client; buffered in a transaction.
     pub(super) fn settle_client(
         &mut self,
@@ -74,7 +75,7 @@ impl State {
                 Settle::Requeue => SettleOp::Requeue(u.seq),
                 Settle::Discard => SettleOp::Discard(u.seq),
             };
-            self.settle_to(shard, u.queue, op);
+            self.queues().settle_to(shard, u.queue, op);
         }
         for id in touched {
             self.top_up(shard, conn, number, Some(id));
@@ -91,14 +92,15 @@ impl State {
         };
         let unacked = ch.take_all_unacked();
         for u in unacked {
-            self.settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
+            self.queues()
+                .settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
         }
         self.top_up(shard, conn, number, None);
     }
 
     /// Grants credit to a channel's consumers (one, or all) as the credit rule allows.
     pub fn top_up(&mut self, shard: &Shard, conn: ConnId, number: u16, only: Option<u32>) {
-        let window = super::super::deliver::no_ack_window(shard);
+        let window = crate::shard::conns::deliver::no_ack_window(shard);
         let high_water = shard.config.net.write_high_water;
         let Some(c) = self.conn_mut(conn) else {
             return;
@@ -131,7 +133,7 @@ impl State {
             }
         }
         for (queue, key, n) in grants {
-            self.settle_to(
+            self.queues().settle_to(
                 shard,
                 queue,
                 SettleOp::Grant {

@@ -29,8 +29,9 @@ use crate::session::channel::{Channel, ChannelPhase};
 use crate::session::connection::Phase;
 use crate::session::error::{ChannelError, ConnectionError};
 
-use super::inbox::SettleOp;
-use super::{Shard, State, TimerKey};
+use super::ConnSide;
+use crate::shard::inbox::SettleOp;
+use crate::shard::{Shard, TimerKey};
 
 pub use pending::{Pending, PendingOp};
 
@@ -52,7 +53,7 @@ pub enum HeaderCheck {
     Refused,
 }
 
-impl State {
+impl ConnSide<'_> {
     /// Handles one frame. A hard error is turned into `connection.close` here.
     pub fn on_frame(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> Flow {
         let now = shard.clock.now();
@@ -356,7 +357,7 @@ impl State {
         ch.tx = None;
         for cons in consumers {
             if cons.queue_key != 0 {
-                self.settle_to(
+                self.queues().settle_to(
                     shard,
                     cons.queue,
                     SettleOp::Cancel {
@@ -366,7 +367,8 @@ impl State {
             }
         }
         for u in unacked {
-            self.settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
+            self.queues()
+                .settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
         }
     }
 
@@ -418,7 +420,9 @@ impl State {
         for number in channels {
             self.release_channel(shard, conn, number);
         }
-        self.wheel.arm(deadline, TimerKey::CloseTimeout(conn));
+        self.common
+            .wheel
+            .arm(deadline, TimerKey::CloseTimeout(conn));
         self.mark_writer(conn);
     }
 
@@ -442,9 +446,13 @@ impl State {
         c.out
             .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
         c.phase = Phase::Lingering;
-        self.internal_deletes
+        self.common
+            .outbox
+            .queue_deletes
             .extend(exclusive.into_iter().map(|name| (vhost, name)));
-        self.wheel.arm(deadline, TimerKey::CloseTimeout(conn));
+        self.common
+            .wheel
+            .arm(deadline, TimerKey::CloseTimeout(conn));
         self.mark_writer(conn);
     }
 
@@ -504,7 +512,9 @@ impl State {
             c.out.heartbeat();
             self.mark_writer(conn);
         }
-        self.wheel.arm(now + period, TimerKey::Heartbeat(conn));
+        self.common
+            .wheel
+            .arm(now + period, TimerKey::Heartbeat(conn));
     }
 
     /// The handshake deadline passed: a connection that has not opened is dropped (with
@@ -569,7 +579,7 @@ impl State {
             self.release_channel(shard, conn, number);
         }
         let slot = conn.slot as usize;
-        let removed = self.conns.remove(slot);
+        let removed = self.conns.slab.remove(slot);
         if removed.phase != Phase::AwaitHeader
             && !removed.vhost_name.is_empty()
             && !removed.close_logged
@@ -581,7 +591,7 @@ impl State {
             .emit();
         }
         for name in removed.exclusive_queues {
-            self.internal_deletes.push((removed.vhost, name));
+            self.common.outbox.queue_deletes.push((removed.vhost, name));
         }
         removed.writer.notify();
     }

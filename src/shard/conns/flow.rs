@@ -18,8 +18,9 @@ use crate::session::channel::ChannelPhase;
 use crate::session::connection::{Conn, Phase};
 use crate::session::error::ChannelError;
 
-use super::inbox::{FlowNotice, FlowSignal};
-use super::{Shard, State};
+use super::ConnSide;
+use crate::shard::inbox::{FlowNotice, FlowSignal};
+use crate::shard::Shard;
 
 /// The reason sent with `connection.blocked` for the memory alarm (RabbitMQ's wording).
 const LOW_ON_MEMORY: &str = "low on memory";
@@ -45,7 +46,7 @@ fn block_connection(c: &mut Conn, cause: &FlowCause) {
     );
 }
 
-impl State {
+impl ConnSide<'_> {
     /// Flow signals from queues' home shards for publishing channels on this shard.
     pub fn flow_notices(&mut self, shard: &Shard, notices: Vec<FlowNotice>) {
         for notice in notices {
@@ -161,13 +162,6 @@ impl State {
         }
     }
 
-    /// Whether the connection's reader is to stay held.
-    pub fn hold_wanted(&self, shard: &Shard, conn: ConnId) -> bool {
-        let grace = shard.config.policies.flow.grace_bytes;
-        self.conn(conn)
-            .is_some_and(|c| c.hold_requested && c.over_grace(grace))
-    }
-
     /// Lifts a read hold whose reason is gone and wakes the reader.
     fn reconsider_hold(&mut self, shard: &Shard, conn: ConnId) {
         let grace = shard.config.policies.flow.grace_bytes;
@@ -182,11 +176,11 @@ impl State {
     /// What blocks the publishers of vhost `vhost` now: the broker-wide memory alarm,
     /// the broker-wide disk alarm, or the store's disk quota of that vhost.
     pub fn alarm_cause(&self, vhost: usize) -> Option<FlowCause> {
-        if self.memory_alarm {
+        if self.conns.memory_alarm {
             Some(FlowCause::Memory)
-        } else if self.disk_alarm {
+        } else if self.conns.disk_alarm {
             Some(FlowCause::Disk)
-        } else if self.store_alarms.get(vhost).copied().unwrap_or(false) {
+        } else if self.conns.store_alarms.get(vhost).copied().unwrap_or(false) {
             Some(FlowCause::Store)
         } else {
             None
@@ -195,32 +189,32 @@ impl State {
 
     /// Applies the broker-wide memory alarm to this shard's connections.
     pub fn apply_memory_alarm(&mut self, shard: &Shard, on: bool) {
-        if self.memory_alarm == on {
+        if self.conns.memory_alarm == on {
             return;
         }
-        self.memory_alarm = on;
+        self.conns.memory_alarm = on;
         self.apply_alarms(shard, None);
     }
 
     /// Applies the broker-wide disk alarm to this shard's connections.
     pub fn apply_disk_alarm(&mut self, shard: &Shard, on: bool) {
-        if self.disk_alarm == on {
+        if self.conns.disk_alarm == on {
             return;
         }
-        self.disk_alarm = on;
+        self.conns.disk_alarm = on;
         self.apply_alarms(shard, None);
     }
 
     /// Applies the vhosts' store alarms (the disk quota) as the board says them.
     pub fn apply_store_alarms(&mut self, shard: &Shard) {
         let mut changed = Vec::new();
-        for vhost in 0..self.directory.vhost_count() {
+        for vhost in 0..self.common.directory.vhost_count() {
             let on = shard.disk.alarm(vhost);
-            if self.store_alarms.len() <= vhost {
-                self.store_alarms.resize(vhost + 1, false);
+            if self.conns.store_alarms.len() <= vhost {
+                self.conns.store_alarms.resize(vhost + 1, false);
             }
-            if self.store_alarms[vhost] != on {
-                self.store_alarms[vhost] = on;
+            if self.conns.store_alarms[vhost] != on {
+                self.conns.store_alarms[vhost] = on;
                 changed.push(vhost);
             }
         }
@@ -238,9 +232,9 @@ impl State {
         let ids: Vec<(ConnId, usize)> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.phase == Phase::Open)
-            .filter(|(_, c)| only_vhost.is_none_or(|v| v == c.vhost))
-            .map(|(_, c)| (c.id, c.vhost))
+            .filter(|c| c.phase == Phase::Open)
+            .filter(|c| only_vhost.is_none_or(|v| v == c.vhost))
+            .map(|c| (c.id, c.vhost))
             .collect();
         for (conn, vhost) in ids {
             let cause = self.alarm_cause(vhost);
@@ -317,5 +311,14 @@ impl State {
             }
         }
         self.reconsider_hold(shard, conn);
+    }
+}
+
+impl super::Connections {
+    /// Whether the connection's reader is to stay held.
+    pub fn hold_wanted(&self, shard: &Shard, conn: ConnId) -> bool {
+        let grace = shard.config.policies.flow.grace_bytes;
+        self.get(conn)
+            .is_some_and(|c| c.hold_requested && c.over_grace(grace))
     }
 }

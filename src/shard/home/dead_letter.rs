@@ -28,8 +28,9 @@ use crate::model::routing::VhostIdx;
 use crate::protocol::ShortStr;
 use crate::queue::DeadLetterTarget;
 
-use super::inbox::{Routed, ShardMsg};
-use super::{Shard, State};
+use super::QueueSide;
+use crate::shard::inbox::{Routed, ShardMsg};
+use crate::shard::Shard;
 
 /// A message that died in a home queue, waiting to be re-published this turn.
 pub struct DeadLetter {
@@ -41,10 +42,10 @@ pub struct DeadLetter {
     target: DeadLetterTarget,
 }
 
-impl State {
+impl QueueSide<'_> {
     /// Moves the messages that died in `queue` to this turn's dead letters.
     pub fn collect_dead(&mut self, queue: QueueId) {
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
         if !q.has_dead() {
@@ -55,7 +56,7 @@ impl State {
             return;
         };
         for (msg, reason) in dead {
-            self.dead_letters.push(DeadLetter {
+            self.home.dead_letters.push(DeadLetter {
                 msg,
                 reason,
                 vhost: q.vhost_idx,
@@ -73,8 +74,8 @@ impl State {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let mut remote: Vec<Vec<Routed>> = Vec::new();
-        while !self.dead_letters.is_empty() {
-            for d in std::mem::take(&mut self.dead_letters) {
+        while !self.home.dead_letters.is_empty() {
+            for d in std::mem::take(&mut self.home.dead_letters) {
                 self.dead_letter_one(shard, d, time, now, &mut remote);
             }
         }
@@ -112,7 +113,7 @@ impl State {
         let mut targets = Targets::new();
         let mut cycling: SmallVec<[QueueId; 2]> = SmallVec::new();
         {
-            let Some(dir) = self.directory.vhost(d.vhost) else {
+            let Some(dir) = self.common.directory.vhost(d.vhost) else {
                 return;
             };
             // A dead-letter exchange that does not exist drops the message (RabbitMQ).

@@ -14,10 +14,11 @@ use crate::protocol::{LongStr, Method, ShortStr};
 use crate::session::connection::{self, Phase};
 use crate::session::error::ConnectionError;
 
-use super::super::{Shard, State, TimerKey};
 use super::{heartbeat_period, Flow, HeaderCheck};
+use crate::shard::conns::ConnSide;
+use crate::shard::{Shard, TimerKey};
 
-impl State {
+impl ConnSide<'_> {
     /// Checks the 8-byte protocol header and starts the handshake.
     pub fn on_protocol_header(&mut self, conn: ConnId, header: &[u8]) -> HeaderCheck {
         let Some(c) = self.conn_mut(conn) else {
@@ -169,13 +170,13 @@ impl State {
                 c.phase = Phase::AwaitOpen;
                 if c.heartbeat > 0 {
                     let at = now + heartbeat_period(c.heartbeat);
-                    self.wheel.arm(at, TimerKey::Heartbeat(conn));
+                    self.common.wheel.arm(at, TimerKey::Heartbeat(conn));
                 }
                 Ok(Flow::Continue)
             }
             (Some(Phase::AwaitOpen), Method::ConnectionOpen(open)) => {
                 let name = connection::vhost_name(&open.virtual_host);
-                let Some(vhost) = self.directory.vhost_index(&name) else {
+                let Some(vhost) = self.common.directory.vhost_index(&name) else {
                     return fail(ConnectionError::VhostNotFound(name));
                 };
                 if let Err(e) = self.open_access(shard, conn, &name) {

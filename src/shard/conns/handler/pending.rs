@@ -18,11 +18,12 @@ use crate::protocol::{Method, ShortStr};
 use crate::queue::{ConsumeRefused, QueueStats};
 use crate::session::error::{ChannelError, ObjectKind};
 
-use super::super::control;
-use super::super::inbox::{
+use crate::shard::conns::ConnSide;
+use crate::shard::control;
+use crate::shard::inbox::{
     ControlOk, ControlRequest, GotMessage, QueueReply, QueueRequest, SettleOp,
 };
-use super::super::{Shard, State};
+use crate::shard::Shard;
 
 /// An operation a channel waits for.
 pub struct Pending {
@@ -260,7 +261,7 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
     }
 }
 
-impl State {
+impl ConnSide<'_> {
     /// Finishes a waited-for operation: sends its `-ok` or closes the channel.
     pub fn complete(&mut self, shard: &Shard, conn: ConnId, number: u16, resolved: Resolved) {
         let resolved = match resolved {
@@ -334,7 +335,8 @@ impl State {
                         }
                         self.top_up(shard, conn, number, Some(consumer));
                     } else if let Some(queue) = self.consumer_queue(conn, number, consumer) {
-                        self.settle_to(shard, queue, SettleOp::Cancel { key });
+                        self.queues()
+                            .settle_to(shard, queue, SettleOp::Cancel { key });
                     }
                     Ok(None)
                 }
@@ -375,7 +377,8 @@ impl State {
                 })) => {
                     if !open {
                         if !no_ack {
-                            self.settle_to(shard, queue, SettleOp::Requeue(seq));
+                            self.queues()
+                                .settle_to(shard, queue, SettleOp::Requeue(seq));
                         }
                         return;
                     }

@@ -17,7 +17,8 @@ use crate::protocol::table::FieldValue;
 use crate::protocol::{FieldTable, ShortStr};
 use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
 
-use super::super::{Shard, State};
+use crate::shard::conns::ConnSide;
+use crate::shard::Shard;
 
 /// At most one refusal line per this gap on a shard; the others are counted.
 const LOG_GAP: Duration = Duration::from_secs(1);
@@ -41,7 +42,7 @@ fn may_log() -> Option<u64> {
     })
 }
 
-impl State {
+impl ConnSide<'_> {
     /// `connection.open`: the user's grant on the vhost, or 530 as RabbitMQ refuses it.
     pub(super) fn open_access(
         &mut self,
@@ -227,7 +228,7 @@ impl State {
     }
 }
 
-impl State {
+impl ConnSide<'_> {
     /// A non-passive declare: configure on the object; and when it does not exist yet,
     /// for a dead-letter exchange (queue) or an alternate exchange (exchange) named in
     /// its arguments, read on the object and write on that exchange — rabbit_channel's
@@ -248,7 +249,9 @@ impl State {
         let Some(target) = arguments.get(key).and_then(FieldValue::as_bytes) else {
             return Ok(());
         };
-        let dir = self.conn(conn).and_then(|c| self.directory.vhost(c.vhost));
+        let dir = self
+            .conn(conn)
+            .and_then(|c| self.common.directory.vhost(c.vhost));
         let exists = dir.is_some_and(|d| match kind {
             ObjectKind::Queue => d.queue(name).is_some(),
             ObjectKind::Exchange => d.exchange(name).is_some(),

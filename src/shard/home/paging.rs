@@ -18,7 +18,8 @@ use crate::ops::store_event::StoreEvent;
 use crate::store::page::{self, Scan};
 use crate::store::shard_store::ReadAt;
 
-use super::{Shard, State};
+use super::{HomeQueues, QueueSide};
+use crate::shard::Shard;
 
 /// Ready entries a queue keeps in memory at its head.
 const KEEP: usize = 1024;
@@ -57,19 +58,21 @@ impl Shard {
         let wanted: Vec<(QueueId, Vec<u64>)> = {
             let mut st = self.state.borrow_mut();
             let st = &mut *st;
-            st.evicting
-                .retain(|q| st.queues.get(q).is_some_and(|q| q.evicted_count() > 0));
-            st.evicting
+            st.home
+                .evicting
+                .retain(|q| st.home.queues.get(q).is_some_and(|q| q.evicted_count() > 0));
+            st.home
+                .evicting
                 .iter()
-                .filter(|q| !st.paging_in.contains(q))
+                .filter(|q| !st.home.paging_in.contains(q))
                 .filter_map(|q| {
-                    let plan = st.queues.get(q)?.page_in_plan(LOW, BATCH);
+                    let plan = st.home.queues.get(q)?.page_in_plan(LOW, BATCH);
                     (!plan.is_empty()).then_some((*q, plan))
                 })
                 .collect()
         };
         for (queue, seqs) in wanted {
-            self.state.borrow_mut().paging_in.push(queue);
+            self.state.borrow_mut().home.paging_in.push(queue);
             tokio_uring::spawn(read_back(Rc::clone(self), queue, seqs));
         }
     }
@@ -78,7 +81,7 @@ impl Shard {
         let mut st = self.state.borrow_mut();
         let st = &mut *st;
         let store = self.store.borrow();
-        for (id, q) in st.queues.iter_mut() {
+        for (id, q) in st.home.queues.iter_mut() {
             if !q.can_evict() || q.ready_count() <= KEEP {
                 continue;
             }
@@ -96,8 +99,8 @@ impl Shard {
                     on_disk_only: q.evicted_count(),
                 }
                 .emit();
-                if !st.evicting.contains(id) {
-                    st.evicting.push(*id);
+                if !st.home.evicting.contains(id) {
+                    st.home.evicting.push(*id);
                 }
             }
         }
@@ -106,8 +109,8 @@ impl Shard {
 
 /// Puts what a chunk gave back into the queue; returns the sequence numbers still
 /// wanted.
-fn apply(st: &mut State, queue: QueueId, scan: Scan, mut wanted: Vec<u64>) -> Vec<u64> {
-    if let Some(q) = st.queues.get_mut(&queue) {
+fn apply(home: &mut HomeQueues, queue: QueueId, scan: Scan, mut wanted: Vec<u64>) -> Vec<u64> {
+    if let Some(q) = home.queues.get_mut(&queue) {
         for (seq, parts) in scan.found {
             q.page_in(seq, Rc::new(parts.build()));
             if let Ok(i) = wanted.binary_search(&seq) {
@@ -115,7 +118,7 @@ fn apply(st: &mut State, queue: QueueId, scan: Scan, mut wanted: Vec<u64>) -> Ve
             }
         }
         if q.has_consumers() {
-            st.mark_dirty(queue);
+            home.mark_dirty(queue);
         }
     }
     wanted
@@ -167,7 +170,14 @@ impl ReadBack {
 
     /// Takes what a read at `at` of `asked` bytes returned: puts the entries found back
     /// in the queue and moves the queue's cursor past the chunk's whole records.
-    fn took(&mut self, shard: &Shard, st: &mut State, at: ReadAt, asked: usize, chunk: Bytes) {
+    fn took(
+        &mut self,
+        shard: &Shard,
+        home: &mut HomeQueues,
+        at: ReadAt,
+        asked: usize,
+        chunk: Bytes,
+    ) {
         let Some(&first) = self.wanted.first() else {
             return;
         };
@@ -194,7 +204,7 @@ impl ReadBack {
         };
         shard.store.borrow_mut().set_cursor(self.queue, below, next);
         let wanted = std::mem::take(&mut self.wanted);
-        self.wanted = apply(st, self.queue, scan, wanted);
+        self.wanted = apply(home, self.queue, scan, wanted);
     }
 }
 
@@ -215,23 +225,29 @@ async fn read_back(shard: Rc<Shard>, queue: QueueId, wanted: Vec<u64>) {
         }
         rb.took(
             &shard,
-            &mut shard.state.borrow_mut(),
+            &mut shard.state.borrow_mut().home,
             at,
             len,
             Bytes::from(buf),
         );
     }
-    shard.state.borrow_mut().paging_in.retain(|q| *q != queue);
+    shard
+        .state
+        .borrow_mut()
+        .home
+        .paging_in
+        .retain(|q| *q != queue);
     shard.flush();
 }
 
-impl State {
+impl QueueSide<'_> {
     /// Reads the evicted head of `queue` back at once, with plain reads (for
     /// `basic.get`, which answers now). At most a few chunks: this read blocks the
     /// shard; a consumer's read-back is asynchronous.
     pub fn read_back_now(&mut self, shard: &Shard, queue: QueueId) {
         use std::os::unix::fs::FileExt;
         let Some(wanted) = self
+            .home
             .queues
             .get(&queue)
             .map(|q| q.page_in_plan(usize::MAX, BATCH))
@@ -251,8 +267,13 @@ impl State {
                 return;
             };
             buf.truncate(n);
-            rb.took(shard, self, at, len, Bytes::from(buf));
-            if self.queues.get(&queue).is_none_or(|q| !q.head_evicted()) {
+            rb.took(shard, self.home, at, len, Bytes::from(buf));
+            if self
+                .home
+                .queues
+                .get(&queue)
+                .is_none_or(|q| !q.head_evicted())
+            {
                 return;
             }
         }

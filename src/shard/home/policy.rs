@@ -22,11 +22,10 @@ use crate::policy::slow_consumer::{
 use crate::protocol::FieldTable;
 use crate::queue::limits::Alerts;
 use crate::queue::{Queue, QueueLimits};
-use crate::session::channel::ChannelPhase;
-use crate::session::error::ChannelError;
 
-use super::inbox::{FlowNotice, FlowSignal, ShardMsg, SlowTarget};
-use super::{Shard, State, TimerKey};
+use super::QueueSide;
+use crate::shard::inbox::{FlowNotice, FlowSignal, ShardMsg, SlowTarget};
+use crate::shard::{Shard, TimerKey};
 
 /// A queue's limits from its declare arguments over the configuration. The arguments
 /// were validated by the coordinator; a value that slipped through is ignored.
@@ -66,7 +65,7 @@ struct AfterEnqueue {
     arm: bool,
 }
 
-impl State {
+impl QueueSide<'_> {
     /// A topic binding to a home queue was added (`+1`) or removed (`-1`). The first one
     /// makes the queue a topic subscription and resolves its slow-consumer policy:
     /// declare arguments over a `[[topic]]` entry (for the queue by name, or for this
@@ -81,7 +80,7 @@ impl State {
     ) {
         let live = shard.live();
         let policies = &live.policies;
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
         let slow = &mut q.limits.slow;
@@ -118,7 +117,7 @@ impl State {
         origin: ChannelRef,
         now: Instant,
     ) {
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
         let mut todo = AfterEnqueue::default();
@@ -166,7 +165,7 @@ impl State {
                     name: q.name.clone(),
                 },
             };
-            self.outbox.flow(origin.shard, notice);
+            self.common.outbox.flow(origin.shard, notice);
         }
         if let Some(change) = todo.flow {
             self.flow_changed(shard, queue, change);
@@ -182,7 +181,7 @@ impl State {
     /// A queue held less than before (ack, get, purge, expiry, a ring discard, a consumer
     /// gone): it may have become underfull.
     pub(super) fn queue_shrunk(&mut self, shard: &Shard, queue: QueueId) {
-        let change = match self.queues.get_mut(&queue) {
+        let change = match self.home.queues.get_mut(&queue) {
             Some(q) => {
                 let size = q.held_bytes();
                 match q.limits.capacity.as_mut() {
@@ -199,7 +198,7 @@ impl State {
 
     /// Logs a capacity change; underfull releases every publisher the queue stopped.
     fn flow_changed(&mut self, shard: &Shard, queue: QueueId, change: FlowChange) {
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
         match change {
@@ -236,7 +235,7 @@ impl State {
             home: shard.id,
         };
         for channel in channels {
-            self.outbox.flow(
+            self.common.outbox.flow(
                 channel.shard,
                 FlowNotice {
                     channel,
@@ -248,7 +247,7 @@ impl State {
 
     /// Arms the queue's periodic policy check if it needs one and it is not armed.
     pub(super) fn ensure_policy_timer(&mut self, shard: &Shard, queue: QueueId) {
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
         if q.limits.timer_armed || !q.limits.needs_checks() {
@@ -256,14 +255,14 @@ impl State {
         }
         q.limits.timer_armed = true;
         let at = shard.clock.now() + shard.config.policies.tuning.housekeeping_interval;
-        self.wheel.arm(at, TimerKey::QueuePolicy(queue));
+        self.common.wheel.arm(at, TimerKey::QueuePolicy(queue));
     }
 
     /// The periodic check: measures rates, applies the age and rate thresholds, predicts
     /// breaches, writes the alert lines that are due, and re-arms.
     pub fn policy_tick(&mut self, shard: &Shard, queue: QueueId, now: Instant) {
         let tuning = &shard.config.policies.tuning;
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
         q.limits.timer_armed = false;
@@ -329,7 +328,7 @@ impl State {
         now: Instant,
     ) {
         let tuning = &shard.config.policies.tuning;
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
         let Some(policy) = q.limits.slow.active().cloned() else {
@@ -350,10 +349,11 @@ impl State {
         OpsEvent::SlowConsumerDetected(Box::new(report(q, &policy, threshold, now))).emit();
         q.condemned = true;
         let window = tuning.rate_window;
-        self.slow_deleted
+        self.home
+            .slow_deleted
             .retain(|(_, at)| now.saturating_duration_since(*at) <= window);
-        self.slow_deleted.push((queue, now));
-        let Some(q) = self.queues.get_mut(&queue) else {
+        self.home.slow_deleted.push((queue, now));
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
         let consumers: Vec<_> = q.consumers().iter().map(|c| c.target).collect();
@@ -376,14 +376,15 @@ impl State {
             };
             self.send_slow_close(shard, g.shard, g.conn, target, queue);
         }
-        self.internal_deletes.push((vhost, name));
+        self.common.outbox.queue_deletes.push((vhost, name));
     }
 
     /// Whether the slow-consumer policy deleted (or is deleting) this home queue.
     pub(super) fn slow_deleted(&self, queue: QueueId, now: Instant, config: &Config) -> bool {
         let window = config.policies.tuning.rate_window;
-        self.queues.get(&queue).is_some_and(|q| q.condemned)
+        self.home.queues.get(&queue).is_some_and(|q| q.condemned)
             || self
+                .home
                 .slow_deleted
                 .iter()
                 .any(|(id, at)| *id == queue && now.saturating_duration_since(*at) <= window)
@@ -398,7 +399,10 @@ impl State {
         queue: QueueId,
     ) {
         if to == shard.id {
-            self.slow_consumer_close(shard, conn, target, queue);
+            self.home
+                .for_connections
+                .slow_closes
+                .push((conn, target, queue));
         } else {
             shard.peers.send(
                 to,
@@ -409,46 +413,6 @@ impl State {
                 },
             );
         }
-    }
-
-    /// Closes a channel of a slow subscription with 506 `Consuming too slow.`, if it is
-    /// still the channel that consumed from `queue`. The connection stays open.
-    pub fn slow_consumer_close(
-        &mut self,
-        shard: &Shard,
-        conn: ConnId,
-        target: SlowTarget,
-        queue: QueueId,
-    ) {
-        let Some(c) = self.conn(conn) else {
-            return;
-        };
-        let number = match target {
-            SlowTarget::Consumer { channel, consumer } => {
-                let still = c.channels.get(&channel).is_some_and(|ch| {
-                    ch.phase == ChannelPhase::Open
-                        && ch
-                            .consumers
-                            .get(&consumer)
-                            .is_some_and(|cons| cons.queue.id == queue)
-                });
-                if !still {
-                    return;
-                }
-                channel
-            }
-            SlowTarget::Getter { channel, epoch } => {
-                let still = c
-                    .channels
-                    .get(&channel)
-                    .is_some_and(|ch| ch.phase == ChannelPhase::Open && ch.epoch == epoch);
-                if !still {
-                    return;
-                }
-                channel
-            }
-        };
-        self.close_channel(shard, conn, number, &ChannelError::ConsumingTooSlow, 0, 0);
     }
 }
 

@@ -22,16 +22,17 @@ use crate::session::confirm::ConfirmTracker;
 use crate::session::consumer::ChannelConsumer;
 use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
 
-use super::super::control::check_exclusive;
-use super::super::inbox::ControlRequest;
-use super::super::{placement, Shard, State};
 use super::pending::{Pending, PendingOp, Then};
 use super::settle::Settle;
 use super::Flow;
+use crate::shard::conns::ConnSide;
+use crate::shard::control::check_exclusive;
+use crate::shard::inbox::ControlRequest;
+use crate::shard::{placement, Shard};
 
 type HardError = (ConnectionError, u16, u16);
 
-impl State {
+impl ConnSide<'_> {
     /// A frame on an open channel: content frames continue a publish, methods are
     /// dispatched.
     pub(super) fn on_open_channel_frame(
@@ -164,6 +165,7 @@ impl State {
             .conn(conn)
             .ok_or_else(|| ChannelError::Internal("connection gone".into()))?;
         let dir = self
+            .common
             .directory
             .vhost(c.vhost)
             .ok_or_else(|| ChannelError::Internal("vhost gone".into()))?;
@@ -358,7 +360,7 @@ impl State {
                     });
                 }
                 let name = if decl.queue.is_empty() {
-                    let seed = self.next_name_seed();
+                    let seed = self.conns.next_name_seed();
                     ShortStr::from(placement::generated_name(
                         &vhost_name,
                         shard.id,
@@ -727,6 +729,7 @@ impl State {
     fn passive_exchange(&self, conn: ConnId, name: &ShortStr) -> Result<(), ChannelError> {
         let vhost = self.conn(conn).map(|c| c.vhost).unwrap_or_default();
         let dir = self
+            .common
             .directory
             .vhost(vhost)
             .ok_or_else(|| ChannelError::Internal("vhost gone".into()))?;

@@ -22,10 +22,11 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
+use super::QueueSide;
 use crate::model::ids::QueueId;
 use crate::model::message::LocalMessage;
 use crate::shard::inbox::{ConfirmDone, Routed};
-use crate::shard::{Shard, State};
+use crate::shard::Shard;
 
 /// A publish waiting for the declaration of some of its queues.
 pub struct Parked {
@@ -60,7 +61,7 @@ impl Arrivals {
     }
 }
 
-impl State {
+impl QueueSide<'_> {
     /// Enqueues one publish routed here by another shard (or parks it), and queues its
     /// confirm once every queue has it.
     pub fn take_routed(&mut self, shard: &Shard, routed: Routed, now: Instant) {
@@ -69,7 +70,7 @@ impl State {
         let mut accepted = true;
         let staged_before = (routed.confirm != 0).then(|| shard.store.borrow().staged_refs());
         for queue in routed.queues {
-            if !self.queues.contains_key(&queue) && self.arrivals.is_coming(queue) {
+            if !self.home.queues.contains_key(&queue) && self.home.arrivals.is_coming(queue) {
                 waiting.push(queue);
                 continue;
             }
@@ -79,7 +80,7 @@ impl State {
         if waiting.is_empty() {
             self.confirm_routed(routed.origin, routed.confirm, accepted, stored);
         } else {
-            self.arrivals.parked.push_back(Parked {
+            self.home.arrivals.parked.push_back(Parked {
                 msg,
                 waiting,
                 origin: routed.origin,
@@ -93,16 +94,16 @@ impl State {
     /// A queue declaration was applied on this shard: parked publishes whose queues are
     /// all known now go into them, in the order they arrived.
     pub fn queue_declared(&mut self, shard: &Shard, queue: QueueId, now: Instant) {
-        self.arrivals.highest_declared = self.arrivals.highest_declared.max(queue.0);
-        if self.arrivals.parked.is_empty() {
+        self.home.arrivals.highest_declared = self.home.arrivals.highest_declared.max(queue.0);
+        if self.home.arrivals.parked.is_empty() {
             return;
         }
-        let parked = std::mem::take(&mut self.arrivals.parked);
+        let parked = std::mem::take(&mut self.home.arrivals.parked);
         for mut p in parked {
             let mut still = SmallVec::new();
             let staged_before = shard.store.borrow().staged_refs();
             for q in p.waiting.drain(..) {
-                if self.queues.contains_key(&q) || !self.arrivals.is_coming(q) {
+                if self.home.queues.contains_key(&q) || !self.home.arrivals.is_coming(q) {
                     p.accepted &= self.enqueue(shard, q, Rc::clone(&p.msg), p.origin, now);
                 } else {
                     still.push(q);
@@ -113,7 +114,7 @@ impl State {
                 self.confirm_routed(p.origin, p.confirm, p.accepted, p.stored);
             } else {
                 p.waiting = still;
-                self.arrivals.parked.push_back(p);
+                self.home.arrivals.parked.push_back(p);
             }
         }
     }
@@ -128,7 +129,7 @@ impl State {
         if seq != 0 && stored {
             self.hold_confirm(origin, seq, ok);
         } else if seq != 0 {
-            self.outbox.confirm(
+            self.common.outbox.confirm(
                 origin.shard,
                 ConfirmDone {
                     channel: origin,

@@ -18,7 +18,8 @@ use crate::session::error::ConnectionError;
 use crate::session::limit::LimitRefusal;
 
 use super::{Flow, Pending, PendingOp};
-use crate::shard::{Shard, State};
+use crate::shard::conns::ConnSide;
+use crate::shard::Shard;
 
 /// The answer to `connection.start-ok`: `connection.tune`, or a refusal with its class
 /// and method ids.
@@ -37,7 +38,7 @@ pub fn logged_as_limit(err: &ConnectionError) -> bool {
     )
 }
 
-impl State {
+impl ConnSide<'_> {
     /// A refused login (a wrong password at `start-ok`, a loopback-only user from
     /// elsewhere, a wrong `update-secret`) as `user`: recorded (throttling, CON-1008),
     /// then `refusal` is sent now, after the throttle's delay (the reader awaits it,
@@ -126,7 +127,7 @@ impl State {
     }
 }
 
-impl State {
+impl ConnSide<'_> {
     /// `basic.consume` over `limits.consumers_per_channel`: RabbitMQ's 530 (CHN-1015,
     /// rate-limited).
     pub(super) fn consumer_limit(

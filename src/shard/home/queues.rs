@@ -11,23 +11,21 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::model::dead_letter::Reason;
-use crate::model::ids::{ChannelRef, ConsumerTarget, QueueId, QueueRef};
+use crate::model::ids::{ChannelRef, QueueId, QueueRef};
 use crate::model::message::{LocalMessage, Message};
 use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::policy::max_length::Overflow;
-use crate::protocol::method::BasicCancel;
-use crate::protocol::Method;
 use crate::queue::{features, Queue, QueueSettings};
-use crate::session::channel::ChannelPhase;
 
-use super::inbox::{
+use super::QueueSide;
+use crate::shard::inbox::{
     DeleteRefused, Delivery, GotMessage, QueueReply, QueueRequest, RemoteDelivery, SettleOp,
     Settlement,
 };
-use super::{Shard, State, TimerKey};
+use crate::shard::{Shard, TimerKey};
 
-impl State {
+impl QueueSide<'_> {
     /// Appends a message routed by `origin` to a home queue, applying the queue's
     /// policies. Returns false when the queue refused it (`reject-publish`); a queue that
     /// is gone or condemned accepts (and drops) it, as if it had not been routed there.
@@ -39,7 +37,7 @@ impl State {
         origin: ChannelRef,
         now: Instant,
     ) -> bool {
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return true;
         };
         if q.condemned {
@@ -73,7 +71,7 @@ impl State {
         let dead_letters = checks && q.settings.dead_letter.is_some();
         if q.has_consumers() && !q.in_dirty_list {
             q.in_dirty_list = true;
-            self.dirty_queues.push(queue);
+            self.home.dirty.push(queue);
         }
         if new_head {
             self.ensure_queue_timer(queue);
@@ -87,61 +85,64 @@ impl State {
         true
     }
 
-    /// Dispatches every dirty queue as far as consumer credit allows. Each round starts
-    /// at a different queue (see [`State::next_rotation`]), so which subscriber is
-    /// served first in a turn does not depend on when its queue was bound or declared.
-    pub fn run_dispatch(&mut self, shard: &Shard, now: Instant) {
+    /// Dispatches one dirty queue as far as consumer credit allows: deliveries for
+    /// consumers on other shards go to the outbox, those for consumers here are handed
+    /// over in `local` (the connection side writes them, [`State::dispatch`]).
+    ///
+    /// [`State::dispatch`]: crate::shard::State
+    pub fn dispatch_queue(
+        &mut self,
+        shard: &Shard,
+        qid: QueueId,
+        now: Instant,
+        local: &mut Vec<Delivery<LocalMessage>>,
+    ) {
         let budget = shard.config.shard.dispatch_budget;
-        let mut local = Vec::new();
-        while !self.dirty_queues.is_empty() {
-            let mut round = std::mem::take(&mut self.dirty_queues);
-            let start = self.next_rotation(round.len());
-            round.rotate_left(start);
-            for qid in round {
-                let mut out = std::mem::take(&mut self.scratch);
-                let (more, dead) = match self.queues.get_mut(&qid) {
-                    Some(q) => {
-                        q.in_dirty_list = false;
-                        q.dispatch(now, budget, &mut out);
-                        (q.can_dispatch(), q.has_dead())
-                    }
-                    None => (false, false),
-                };
-                if dead {
-                    self.collect_dead(qid);
-                }
-                let queue = QueueRef {
-                    id: qid,
-                    home: shard.id,
-                };
-                for d in out.drain(..) {
-                    if d.target.shard == shard.id {
-                        local.push(Delivery {
-                            target: d.target,
-                            queue,
-                            seq: d.seq,
-                            msg: d.msg,
-                            redelivered: d.redelivered,
-                            no_ack: d.no_ack,
-                        });
-                    } else if let Some(v) = self.outbox.deliver.get_mut(usize::from(d.target.shard))
-                    {
-                        v.push(RemoteDelivery {
-                            target: d.target,
-                            queue,
-                            seq: d.seq,
-                            msg: Message::clone(&d.msg),
-                            redelivered: d.redelivered,
-                            no_ack: d.no_ack,
-                        });
-                    }
-                }
-                self.scratch = out;
-                self.deliver_local(shard, &mut local);
-                if more {
-                    self.mark_dirty(qid);
-                }
+        let mut out = std::mem::take(&mut self.home.scratch);
+        let (more, dead) = match self.home.queues.get_mut(&qid) {
+            Some(q) => {
+                q.in_dirty_list = false;
+                q.dispatch(now, budget, &mut out);
+                (q.can_dispatch(), q.has_dead())
             }
+            None => (false, false),
+        };
+        if dead {
+            self.collect_dead(qid);
+        }
+        let queue = QueueRef {
+            id: qid,
+            home: shard.id,
+        };
+        for d in out.drain(..) {
+            if d.target.shard == shard.id {
+                local.push(Delivery {
+                    target: d.target,
+                    queue,
+                    seq: d.seq,
+                    msg: d.msg,
+                    redelivered: d.redelivered,
+                    no_ack: d.no_ack,
+                });
+            } else if let Some(v) = self
+                .common
+                .outbox
+                .deliver
+                .get_mut(usize::from(d.target.shard))
+            {
+                v.push(RemoteDelivery {
+                    target: d.target,
+                    queue,
+                    seq: d.seq,
+                    msg: Message::clone(&d.msg),
+                    redelivered: d.redelivered,
+                    no_ack: d.no_ack,
+                });
+            }
+        }
+        self.home.scratch = out;
+        if more {
+            self.home.mark_dirty(qid);
         }
     }
 
@@ -156,7 +157,7 @@ impl State {
                 },
             );
         } else {
-            self.outbox.settle(
+            self.common.outbox.settle(
                 queue.home,
                 Settlement {
                     queue: queue.id,
@@ -169,7 +170,7 @@ impl State {
     /// Applies a settlement to a home queue.
     pub fn settle(&mut self, shard: &Shard, s: Settlement) {
         let now = shard.clock.now();
-        let Some(q) = self.queues.get_mut(&s.queue) else {
+        let Some(q) = self.home.queues.get_mut(&s.queue) else {
             return;
         };
         let mut dirty = false;
@@ -198,14 +199,17 @@ impl State {
             SettleOp::Cancel { key } => {
                 q.remove_consumer(key, now);
                 if q.auto_delete_due() {
-                    self.internal_deletes.push((q.vhost_idx, q.name.clone()));
+                    self.common
+                        .outbox
+                        .queue_deletes
+                        .push((q.vhost_idx, q.name.clone()));
                 }
                 shrunk = true;
                 self.ensure_queue_timer(s.queue);
             }
         }
         if dirty {
-            self.mark_dirty(s.queue);
+            self.home.mark_dirty(s.queue);
         }
         if dead {
             self.collect_dead(s.queue);
@@ -233,11 +237,11 @@ impl State {
             return QueueReply::SlowConsumerClosed;
         }
         if matches!(req, QueueRequest::Get { .. })
-            && self.queues.get(&qid).is_some_and(|q| q.head_evicted())
+            && self.home.queues.get(&qid).is_some_and(|q| q.head_evicted())
         {
             self.read_back_now(shard, qid);
         }
-        let Some(q) = self.queues.get_mut(&qid) else {
+        let Some(q) = self.home.queues.get_mut(&qid) else {
             return QueueReply::Gone;
         };
         let reply = match req {
@@ -251,7 +255,10 @@ impl State {
             QueueRequest::Cancel { key, .. } => {
                 q.remove_consumer(key, now);
                 if q.auto_delete_due() {
-                    self.internal_deletes.push((q.vhost_idx, q.name.clone()));
+                    self.common
+                        .outbox
+                        .queue_deletes
+                        .push((q.vhost_idx, q.name.clone()));
                 }
                 QueueReply::Cancelled
             }
@@ -300,10 +307,11 @@ impl State {
         meta: &QueueMeta,
         now: Instant,
     ) {
-        if self.queues.contains_key(&meta.queue.id) {
+        if self.home.queues.contains_key(&meta.queue.id) {
             return;
         }
         let vhost_name = self
+            .common
             .directory
             .vhost(vhost)
             .map(|v| v.name.clone())
@@ -351,14 +359,14 @@ impl State {
             limits,
             now,
         );
-        self.queues.insert(meta.queue.id, queue);
+        self.home.queues.insert(meta.queue.id, queue);
         self.ensure_queue_timer(meta.queue.id);
     }
 
     /// Deletes a home queue: its consumers are told (basic.cancel where the client
     /// supports it), its messages released.
     pub fn delete_home_queue(&mut self, shard: &Shard, queue: QueueId) {
-        let Some(mut q) = self.queues.remove(&queue) else {
+        let Some(mut q) = self.home.queues.remove(&queue) else {
             return;
         };
         // Publishers it stopped may go on; its messages are released now.
@@ -368,10 +376,10 @@ impl State {
             shard.store.borrow_mut().queue_deleted(queue);
         }
         q.release_all();
-        if let Some((timer, _)) = self.queue_timers.remove(&queue) {
-            self.wheel.cancel(timer);
+        if let Some((timer, _)) = self.home.timers.remove(&queue) {
+            self.common.wheel.cancel(timer);
         }
-        self.dirty_queues.retain(|id| *id != queue);
+        self.home.dirty.retain(|id| *id != queue);
         OpsEvent::QueueDeleted {
             vhost: q.vhost.clone(),
             queue: q.name.to_string(),
@@ -379,49 +387,19 @@ impl State {
         .emit();
         for c in q.consumers() {
             if c.target.shard == shard.id {
-                self.consumer_gone(c.target);
+                self.home.for_connections.consumers_gone.push(c.target);
             } else {
                 shard.peers.send(
                     c.target.shard,
-                    super::inbox::ShardMsg::ConsumerGone(c.target),
+                    crate::shard::inbox::ShardMsg::ConsumerGone(c.target),
                 );
             }
         }
     }
 
-    /// The queue under a consumer was deleted: forget the consumer and, if the client
-    /// announced `consumer_cancel_notify`, send it `basic.cancel`.
-    pub fn consumer_gone(&mut self, target: ConsumerTarget) {
-        let Some(conn) = self.conn_mut(target.conn) else {
-            return;
-        };
-        let notify = conn.capabilities.consumer_cancel_notify;
-        let Some(ch) = conn.channels.get_mut(&target.channel) else {
-            return;
-        };
-        let Some(consumer) = ch.remove_consumer(target.consumer) else {
-            return;
-        };
-        if notify && ch.phase == ChannelPhase::Open {
-            // A channel waiting for its own queue.delete-ok gets the cancel after it.
-            let Some(consumer_tag) = ch.hold_cancel(consumer.tag) else {
-                return;
-            };
-            conn.out.method(
-                target.channel,
-                &Method::BasicCancel(BasicCancel {
-                    consumer_tag,
-                    nowait: true,
-                }),
-            );
-            let id = conn.id;
-            self.mark_writer(id);
-        }
-    }
-
     /// Arms (or re-arms earlier) the housekeeping timer of a queue that needs one.
     pub fn ensure_queue_timer(&mut self, queue: QueueId) {
-        let Some(q) = self.queues.get(&queue) else {
+        let Some(q) = self.home.queues.get(&queue) else {
             return;
         };
         let want = match (q.head_expiry(), q.expiry_deadline()) {
@@ -431,30 +409,36 @@ impl State {
         let Some(want) = want else {
             return;
         };
-        if let Some((timer, at)) = self.queue_timers.get(&queue).copied() {
+        if let Some((timer, at)) = self.home.timers.get(&queue).copied() {
             if at <= want {
                 return;
             }
-            self.wheel.cancel(timer);
+            self.common.wheel.cancel(timer);
         }
-        let timer = self.wheel.arm(want, TimerKey::QueueHousekeeping(queue));
-        self.queue_timers.insert(queue, (timer, want));
+        let timer = self
+            .common
+            .wheel
+            .arm(want, TimerKey::QueueHousekeeping(queue));
+        self.home.timers.insert(queue, (timer, want));
     }
 
     /// A queue's housekeeping timer fired: expire head messages, delete an unused queue
     /// whose `x-expires` has passed, re-arm.
     pub fn queue_housekeeping(&mut self, shard: &Shard, queue: QueueId, now: Instant) {
-        self.queue_timers.remove(&queue);
-        let Some(q) = self.queues.get_mut(&queue) else {
+        self.home.timers.remove(&queue);
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
         let expired = q.expire_head(now);
         self.collect_dead(queue);
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
         if q.expiry_deadline().is_some_and(|at| at <= now) {
-            self.internal_deletes.push((q.vhost_idx, q.name.clone()));
+            self.common
+                .outbox
+                .queue_deletes
+                .push((q.vhost_idx, q.name.clone()));
             return;
         }
         self.ensure_queue_timer(queue);

@@ -17,10 +17,11 @@ use crate::session::channel::ChannelPhase;
 use crate::session::connection::WriteMark;
 use crate::session::consumer::{Credit, Window};
 
-use super::inbox::{Delivery, SettleOp};
-use super::{Shard, State};
+use super::ConnSide;
+use crate::shard::inbox::{Delivery, SettleOp};
+use crate::shard::Shard;
 
-impl State {
+impl ConnSide<'_> {
     /// Writes deliveries to consumers on this shard. Consecutive deliveries to the same
     /// consumer from the same queue (the common case: a queue dispatches a run to its
     /// consumer) look the connection, channel and consumer up once. A delivery for a
@@ -44,11 +45,7 @@ impl State {
             }
             let run = &batch[start..end];
             start = end;
-            let conn = self
-                .conns
-                .get_mut(target.conn.slot as usize)
-                .filter(|c| c.id.generation == target.conn.generation);
-            let Some(conn) = conn else {
+            let Some(conn) = self.conns.get_mut(target.conn) else {
                 requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
                 continue;
             };
@@ -105,7 +102,7 @@ impl State {
             self.mark_writer(conn);
         }
         for (queue, key, n) in grants {
-            self.settle_to(
+            self.queues().settle_to(
                 shard,
                 queue,
                 SettleOp::Grant {
@@ -116,7 +113,8 @@ impl State {
             );
         }
         for (queue, seq) in requeue {
-            self.settle_to(shard, queue, SettleOp::Requeue(seq));
+            self.queues()
+                .settle_to(shard, queue, SettleOp::Requeue(seq));
         }
     }
 
@@ -143,7 +141,7 @@ impl State {
             }
         }
         for mark in done {
-            self.settle_to(
+            self.queues().settle_to(
                 shard,
                 mark.queue,
                 SettleOp::Written {

@@ -1,0 +1,273 @@
+//! Owns: the connection side of a shard — the connections this shard accepted (a slab;
+//! ids carry a generation), their channels, consumers, delivery tags, confirms and
+//! publisher flow state, their outbound buffers and the writers to wake at the turn's
+//! end. `handler` turns frames into actions, `deliver` writes deliveries into outbound
+//! buffers, `flow` holds and releases publishers.
+//!
+//! Does not: touch a home queue's state. It reaches the queue side only through
+//! [`QueueSide`]'s methods (enqueue, settle, queue requests), and other shards through
+//! the [`Outbox`] and the control plane. Fields are private to this room.
+
+pub mod deliver;
+pub mod flow;
+pub mod handler;
+pub mod queue_notices;
+
+use slab::Slab;
+
+use crate::model::ids::{ConnId, ShardId};
+use crate::session::connection::Conn;
+
+use super::home::{HomeQueues, QueueSide};
+use super::outbox::Rotation;
+use super::Common;
+
+/// The connections of one shard and what the shard applied to their publishers.
+pub struct Connections {
+    slab: Slab<Conn>,
+    next_generation: u32,
+    /// Next connection serial: shard `i` of `n` hands out `i+1, i+1+n, …`, so serials are
+    /// unique across the broker.
+    next_serial: u64,
+    serial_step: u64,
+    /// Connections whose writer is woken at the end of the turn.
+    dirty: Vec<ConnId>,
+    rotation: Rotation,
+    name_seed: u64,
+    /// The memory alarm as this shard has applied it to its publishers.
+    memory_alarm: bool,
+    /// The broker-wide disk alarm (`store.disk_free_limit`) as this shard applied it.
+    disk_alarm: bool,
+    /// Each vhost's store alarm (disk quota) as this shard has applied it.
+    store_alarms: Vec<bool>,
+}
+
+impl Connections {
+    pub fn new(shard: ShardId, shards: usize) -> Connections {
+        Connections {
+            slab: Slab::new(),
+            next_generation: 1,
+            next_serial: u64::from(shard) + 1,
+            serial_step: shards as u64,
+            dirty: Vec::new(),
+            rotation: Rotation::default(),
+            name_seed: super::outbox::wall_nanos() ^ (u64::from(shard) << 32),
+            memory_alarm: false,
+            disk_alarm: false,
+            store_alarms: Vec::new(),
+        }
+    }
+
+    /// Registers a new connection and returns its id.
+    pub fn add(&mut self, make: impl FnOnce(ConnId, u64) -> Conn) -> ConnId {
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        let serial = self.next_serial;
+        self.next_serial += self.serial_step;
+        let entry = self.slab.vacant_entry();
+        let id = ConnId {
+            slot: entry.key() as u32,
+            generation,
+        };
+        entry.insert(make(id, serial));
+        id
+    }
+
+    /// The connection with this id, if it is still the same connection.
+    pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+        self.slab
+            .get_mut(id.slot as usize)
+            .filter(|c| c.id.generation == id.generation)
+    }
+
+    pub fn get(&self, id: ConnId) -> Option<&Conn> {
+        self.slab
+            .get(id.slot as usize)
+            .filter(|c| c.id.generation == id.generation)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Conn> {
+        self.slab.iter().map(|(_, c)| c)
+    }
+
+    /// Every connection's id (for shutdown and operator actions that visit them all).
+    pub fn ids(&self) -> Vec<ConnId> {
+        self.slab.iter().map(|(_, c)| c.id).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slab.is_empty()
+    }
+
+    /// Whether the memory alarm is applied on this shard.
+    pub fn memory_alarm(&self) -> bool {
+        self.memory_alarm
+    }
+
+    /// Whether the disk alarm is applied on this shard.
+    pub fn disk_alarm(&self) -> bool {
+        self.disk_alarm
+    }
+
+    /// Marks a connection's writer to be woken at the end of the turn (O(1): the
+    /// connection carries a flag).
+    pub fn mark_writer(&mut self, id: ConnId) {
+        if let Some(c) = self.get_mut(id) {
+            if !c.writer_marked {
+                c.writer_marked = true;
+                self.dirty.push(id);
+            }
+        }
+    }
+
+    /// Wakes the writers marked this turn, starting at a rotating point so that no
+    /// connection's writes always go first.
+    pub fn wake_writers(&mut self) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        let start = self.rotation.next(dirty.len());
+        dirty.rotate_left(start);
+        for id in dirty.drain(..) {
+            if let Some(conn) = self.get_mut(id) {
+                conn.writer_marked = false;
+                conn.writer.notify();
+            }
+        }
+        self.dirty = dirty;
+    }
+
+    /// Gives back memory that bursts left behind (`reclaim`, between turns): idle
+    /// outbound buffers, the writer list, and the vacant end of the slab once most of it
+    /// is empty (ids carry a generation, so a reused slot is never mistaken for an old
+    /// connection).
+    pub fn release_spare(&mut self) {
+        for (_, conn) in self.slab.iter_mut() {
+            conn.out.release_idle();
+        }
+        if self.slab.is_empty() {
+            self.slab = Slab::new();
+        } else if self.slab.len() * 4 < self.slab.capacity() {
+            self.slab.shrink_to_fit();
+        }
+        if self.dirty.is_empty() && self.dirty.capacity() > 64 {
+            self.dirty = Vec::new();
+        }
+    }
+
+    /// A seed for server-generated names, different on every call.
+    pub fn next_name_seed(&mut self) -> u64 {
+        self.name_seed = self
+            .name_seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.name_seed ^ super::outbox::wall_nanos()
+    }
+}
+
+/// The connection side at work in one call: its own state, and the queue side and the
+/// shard's common parts it may use. Made by [`super::State::conn_side`].
+pub struct ConnSide<'a> {
+    conns: &'a mut Connections,
+    home: &'a mut HomeQueues,
+    common: &'a mut Common,
+}
+
+impl<'a> ConnSide<'a> {
+    pub fn new(
+        conns: &'a mut Connections,
+        home: &'a mut HomeQueues,
+        common: &'a mut Common,
+    ) -> ConnSide<'a> {
+        ConnSide {
+            conns,
+            home,
+            common,
+        }
+    }
+
+    /// The queue side, for enqueueing, settling and queue requests.
+    pub fn queues(&mut self) -> QueueSide<'_> {
+        QueueSide::new(self.home, self.common)
+    }
+
+    pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+        self.conns.get_mut(id)
+    }
+
+    pub fn conn(&self, id: ConnId) -> Option<&Conn> {
+        self.conns.get(id)
+    }
+
+    pub fn mark_writer(&mut self, id: ConnId) {
+        self.conns.mark_writer(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::session::signal::Signal;
+
+    fn conn(conns: &mut Connections, signal: &Rc<Signal>) -> ConnId {
+        let now = Instant::now();
+        conns.add(|id, serial| {
+            Conn::new(
+                id,
+                serial,
+                "127.0.0.1:1".parse().expect("address"),
+                now,
+                512,
+                131_072,
+                Rc::clone(signal),
+            )
+        })
+    }
+
+    #[test]
+    fn a_writer_marked_many_times_in_a_turn_is_listed_once() {
+        let mut conns = Connections::new(0, 1);
+        let signals: Vec<Rc<Signal>> = (0..1000).map(|_| Rc::new(Signal::new())).collect();
+        let ids: Vec<ConnId> = signals.iter().map(|s| conn(&mut conns, s)).collect();
+        for _ in 0..5 {
+            for id in &ids {
+                conns.mark_writer(*id);
+            }
+        }
+        assert_eq!(conns.dirty.len(), 1000);
+        conns.wake_writers();
+        assert!(conns.dirty.is_empty());
+        assert!(conns.iter().all(|c| !c.writer_marked));
+        // Marked again in the next turn; a connection gone meanwhile is skipped.
+        conns.mark_writer(ids[0]);
+        conns.mark_writer(ids[1]);
+        conns.slab.remove(ids[1].slot as usize);
+        conns.mark_writer(ids[1]);
+        assert_eq!(conns.dirty.len(), 2);
+        conns.wake_writers();
+        assert!(conns.dirty.is_empty());
+    }
+
+    #[test]
+    fn serials_are_unique_across_shards_and_generations_change() {
+        let signal = Rc::new(Signal::new());
+        let mut second = Connections::new(1, 2);
+        let a = conn(&mut second, &signal);
+        let b = conn(&mut second, &signal);
+        assert_eq!(second.get(a).map(|c| c.serial), Some(2));
+        assert_eq!(second.get(b).map(|c| c.serial), Some(4));
+        second.slab.remove(a.slot as usize);
+        let c = conn(&mut second, &signal);
+        assert_eq!(c.slot, a.slot);
+        assert_ne!(c.generation, a.generation);
+        assert!(
+            second.get(a).is_none(),
+            "an old id does not reach a new connection"
+        );
+    }
+}

@@ -1,0 +1,228 @@
+//! Owns: the queue side of a shard — the queues whose home this shard is, their
+//! consumers and credit, dispatch, settlements and queue requests (`queues`), the queue
+//! policies (`policy`), publishes arriving from other shards (`arrivals`), dead letters
+//! (`dead_letter`), paging bodies out and back (`paging`), and the durable queues'
+//! persistence and held confirms (`persist`).
+//!
+//! Does not: touch connections. What the queue side has for connections on this shard is
+//! handed over as data: deliveries for local consumers (the `Vec<Delivery>` of
+//! [`QueueSide::dispatch_queue`]), consumers whose queue is gone and slow-consumer
+//! verdicts ([`ForConnections`]), flow notices and confirm outcomes through the
+//! [`super::Outbox`] slot of its own shard. Fields are private to this room.
+
+pub mod arrivals;
+pub mod dead_letter;
+pub mod paging;
+pub mod persist;
+pub mod policy;
+pub mod queues;
+
+use std::time::Instant;
+
+use crate::model::ids::{ConnId, ConsumerTarget, IdMap, QueueId};
+use crate::queue::{Dispatch, Queue};
+use crate::timer::wheel::TimerId;
+
+use super::outbox::Rotation;
+use super::Common;
+use crate::shard::inbox::SlowTarget;
+
+/// What the queue side tells connections on its own shard (the connection side takes
+/// it at the turn's end, before dispatch).
+#[derive(Default)]
+pub struct ForConnections {
+    /// Consumers whose queue was deleted.
+    pub consumers_gone: Vec<ConsumerTarget>,
+    /// Consuming channels the slow-consumer `delete` verdict closes with 506.
+    pub slow_closes: Vec<(ConnId, SlowTarget, QueueId)>,
+}
+
+impl ForConnections {
+    pub fn is_empty(&self) -> bool {
+        self.consumers_gone.is_empty() && self.slow_closes.is_empty()
+    }
+}
+
+/// The queues whose home is this shard, and the queue side's per-turn lists.
+pub struct HomeQueues {
+    queues: IdMap<QueueId, Queue>,
+    /// Queues with something to dispatch this turn.
+    dirty: Vec<QueueId>,
+    rotation: Rotation,
+    scratch: Vec<Dispatch>,
+    /// Housekeeping timer armed per queue, with its deadline.
+    timers: IdMap<QueueId, (TimerId, Instant)>,
+    /// Confirms of publishes that entered durable queues this turn: they go out once
+    /// the group sealed at the turn's end is on disk (`persist`).
+    held_confirms: Vec<super::inbox::ConfirmDone>,
+    /// Home queues with evicted entries (`paging`), and those being read back now.
+    evicting: Vec<QueueId>,
+    paging_in: Vec<QueueId>,
+    /// Home queues the slow-consumer policy deleted, with when (kept one rate window).
+    slow_deleted: Vec<(QueueId, Instant)>,
+    /// Publishes from other shards waiting for their queue's declaration.
+    arrivals: arrivals::Arrivals,
+    /// Messages that died in home queues with a dead-letter exchange, to re-publish
+    /// before this turn ends.
+    dead_letters: Vec<dead_letter::DeadLetter>,
+    /// What connections on this shard must be told.
+    for_connections: ForConnections,
+}
+
+impl Default for HomeQueues {
+    fn default() -> HomeQueues {
+        HomeQueues {
+            queues: IdMap::default(),
+            dirty: Vec::new(),
+            rotation: Rotation::default(),
+            scratch: Vec::new(),
+            timers: IdMap::default(),
+            held_confirms: Vec::new(),
+            evicting: Vec::new(),
+            paging_in: Vec::new(),
+            slow_deleted: Vec::new(),
+            arrivals: arrivals::Arrivals::default(),
+            dead_letters: Vec::new(),
+            for_connections: ForConnections::default(),
+        }
+    }
+}
+
+impl HomeQueues {
+    pub fn get(&self, id: QueueId) -> Option<&Queue> {
+        self.queues.get(&id)
+    }
+
+    pub fn contains(&self, id: QueueId) -> bool {
+        self.queues.contains_key(&id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Queue> {
+        self.queues.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.queues.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    /// Whether anything waits for dispatch or dead-lettering this turn.
+    pub fn has_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    pub fn has_dead_letters(&self) -> bool {
+        !self.dead_letters.is_empty()
+    }
+
+    /// Takes this turn's dirty queues, rotated so that which subscriber is served first
+    /// does not depend on when its queue was bound or declared. Give the list back with
+    /// [`HomeQueues::give_back_round`].
+    pub fn take_round(&mut self) -> Vec<QueueId> {
+        let mut round = std::mem::take(&mut self.dirty);
+        let start = self.rotation.next(round.len());
+        round.rotate_left(start);
+        round
+    }
+
+    /// Takes what connections on this shard must be told.
+    pub fn take_for_connections(&mut self) -> ForConnections {
+        std::mem::take(&mut self.for_connections)
+    }
+
+    /// Marks a queue as having something to dispatch this turn (O(1): the queue carries
+    /// a flag, so a turn with many dirty queues does not scan the list).
+    pub fn mark_dirty(&mut self, queue: QueueId) {
+        if let Some(q) = self.queues.get_mut(&queue) {
+            if !q.in_dirty_list {
+                q.in_dirty_list = true;
+                self.dirty.push(queue);
+            }
+        }
+    }
+
+    /// Gives back the room of tables that are mostly empty and of per-turn lists that
+    /// grew in a burst (`reclaim`, between turns).
+    pub fn release_spare(&mut self) {
+        use crate::model::worth_shrinking;
+        if worth_shrinking(self.queues.len(), self.queues.capacity()) {
+            self.queues.shrink_to_fit();
+        }
+        if worth_shrinking(self.timers.len(), self.timers.capacity()) {
+            self.timers.shrink_to_fit();
+        }
+        if self.dirty.is_empty() && self.dirty.capacity() > 64 {
+            self.dirty = Vec::new();
+        }
+        if self.scratch.is_empty() && self.scratch.capacity() > 64 {
+            self.scratch = Vec::new();
+        }
+    }
+}
+
+/// The queue side at work in one call: its own state, and the shard's common parts (the
+/// outbox, the wheel, the directory replica). Made by [`super::State::queue_side`] or by
+/// the connection side's [`super::conns::ConnSide::queues`].
+pub struct QueueSide<'a> {
+    home: &'a mut HomeQueues,
+    common: &'a mut Common,
+}
+
+impl<'a> QueueSide<'a> {
+    pub fn new(home: &'a mut HomeQueues, common: &'a mut Common) -> QueueSide<'a> {
+        QueueSide { home, common }
+    }
+
+    pub fn home(&mut self) -> &mut HomeQueues {
+        self.home
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::{QueueLimits, QueueSettings};
+
+    #[test]
+    fn a_queue_marked_dirty_many_times_is_listed_once() {
+        let mut home = HomeQueues::default();
+        let now = Instant::now();
+        for i in 1..=100 {
+            let q = Queue::new(
+                QueueId(i),
+                0,
+                "/".into(),
+                format!("q{i}").into(),
+                QueueSettings {
+                    durable: false,
+                    exclusive: false,
+                    auto_delete: false,
+                    arguments: Default::default(),
+                    message_ttl: None,
+                    expires: None,
+                    max_priority: None,
+                    single_active_consumer: false,
+                    dead_letter: None,
+                    stored: false,
+                },
+                QueueLimits::new(std::time::Duration::from_secs(5)),
+                now,
+            );
+            home.queues.insert(QueueId(i), q);
+        }
+        for _ in 0..10 {
+            for i in 1..=100 {
+                home.mark_dirty(QueueId(i));
+            }
+        }
+        home.mark_dirty(QueueId(999));
+        assert_eq!(home.dirty.len(), 100);
+        assert!(home.queues.values().all(|q| q.in_dirty_list));
+        let round = home.take_round();
+        assert_eq!(round.len(), 100);
+        assert!(!home.has_dirty());
+    }
+}

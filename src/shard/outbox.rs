@@ -1,0 +1,120 @@
+//! Owns: what a shard's turn sends elsewhere, collected during the turn and sent once at
+//! its end by [`super::Shard::flush`] — publishes, deliveries, settlements, confirm
+//! outcomes and flow notices per destination shard, and the queues the broker itself
+//! wants deleted (for the coordinator) — plus the small helpers both sides of a shard
+//! use to spread work (a rotating start, wall-clock seeds).
+//!
+//! Does not: send anything itself or decide what is sent.
+
+use crate::model::ids::ShardId;
+use crate::model::routing::VhostIdx;
+use crate::protocol::ShortStr;
+
+use super::inbox::{ConfirmDone, FlowNotice, RemoteDelivery, Routed, Settlement};
+
+/// Messages to other shards, collected during a turn and sent once at its end.
+pub struct Outbox {
+    pub publish: Vec<Vec<Routed>>,
+    pub deliver: Vec<Vec<RemoteDelivery>>,
+    pub settle: Vec<Vec<Settlement>>,
+    pub confirms: Vec<Vec<ConfirmDone>>,
+    pub flow: Vec<Vec<FlowNotice>>,
+    /// Queues the broker itself wants deleted (auto-delete, x-expires, an exclusive
+    /// owner gone); the turn's end hands them to the coordinator.
+    pub queue_deletes: Vec<(VhostIdx, ShortStr)>,
+}
+
+impl Outbox {
+    pub fn new(shards: usize) -> Outbox {
+        Outbox {
+            publish: (0..shards).map(|_| Vec::new()).collect(),
+            deliver: (0..shards).map(|_| Vec::new()).collect(),
+            settle: (0..shards).map(|_| Vec::new()).collect(),
+            confirms: (0..shards).map(|_| Vec::new()).collect(),
+            flow: (0..shards).map(|_| Vec::new()).collect(),
+            queue_deletes: Vec::new(),
+        }
+    }
+
+    pub fn settle(&mut self, shard: ShardId, s: Settlement) {
+        if let Some(v) = self.settle.get_mut(usize::from(shard)) {
+            v.push(s);
+        }
+    }
+
+    /// A confirm outcome for a publisher on `shard`; consecutive publishes of one
+    /// channel with the same outcome travel as one range.
+    pub fn confirm(&mut self, shard: ShardId, done: ConfirmDone) {
+        if let Some(v) = self.confirms.get_mut(usize::from(shard)) {
+            push_confirm(v, done);
+        }
+    }
+
+    pub fn flow(&mut self, shard: ShardId, notice: FlowNotice) {
+        if let Some(v) = self.flow.get_mut(usize::from(shard)) {
+            v.push(notice);
+        }
+    }
+
+    /// Asks the coordinator, at the turn's end, to delete a queue.
+    pub fn delete_queue(&mut self, vhost: VhostIdx, name: ShortStr) {
+        self.queue_deletes.push((vhost, name));
+    }
+}
+
+/// Appends a confirm outcome; consecutive publishes of one channel with the same
+/// outcome become one range.
+pub fn push_confirm(v: &mut Vec<ConfirmDone>, done: ConfirmDone) {
+    if let Some(last) = v.last_mut() {
+        if last.channel == done.channel
+            && last.rejected == done.rejected
+            && last.last + 1 == done.first
+        {
+            last.last = done.last;
+            return;
+        }
+    }
+    v.push(done);
+}
+
+/// A starting point in `0..len` that moves on every call, spread over the range
+/// (Fibonacci hashing of a counter), for rotating work lists.
+#[derive(Default)]
+pub struct Rotation(u64);
+
+impl Rotation {
+    pub fn next(&mut self, len: usize) -> usize {
+        self.0 = self.0.wrapping_add(1);
+        if len < 2 {
+            return 0;
+        }
+        let spread = self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        ((spread >> 32) as usize) % len
+    }
+}
+
+/// Nanoseconds of the wall clock, for seeds (never for time).
+pub fn wall_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_starts_anywhere_in_the_list() {
+        let mut rotation = Rotation::default();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let start = rotation.next(10);
+            assert!(start < 10);
+            seen.insert(start);
+        }
+        assert_eq!(seen.len(), 10, "every start is used: {seen:?}");
+        assert_eq!(rotation.next(1), 0);
+        assert_eq!(rotation.next(0), 0);
+    }
+}
