@@ -15,9 +15,7 @@ use serde::Deserialize;
 
 use super::ConfigError;
 
-/// How long a client has from accept to `connection.open` (the shard's handshake
-/// deadline, `shard::handler::HANDSHAKE_TIMEOUT`, which is this value).
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::session::connection::HANDSHAKE_TIMEOUT;
 
 /// Every admission limit and the login throttle.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,3 +11,13 @@ pub mod read_buf;
 pub mod reader;
 pub mod tls;
 pub mod writer;
+
+use std::rc::Rc;
+
+/// How a connection's bytes reach the socket: as they are (zero-copy `writev` of the
+/// outbound buffers), or through a TLS session (`net::tls`).
+#[derive(Clone)]
+pub enum Transport {
+    Plain,
+    Tls(Rc<tls::Session>),
+}

@@ -16,11 +16,12 @@ use tokio_uring::buf::BoundedBuf;
 use tokio_uring::net::TcpStream;
 
 use super::read_buf::ReadBuffer;
+use super::Transport;
 use crate::model::ids::ConnId;
-use crate::session::connection::{Conn, Phase};
-use crate::session::error::ConnectionError;
+use crate::session::connection::Phase;
 use crate::session::signal::Signal;
-use crate::shard::handler::{pending, Flow, HeaderCheck};
+use crate::shard::handler::HeaderCheck;
+use crate::shard::turn::{AfterReading, Step};
 use crate::shard::Shard;
 
 /// How long a closed connection's writer may take to flush its last frames before the
@@ -31,14 +32,6 @@ const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// The reader pauses while the connection's outbound buffer holds more than this many
 /// times `write_high_water` (deliveries stop at 1x; replies and returns could go on).
 const READ_PAUSE_FACTOR: usize = 4;
-
-/// How a connection's bytes reach the socket: as they are (zero-copy `writev` of the
-/// outbound buffers), or through a TLS session (`net::tls`).
-#[derive(Clone)]
-pub enum Transport {
-    Plain,
-    Tls(Rc<super::tls::Session>),
-}
 
 /// Serves one accepted plain connection until it closes.
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
@@ -59,34 +52,7 @@ pub async fn serve_transport(
 ) {
     let stream = Rc::new(stream);
     let signal = Rc::new(Signal::new());
-    let now = shard.clock.now();
-    let conn = {
-        let config = &shard.config;
-        let writer = Rc::clone(&signal);
-        shard.state.borrow_mut().conns.add(|id, serial| {
-            Conn::new(
-                id,
-                serial,
-                peer,
-                now,
-                config.net.inline_body_max,
-                config.limits.frame_max,
-                writer,
-            )
-        })
-    };
-    if tls_peer.is_some() {
-        if let Some(c) = shard.state.borrow_mut().conn_mut(conn) {
-            c.tls = tls_peer;
-        }
-    }
-    {
-        let mut st = shard.state.borrow_mut();
-        let deadline = accepted + crate::shard::handler::HANDSHAKE_TIMEOUT;
-        st.common
-            .wheel
-            .arm(deadline, crate::shard::TimerKey::Handshake(conn));
-    }
+    let conn = shard.open_connection(peer, accepted, tls_peer, Rc::clone(&signal));
     let writer_done = Rc::new(Signal::new());
     let writer_progress = Rc::new(Signal::new());
     tokio_uring::spawn(super::writer::run(
@@ -99,24 +65,23 @@ pub async fn serve_transport(
         Rc::clone(&writer_done),
     ));
     read_loop(&shard, &stream, &transport, conn, &writer_progress, &signal).await;
-    if matches!(phase(&shard, conn), Some(Phase::Lingering)) {
+    let mut next = shard.after_reading(conn);
+    if next == AfterReading::Linger {
         // The client has its close-ok and closes the socket itself; otherwise the close
         // timeout or broker shutdown cuts it off, which ends the read here.
-        shard.flush();
         let cutoff = tokio_uring::spawn(cut_off_when_closed(
             Rc::clone(&shard),
             Rc::clone(&stream),
             conn,
         ));
         linger(&stream).await;
-        shard.state.borrow_mut().conn_side().finish_connection(conn);
+        next = shard.linger_over(conn);
         let _ = cutoff.await;
     }
-    if matches!(phase(&shard, conn), Some(Phase::Closed)) {
+    if next == AfterReading::Drain {
         // Let the writer flush the last frames (close-ok, connection.close, the protocol
         // header answer) before the connection is forgotten; a peer that does not read
         // gets a bounded grace period, then its socket is shut, which ends the write.
-        shard.flush();
         if tokio::time::timeout(CLOSE_GRACE, writer_done.wait())
             .await
             .is_err()
@@ -125,12 +90,7 @@ pub async fn serve_transport(
             let _ = tokio::time::timeout(CLOSE_GRACE, writer_done.wait()).await;
         }
     }
-    shard.state.borrow_mut().conn_side().drop_conn(&shard, conn);
-    shard.flush();
-}
-
-fn phase(shard: &Shard, conn: ConnId) -> Option<Phase> {
-    shard.state.borrow().conn(conn).map(|c| c.phase)
+    shard.release_connection(conn);
 }
 
 /// Whether frames are still read from this connection.
@@ -144,8 +104,8 @@ fn reading(phase: Option<Phase>) -> bool {
 /// closes; shutting the socket ends that write and the pending linger read.
 async fn cut_off_when_closed(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: ConnId) {
     loop {
-        let resume = match shard.state.borrow().conn(conn) {
-            Some(c) if c.phase == Phase::Lingering => Rc::clone(&c.resume),
+        let resume = match shard.reader_view(conn) {
+            Some(v) if v.phase == Phase::Lingering => v.resume,
             _ => break,
         };
         resume.wait().await;
@@ -192,18 +152,17 @@ async fn read_loop(
         // A client that does not read what we send (returns, confirms, replies) is not
         // read either: its outbound buffer stays bounded.
         let full = |shard: &Shard| {
-            shard.state.borrow().conn(conn).is_some_and(|c| {
+            shard.reader_view(conn).is_some_and(|v| {
                 // A closing connection is read (and discarded) whatever it has
                 // queued: its client must be able to finish writing and answer.
-                c.out.queued_bytes() > pause_above
-                    && !matches!(c.phase, Phase::Closing | Phase::Closed)
+                v.queued_bytes > pause_above && !matches!(v.phase, Phase::Closing | Phase::Closed)
             })
         };
         if full(shard) {
             rb.release_if_empty();
             await_drain(shard, stream, conn, progress, &full).await;
         }
-        let frame_max = shard.state.borrow().conn(conn).map_or(0, |c| c.frame_max);
+        let frame_max = shard.reader_view(conn).map_or(0, |v| v.frame_max);
         let n = match transport {
             Transport::Plain => {
                 // tokio-uring reads at the start of the buffer it is given, so hand it the
@@ -232,7 +191,7 @@ async fn read_loop(
         };
         crate::shard::ShardCounters::add(&shard.counters.bytes_read, n);
         shard.clock.refresh();
-        let current = phase(shard, conn);
+        let current = shard.phase(conn);
         if !reading(current) {
             return;
         }
@@ -242,13 +201,7 @@ async fn read_loop(
                 continue;
             }
             let header = buf.split_to(8);
-            let check = shard
-                .state
-                .borrow_mut()
-                .conn_side()
-                .on_protocol_header(conn, &header);
-            shard.flush();
-            if check == HeaderCheck::Refused {
+            if shard.protocol_header(conn, &header) == HeaderCheck::Refused {
                 return;
             }
         }
@@ -259,7 +212,8 @@ async fn read_loop(
     }
 }
 
-/// Handles every complete frame in `buf`. Returns false when the connection is done.
+/// Hands every complete frame in the buffer to the shard. Returns false when the
+/// connection is done.
 async fn process_frames(
     shard: &Rc<Shard>,
     stream: &TcpStream,
@@ -267,90 +221,17 @@ async fn process_frames(
     rb: &mut ReadBuffer,
 ) -> bool {
     loop {
-        let step = {
-            let mut st = shard.state.borrow_mut();
-            let frame_max = st.conn(conn).map_or(0, |c| c.frame_max);
-            let mut step = Step::NeedMore;
-            loop {
-                match rb.next_frame(frame_max) {
-                    Ok(Some(frame)) => match st.conn_side().on_frame(shard, conn, frame) {
-                        Flow::Continue => {
-                            if st.conn(conn).is_some_and(|c| c.hold_requested) {
-                                step = Step::Hold;
-                                break;
-                            }
-                        }
-                        Flow::Stop => {
-                            step = Step::Stop;
-                            break;
-                        }
-                        Flow::Await(p) => {
-                            step = Step::Await(p);
-                            break;
-                        }
-                    },
-                    Ok(None) => break,
-                    Err(e) => {
-                        // Framing is lost: close with 501 and read no further.
-                        let err = ConnectionError::Frame(e.to_string());
-                        st.conn_side().close_connection(shard, conn, &err, 0, 0);
-                        if let Some(c) = st.conn_mut(conn) {
-                            c.phase = Phase::Closed;
-                        }
-                        step = Step::Stop;
-                        break;
-                    }
-                }
-            }
-            step
-        };
-        end_of_batch(shard, conn).await;
+        let step = shard.frames(conn, |frame_max| rb.next_frame(frame_max));
+        shard.end_of_batch(conn).await;
         match step {
-            Step::NeedMore => return reading(phase(shard, conn)),
+            Step::NeedMore => return reading(shard.phase(conn)),
             Step::Stop => return false,
             Step::Hold => {
                 if !hold(shard, stream, conn).await {
                     return false;
                 }
             }
-            Step::Await(p) => {
-                let resolved = pending::resolve(shard, conn, p.channel, p.op).await;
-                shard.clock.refresh();
-                shard
-                    .state
-                    .borrow_mut()
-                    .conn_side()
-                    .complete(shard, conn, p.channel, resolved);
-                shard.flush();
-            }
-        }
-    }
-}
-
-/// Finishes a batch of frames: dispatch, hand publishes to other shards (waiting for
-/// room), then send the confirms that are ready.
-async fn end_of_batch(shard: &Rc<Shard>, conn: ConnId) {
-    shard.flush();
-    let publishes = shard.take_publishes();
-    if !publishes.is_empty() {
-        set_paused(shard, conn, true);
-        shard.send_publishes(publishes).await;
-        set_paused(shard, conn, false);
-    }
-    shard.state.borrow_mut().conn_side().flush_confirms(conn);
-    shard.flush();
-}
-
-/// Marks the connection as deliberately unread (its liveness is not judged meanwhile),
-/// or as read again (the silence does not count against it).
-fn set_paused(shard: &Shard, conn: ConnId, paused: bool) {
-    let now = shard.clock.now();
-    if let Some(c) = shard.state.borrow_mut().conn_mut(conn) {
-        if paused {
-            c.read_paused_since.get_or_insert(now);
-        } else {
-            c.read_paused_since = None;
-            c.last_recv = now;
+            Step::Await(p) => shard.resolve_and_complete(conn, p).await,
         }
     }
 }
@@ -366,38 +247,28 @@ const HOLD_RECHECK: std::time::Duration = std::time::Duration::from_millis(200);
 /// that goes away meanwhile is noticed without reading (returns false).
 async fn hold(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) -> bool {
     let timeout = shard.config.policies.flow.enforcement_timeout;
-    set_paused(shard, conn, true);
+    shard.set_read_paused(conn, true);
     let mut unacked_since: Option<std::time::Instant> = None;
     loop {
         shard.clock.refresh();
         let now = shard.clock.now();
-        let (wanted, unacked, resume) = {
-            let st = shard.state.borrow();
-            match st.conn(conn) {
-                Some(c) if c.phase == Phase::Open => (
-                    st.conns.hold_wanted(shard, conn),
-                    c.holds_unacked(),
-                    Rc::clone(&c.resume),
-                ),
-                _ => break,
-            }
+        let Some((wanted, unacked)) = shard.hold_state(conn) else {
+            break;
+        };
+        let Some(resume) = shard.reader_view(conn).map(|v| v.resume) else {
+            break;
         };
         if !wanted {
             break;
         }
         if peer_gone(stream) {
-            set_paused(shard, conn, false);
+            shard.set_read_paused(conn, false);
             return false;
         }
         if unacked {
             let since = *unacked_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= timeout {
-                shard
-                    .state
-                    .borrow_mut()
-                    .conn_side()
-                    .enforce_flow_timeout(shard, conn);
-                shard.flush();
+                shard.enforce_flow_timeout(conn);
                 continue;
             }
         } else {
@@ -405,15 +276,7 @@ async fn hold(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) -> bool {
         }
         let _ = tokio::time::timeout(HOLD_RECHECK, resume.wait()).await;
     }
-    let subject = {
-        let mut st = shard.state.borrow_mut();
-        st.conn_mut(conn).map(|c| {
-            c.hold_requested = false;
-            c.log_subject()
-        })
-    };
-    set_paused(shard, conn, false);
-    if let Some(subject) = subject {
+    if let Some(subject) = shard.end_hold(conn) {
         crate::ops::event::OpsEvent::ReadingResumed { subject }.emit();
     }
     true
@@ -429,11 +292,7 @@ async fn until_closed<T>(
     conn: ConnId,
     read: impl std::future::Future<Output = T>,
 ) -> Option<T> {
-    let resume = shard
-        .state
-        .borrow()
-        .conn(conn)
-        .map(|c| Rc::clone(&c.resume))?;
+    let resume = shard.reader_view(conn).map(|v| v.resume)?;
     let mut read = std::pin::pin!(read);
     let mut woken = false;
     let out = loop {
@@ -442,7 +301,7 @@ async fn until_closed<T>(
             out = &mut read => break Some(out),
             () = resume.wait() => {
                 woken = true;
-                if matches!(phase(shard, conn), None | Some(Phase::Closed)) {
+                if matches!(shard.phase(conn), None | Some(Phase::Closed)) {
                     break None;
                 }
             }
@@ -480,11 +339,7 @@ async fn await_drain(
             }
         };
         if alive {
-            shard.clock.refresh();
-            let now = shard.clock.now();
-            if let Some(c) = shard.state.borrow_mut().conn_mut(conn) {
-                c.last_recv = now;
-            }
+            shard.peer_alive(conn);
         }
     }
 }
@@ -513,11 +368,4 @@ fn peer_gone(stream: &TcpStream) -> bool {
     // SAFETY: one valid pollfd for an fd this task owns; a zero timeout never blocks.
     let n = unsafe { libc::poll(&mut pfd, 1, 0) };
     n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
-}
-
-enum Step {
-    NeedMore,
-    Stop,
-    Hold,
-    Await(crate::shard::handler::Pending),
 }

@@ -360,7 +360,7 @@ pub async fn serve(
         }
     };
     tls.set_buffer_limit(Some(TLS_BUFFER_LIMIT));
-    let limit = crate::shard::handler::HANDSHAKE_TIMEOUT;
+    let limit = crate::session::connection::HANDSHAKE_TIMEOUT;
     let outcome = tokio::time::timeout(limit, handshake(&stream, &mut tls)).await;
     let failure = match outcome {
         Ok(Ok(())) => None,
@@ -397,7 +397,7 @@ pub async fn serve(
         stream,
         peer,
         accepted,
-        super::reader::Transport::Tls(session),
+        super::Transport::Tls(session),
         Some(identity),
     )
     .await;

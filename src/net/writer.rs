@@ -15,9 +15,8 @@ use std::rc::Rc;
 use bytes::{Buf, Bytes};
 use tokio_uring::net::TcpStream;
 
-use super::reader::Transport;
+use super::Transport;
 use crate::model::ids::ConnId;
-use crate::session::connection::Phase;
 use crate::session::signal::Signal;
 use crate::shard::Shard;
 
@@ -39,10 +38,7 @@ pub async fn run(
     // Whatever ended the writer (close handshake done, or a failed write: the peer is
     // gone), the connection is finished; a reader that is not reading (held, or paused
     // for a full buffer) must not wait for it.
-    if let Some(c) = shard.state.borrow_mut().conn_mut(conn) {
-        c.phase = Phase::Closed;
-        c.resume.notify();
-    }
+    shard.writer_finished(conn);
     done.notify();
     progress.notify();
 }
@@ -55,18 +51,12 @@ async fn write_loop(
     signal: &Signal,
     progress: &Signal,
 ) {
-    let low_water = shard.config.net.write_low_water;
     loop {
         signal.wait().await;
         loop {
-            let taken = {
-                let mut st = shard.state.borrow_mut();
-                match st.conn_mut(conn) {
-                    None => return,
-                    Some(c) => (c.out.take(IOV_MAX), c.phase == Phase::Closed),
-                }
+            let Some((bufs, closed)) = shard.take_output(conn, IOV_MAX) else {
+                return;
             };
-            let (bufs, closed) = taken;
             if bufs.is_empty() {
                 if let Transport::Tls(session) = transport {
                     // Handshake or alert records, and a close_notify when closing.
@@ -94,27 +84,7 @@ async fn write_loop(
                     return;
                 }
             };
-            {
-                let mut st = shard.state.borrow_mut();
-                let now = shard.clock.now();
-                let drained = match st.conn_mut(conn) {
-                    Some(c) => {
-                        c.out.written(written);
-                        c.last_send = now;
-                        c.out.queued_bytes() < low_water
-                    }
-                    None => false,
-                };
-                // No-ack runs now on the wire stop counting against their queues (local
-                // queues at once; others with the deferred flush below).
-                st.conn_side().settle_written(shard, conn);
-                if drained {
-                    st.conn_side().top_up_conn(shard, conn);
-                }
-            }
-            // Settlements and credit go out with one flush for every writer that completed
-            // in this tick.
-            shard.flush_soon();
+            shard.wrote(conn, written);
             progress.notify();
         }
     }

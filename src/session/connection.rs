@@ -21,6 +21,11 @@ use crate::session::error::ConnectionError;
 use crate::session::outbound::Outbound;
 use crate::session::signal::Signal;
 
+/// How long a client has from TCP accept to `connection.open` (the shard arms this
+/// deadline when it registers the connection; `limits.login.max_delay_ms` must stay
+/// below it).
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Where the handshake is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {

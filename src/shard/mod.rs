@@ -20,6 +20,7 @@ pub mod outbox;
 pub mod placement;
 pub mod reclaim;
 pub mod runtime;
+pub mod turn;
 
 pub use conns::handler;
 pub use home::{arrivals, dead_letter, paging, persist, policy};

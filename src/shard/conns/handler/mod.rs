@@ -529,7 +529,7 @@ impl ConnSide<'_> {
             Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
                 let err = ConnectionError::Forced(format!(
                     "handshake not completed within {} s",
-                    HANDSHAKE_TIMEOUT.as_secs()
+                    crate::session::connection::HANDSHAKE_TIMEOUT.as_secs()
                 ));
                 self.close_connection(shard, conn, &err, 0, 0);
                 self.finish_connection(conn);
@@ -596,9 +596,6 @@ impl ConnSide<'_> {
         removed.writer.notify();
     }
 }
-
-/// How long a client has from TCP accept to `connection.open`.
-pub const HANDSHAKE_TIMEOUT: Duration = crate::config::limits::HANDSHAKE_TIMEOUT;
 
 /// How long the socket stays open after close-ok answered the client's
 /// `connection.close`, for the client to close it first. RabbitMQ waits up to
