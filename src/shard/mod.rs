@@ -13,13 +13,14 @@ pub mod cgroup;
 pub mod conns;
 pub mod control;
 pub mod home;
+pub mod housekeeping;
 pub mod inbox;
+pub mod mailbox;
 pub mod memory;
 pub mod observe;
 pub mod outbox;
 pub mod placement;
 pub mod reclaim;
-pub mod runtime;
 pub mod turn;
 
 pub use conns::handler;

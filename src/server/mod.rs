@@ -3,7 +3,10 @@
 //! shutdown on SIGINT/SIGTERM, and putting a configuration reloaded on SIGHUP in force
 //! (sent to every shard's inbox and, over a watch channel, to the management thread).
 //!
-//! Does not: contain protocol, routing or policy logic.
+//! Does not: contain protocol, routing or policy logic. Each shard's thread is
+//! composed in `shard_thread`.
+
+pub mod shard_thread;
 
 use std::sync::Arc;
 
@@ -13,8 +16,8 @@ use crate::ops::event::OpsEvent;
 use crate::ops::notify;
 use crate::shard::inbox::{self, ShardMsg};
 use crate::shard::memory::MemoryBoard;
-use crate::shard::runtime::{self, RecoveredSeed, ShardSeed};
 use crate::store::quota::DiskBoard;
+use shard_thread::{RecoveredSeed, ShardSeed};
 
 /// Why the broker could not start.
 #[derive(Debug)]
@@ -67,7 +70,7 @@ fn check_cores(config: &Config) -> Result<(), ConfigError> {
     let Some(cores) = &config.pin_cores else {
         return Ok(());
     };
-    let available = runtime::available_cores();
+    let available = shard_thread::available_cores();
     for core in cores.iter().take(config.shards) {
         if !available.contains(core) {
             return Err(ConfigError::Invalid {
@@ -247,7 +250,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         };
         let handle = std::thread::Builder::new()
             .name(format!("sluice-shard-{i}"))
-            .spawn(move || runtime::run(seed))
+            .spawn(move || shard_thread::run(seed))
             .map_err(StartError::Thread)?;
         threads.push(handle);
     }

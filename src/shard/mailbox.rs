@@ -1,21 +1,18 @@
-//! Owns: a shard's OS thread — core pinning, the tokio-uring runtime, and the shard's
-//! long-lived tasks: accept loops, the inbox loop (messages from other shards) and the
-//! housekeeping loop that advances the clock and the timer wheel.
+//! Owns: a shard's inbox loop — taking messages from other shards in bounded turns
+//! (`INBOX_BATCH` messages, `INBOX_WORK_BUDGET` units of work, a flush and a yield
+//! between turns), the ordering rule between its two inboxes (a queue request, a control
+//! request or a directory change first takes every publish already waiting, so it sees
+//! what its sender published before it), what each message does on this shard, and the
+//! shard's shutdown (320 to every connection, the close-ok wait, the store closed).
 //!
-//! Does not: contain business logic; it calls into the shard.
+//! Does not: send to another shard's bounded publish inbox (a shard's own inbox loop
+//! never awaits a send, so waits between shards cannot form a cycle).
 
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Config;
-use crate::model::ids::ShardId;
-use crate::ops::event::OpsEvent;
-use crate::shard::inbox::{Inbox, Peers, ShardMsg};
-use crate::shard::memory::MemoryBoard;
-use crate::shard::persist::Persistence;
-use crate::shard::reclaim::Reclaimer;
-use crate::shard::{control, Shard, TimerKey};
+use super::inbox::{Inbox, ShardMsg};
+use super::{control, Shard};
 
 /// Inbox messages a shard handles in one turn before it flushes and lets its sockets
 /// run.
@@ -26,130 +23,8 @@ const INBOX_BATCH: usize = 64;
 /// shard's own sockets by a bounded amount.
 const INBOX_WORK_BUDGET: usize = 4096;
 
-/// Everything a shard thread needs.
-pub struct ShardSeed {
-    pub id: ShardId,
-    pub config: Arc<Config>,
-    pub peers: Peers,
-    pub memory: Arc<MemoryBoard>,
-    pub inbox: Inbox,
-    pub listeners: Vec<std::net::TcpListener>,
-    /// TLS listeners and their settings (`[tls]`), if any.
-    pub tls_listeners: Vec<std::net::TcpListener>,
-    pub tls: Option<Arc<crate::net::tls::TlsListener>>,
-    pub core: Option<usize>,
-    /// Told once the shard accepts connections.
-    pub ready: std::sync::mpsc::Sender<ShardId>,
-    /// What the store recovered for this shard, and what every shard applies.
-    pub recovered: RecoveredSeed,
-    /// The connection counts every shard shares (`crate::limits`).
-    pub limits: Arc<crate::limits::ConnectionCounts>,
-}
-
-/// The store's part of a shard's start.
-pub struct RecoveredSeed {
-    /// The durable definitions, as directory changes (shared by all shards).
-    pub changes: Arc<Vec<crate::model::routing::DirectoryChange>>,
-    pub shard: crate::store::RecoveredShard,
-    pub next_queue_id: u64,
-    pub definitions_bytes: u64,
-    pub disk: Arc<crate::store::quota::DiskBoard>,
-}
-
-/// Pins the calling thread to `core`.
-pub fn pin_to_core(core: usize) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
-    // sched_setaffinity reads `size_of::<cpu_set_t>()` bytes from it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(core, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// The cores this process may run on.
-pub fn available_cores() -> Vec<usize> {
-    // SAFETY: as above; sched_getaffinity writes at most size_of::<cpu_set_t>() bytes.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    }
-}
-
-/// Runs a shard on the current thread until it is told to stop.
-pub fn run(seed: ShardSeed) -> std::io::Result<()> {
-    if let Some(core) = seed.core {
-        pin_to_core(core)?;
-    }
-    let ShardSeed {
-        id,
-        config,
-        peers,
-        memory,
-        inbox,
-        listeners,
-        tls_listeners,
-        tls,
-        core,
-        ready,
-        recovered,
-        limits,
-    } = seed;
-    tokio_uring::start(async move {
-        let RecoveredSeed {
-            changes,
-            shard: mut recovered_shard,
-            next_queue_id,
-            definitions_bytes,
-            disk,
-        } = recovered;
-        let persistence =
-            Persistence::recovered(&config, id, &mut recovered_shard, definitions_bytes, disk);
-        let shard = Rc::new(Shard::new(id, config, peers, memory, persistence, limits));
-        crate::shard::persist::restore(
-            &mut shard.state.borrow_mut(),
-            &shard,
-            &changes,
-            recovered_shard,
-            next_queue_id,
-        );
-        drop(changes);
-        for listener in listeners {
-            tokio_uring::spawn(crate::net::listener::accept_loop(
-                Rc::clone(&shard),
-                listener,
-                None,
-            ));
-        }
-        if let Some(tls) = &tls {
-            for listener in tls_listeners {
-                tokio_uring::spawn(crate::net::listener::accept_loop(
-                    Rc::clone(&shard),
-                    listener,
-                    Some(Arc::clone(tls)),
-                ));
-            }
-        }
-        tokio_uring::spawn(inbox_loop(Rc::clone(&shard), inbox));
-        tokio_uring::spawn(housekeeping_loop(Rc::clone(&shard)));
-        tokio_uring::spawn(deferred_flush_loop(Rc::clone(&shard)));
-        OpsEvent::ShardStarted { shard: id, core }.emit();
-        let _ = ready.send(id);
-        shard.stopped.wait().await;
-    });
-    Ok(())
-}
-
-async fn inbox_loop(shard: Rc<Shard>, mut inbox: Inbox) {
+/// Serves this shard's inboxes until they close.
+pub async fn inbox_loop(shard: Rc<Shard>, mut inbox: Inbox) {
     loop {
         let first = tokio::select! {
             biased;
@@ -317,7 +192,7 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             let _ = reply.send(answer);
         }
         ShardMsg::Observe(req, reply) => {
-            let _ = reply.send(crate::shard::observe::answer(shard, req));
+            let _ = reply.send(super::observe::answer(shard, req));
         }
         ShardMsg::ConsumerGone(target) => {
             shard.state.borrow_mut().conn_side().consumer_gone(target);
@@ -330,85 +205,6 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             shard.reload(config);
             let _ = ack.send(());
         }
-    }
-}
-
-/// Runs the flushes asked for with [`Shard::flush_soon`], once per wake-up: the task is
-/// queued behind the tasks woken before it, so their work is flushed together.
-async fn deferred_flush_loop(shard: Rc<Shard>) {
-    loop {
-        shard.flush_wanted.wait().await;
-        shard.clock.refresh();
-        shard.flush();
-    }
-}
-
-/// Logs the memory ledger (BRK-1010) every report interval when it changed.
-fn report_memory(
-    shard: &Shard,
-    last: &mut Option<(std::time::Instant, crate::model::ledger::LedgerSnapshot)>,
-    now: std::time::Instant,
-) {
-    let every = shard.config.policies.memory.report_interval;
-    if every.is_zero() {
-        return;
-    }
-    if last.is_some_and(|(at, _)| now.saturating_duration_since(at) < every) {
-        return;
-    }
-    let sum = shard.memory.sum();
-    if last.is_none_or(|(_, seen)| seen != sum) {
-        OpsEvent::MemoryReport {
-            messages: sum.messages,
-            entries: sum.entries,
-            outbound: sum.outbound,
-            partial: sum.partial,
-        }
-        .emit();
-    }
-    *last = Some((now, sum));
-}
-
-async fn housekeeping_loop(shard: Rc<Shard>) {
-    let tick = shard.config.shard.tick;
-    let mut expired = Vec::new();
-    let mut last_report = None;
-    let mut reclaim = Reclaimer::new(
-        shard.config.policies.memory.return_interval,
-        shard.clock.now(),
-    );
-    loop {
-        tokio::time::sleep(tick).await;
-        shard.clock.refresh();
-        let now = shard.clock.now();
-        {
-            let mut st = shard.state.borrow_mut();
-            st.common.wheel.advance(now, &mut expired);
-            for key in expired.drain(..) {
-                match key {
-                    TimerKey::Heartbeat(conn) => st.conn_side().heartbeat_tick(&shard, conn, now),
-                    TimerKey::Handshake(conn) => st.conn_side().handshake_deadline(&shard, conn),
-                    TimerKey::CloseTimeout(conn) => st.conn_side().close_timeout(conn),
-                    TimerKey::QueueHousekeeping(queue) => {
-                        st.queue_side().queue_housekeeping(&shard, queue, now)
-                    }
-                    TimerKey::QueuePolicy(queue) => st.queue_side().policy_tick(&shard, queue, now),
-                }
-            }
-            shard.memory.post(usize::from(shard.id));
-            if shard.id == 0 {
-                let st = &mut *st;
-                shard.memory.evaluate(&mut st.common.watermark);
-                report_memory(&shard, &mut last_report, now);
-            }
-            let alarm = shard.memory.alarm();
-            if alarm != st.conns.memory_alarm() {
-                st.conn_side().apply_memory_alarm(&shard, alarm);
-            }
-            reclaim.tick(&mut st, now);
-        }
-        shard.store_tick();
-        shard.flush();
     }
 }
 
