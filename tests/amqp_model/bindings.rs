@@ -1,5 +1,4 @@
-//! Bindings: bind and unbind, binding missing exchanges or queues, and the default
-//! exchange routing by queue name.
+//! Bindings: bind and unbind, missing targets, and the default exchange routing by name.
 
 use amqprs::channel::{ExchangeDeclareArguments, QueueBindArguments, QueueUnbindArguments};
 

@@ -1,5 +1,4 @@
-//! The model as a whole: virtual hosts are isolated, and concurrent declares, binds and
-//! deletes leave one consistent routing table.
+//! The model as a whole: isolated virtual hosts, and concurrent changes kept consistent.
 
 use std::time::Duration;
 

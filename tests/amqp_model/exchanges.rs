@@ -1,5 +1,4 @@
-//! Exchanges: declare of every type, passive and redeclare rules, delete if-unused,
-//! auto-delete, the predeclared set, reserved names and the default exchange.
+//! Exchanges: declare, passive, redeclare, delete, auto-delete, predeclared and reserved names.
 
 use std::time::Duration;
 

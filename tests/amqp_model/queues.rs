@@ -1,5 +1,4 @@
-//! Queues: server-named, passive, exclusive and inequivalent declares, declare-ok counts,
-//! delete conditions, auto-delete, and purge.
+//! Queues: server-named, passive, exclusive and inequivalent declares, counts, delete, purge.
 
 use std::time::Duration;
 

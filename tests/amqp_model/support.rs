@@ -1,5 +1,4 @@
-//! Checks shared by the sections: a soft error's channel.close, and whether a queue
-//! exists (passive declare).
+//! Checks the sections share: a soft error's channel.close, and whether a queue exists.
 
 use std::fmt::Debug;
 

@@ -1,5 +1,4 @@
-//! Acknowledgements: ack, nack, reject, recover and requeue, unknown tags, and what
-//! happens to unacked messages when a channel or connection goes away.
+//! Ack, nack, reject, recover and requeue, unknown tags, and unacked messages of closed channels.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -1,5 +1,4 @@
-//! What the publisher is told: basic.return of mandatory unroutable messages,
-//! publisher confirms, and transactions (tx.select, commit, rollback).
+//! basic.return of unroutable mandatory messages, publisher confirms, and transactions.
 
 use std::time::Duration;
 

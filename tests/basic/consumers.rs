@@ -1,5 +1,4 @@
-//! Consumers: basic.cancel and cancel notification, exclusive consumers, and
-//! auto-delete queues losing their last consumer.
+//! Consumers: cancel and its notification, exclusive consumers, auto-delete on the last one.
 
 use std::time::{Duration, Instant};
 

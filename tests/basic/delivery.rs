@@ -1,6 +1,4 @@
-//! Consuming and getting: order, prefetch, basic.get, empty and frame-sized bodies,
-//! interleaved and many channels, missing exchanges and queues, and publishes that outlive
-//! their connection or its buffers.
+//! Consume and get: order, prefetch, bodies, channels, missing targets, abrupt publishers.
 
 use std::time::Duration;
 

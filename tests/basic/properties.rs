@@ -1,5 +1,4 @@
-//! Message properties: the full set round-trips through deliver, get-ok and return, and
-//! the raw content header reaches consumers byte for byte.
+//! Properties: the full set round-trips (deliver, get-ok, return), its bytes unchanged.
 
 use amqprs::channel::BasicPublishArguments;
 use amqprs::{

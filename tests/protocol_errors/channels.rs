@@ -1,5 +1,4 @@
-//! Channel misuse: methods on unopened or closed channels, channel.open twice, and an
-//! immediate publish.
+//! Channel misuse: methods on unopened or closed channels, open twice, immediate publish.
 
 use crate::common::wire::{self, m, Enc, Props};
 use crate::common::RawConn;

@@ -1,5 +1,4 @@
-//! Malformed frames and content: bad frame end, oversized frames, content without a publish,
-//! a method inside content, truncated method payloads.
+//! Malformed frames and content: bad frame end, oversized, out-of-place or truncated frames.
 
 use std::time::{Duration, Instant};
 

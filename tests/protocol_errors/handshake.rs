@@ -1,5 +1,4 @@
-//! Before and around the handshake: unknown vhost, bad password, wrong protocol header,
-//! garbage bytes, and clients that vanish mid-frame or mid-handshake.
+//! Around the handshake: bad vhost, password or header, garbage, clients that vanish.
 
 use std::time::Duration;
 

@@ -1,5 +1,4 @@
-//! Offenders and their neighbours: repeated offences, inputs without an exact code, the
-//! offender's unacked messages requeued, and connection churn.
+//! Offenders and neighbours: repeated and uncoded offences, their unacked messages, churn.
 
 use std::time::Duration;
 

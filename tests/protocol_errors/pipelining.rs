@@ -1,5 +1,4 @@
-//! Well-formed input in awkward shapes: pipelined methods answered in order, bytes that
-//! trickle in one at a time, a thousand frames in one write.
+//! Awkwardly shaped good input: pipelined methods, byte-by-byte frames, one big write.
 
 use crate::common;
 use crate::common::raw::Tune;

@@ -1,6 +1,4 @@
-//! The harness shared by the sections: how many bystanders watch, what the offender must
-//! receive, `hard_error` (one offence against a broker with bystanders, start to check), and
-//! the queue.declare arguments several offences send.
+//! The offender/bystander harness the sections share: `hard_error`, `Expect`, declare args.
 
 use crate::common::wire::Enc;
 use crate::common::{Broker, Bystanders, RawConn};

@@ -1,5 +1,4 @@
-//! Slow readers under fan-out: a stuck subscriber does not stall the others, and a
-//! backlogged one later receives everything intact.
+//! Slow readers: a stuck subscriber stalls nobody, a backlogged one gets everything intact.
 
 use crate::common::{next_delivery, Broker};
 use crate::support::subscribe;

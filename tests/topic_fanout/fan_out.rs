@@ -1,5 +1,4 @@
-//! Fan-out at scale: many publishers, large bodies, 64 queues, per-delivery fields, one
-//! message shared by many queues, and competing consumers on one queue.
+//! Fan-out at scale: many publishers, large and wide fan-out, delivery fields, shared messages.
 
 use std::time::Duration;
 

@@ -1,5 +1,4 @@
-//! Who gets what: topic patterns against a reference matcher, fanout, direct multicast,
-//! headers matching, and bindings in force on every shard once bind-ok arrives.
+//! Who gets what: topic (against a reference matcher), fanout, direct, headers, bindings.
 
 use std::time::Duration;
 

@@ -1,5 +1,4 @@
-//! Subscriber set-up shared by the sections: server-named queues bound on many
-//! connections, each with its delivery stream.
+//! The subscriber set-up the sections share: bound server-named queues on many connections.
 
 use amqprs::channel::QueueBindArguments;
 use tokio::sync::mpsc::UnboundedReceiver;
