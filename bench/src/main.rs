@@ -53,6 +53,7 @@
 mod broker;
 mod cli;
 mod html;
+mod opts;
 mod report;
 mod scenario;
 mod stats;

@@ -8,51 +8,10 @@
 //! `--policy-durable` adds `x-slow-consumer-include-durable`) or the broker's own
 //! configuration; `--policy` also says what to expect (default delete).
 
-use serde::Serialize;
-
 use super::{execute, fanout, AckMode, ConsumeMode, Opts};
 use crate::broker::BrokerUnderTest;
-use crate::report::RunReport;
-
-/// The policy the run expects the broker to apply to the slow subscriber.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Policy {
-    /// Close the slow subscriber's channel with 506 (and delete its queue).
-    Delete,
-    /// Discard the oldest messages for the slow subscriber (ring).
-    Cycle,
-    /// No policy: the slow subscriber just lags.
-    None,
-}
-
-/// One cell of the matrix.
-#[derive(Clone, Debug, Serialize)]
-pub struct MatrixCell {
-    pub ack: AckMode,
-    pub consume: ConsumeMode,
-    pub durable: bool,
-    pub published: u64,
-    pub fast_subscribers: usize,
-    /// Fewest and most messages a fast subscriber received.
-    pub fast_min_delivered: u64,
-    pub fast_max_delivered: u64,
-    /// Every fast subscriber received every published message.
-    pub fast_complete: bool,
-    pub slow_delivered: u64,
-    pub slow_gaps: u64,
-    pub slow_closed_code: Option<u16>,
-    pub slow_closed_text: Option<String>,
-    /// What the broker did to the slow subscriber: "delete" (506 close), "cycle"
-    /// (messages skipped), or "none".
-    pub policy_fired: Policy,
-    /// The policy expected for this cell (durable cells expect none unless
-    /// `--policy-durable`).
-    pub policy_expected: Policy,
-    pub as_configured: bool,
-    pub p99_ns: u64,
-    pub error: Option<String>,
-}
+pub use crate::opts::Policy;
+use crate::report::{MatrixCell, RunReport};
 
 pub const ACKS: [AckMode; 5] = [
     AckMode::NoAck,
