@@ -6,8 +6,12 @@
 //! Does not: configure the policy beyond the subscriber queues' arguments (`--policy`
 //! with `--max-count`, `--max-depth`, `--max-age-ms`, `--min-rate`, or `--queue-arg`;
 //! `--policy-durable` adds `x-slow-consumer-include-durable`) or the broker's own
-//! configuration; `--policy` also says what to expect (default delete).
+//! configuration; `--policy` also says what to expect (default delete). Its flags
+//! are [`Args`].
 
+use tokio::sync::watch;
+
+use super::flags::{self, CommonArgs, Defaults, LoadArgs};
 use super::{execute, fanout, AckMode, ConsumeMode, Opts};
 use crate::broker::BrokerUnderTest;
 pub use crate::opts::Policy;
@@ -21,12 +25,74 @@ pub const ACKS: [AckMode; 5] = [
     AckMode::Transacted,
 ];
 
-pub async fn run(
+/// The flags of `matrix` (the ack mode, consume mode, durability and throttled
+/// subscriber are what it varies, so it takes no flag for them).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Subscriber queues (fanout, slowsub, matrix).
+    #[arg(long)]
+    pub subscribers: Option<usize>,
+    /// Persistent messages (delivery-mode 2).
+    #[arg(long)]
+    pub persistent: bool,
+    /// Routing key (and binding key) of the fanout scenarios.
+    #[arg(long, default_value = flags::ROUTING_KEY)]
+    pub routing_key: String,
+}
+
+impl Args {
+    /// The flags resolved with the scenario's defaults: short cells at a fixed rate.
+    pub fn opts(&self) -> Opts {
+        let d = Defaults {
+            subscribers: 3,
+            size: 64,
+            rate: 2000,
+            duration_s: 2.0,
+            warmup_s: 0.5,
+            settle_s: 0.0,
+            ..Defaults::BASE
+        };
+        let (_, consumer) = flags::unset_groups();
+        let mut o = flags::resolve(&self.common, &self.load, &consumer, &d);
+        o.subscribers = self.subscribers.unwrap_or(d.subscribers);
+        o.persistent = self.persistent;
+        o.routing_key = self.routing_key.clone();
+        o
+    }
+
+    /// Flag combinations the parser cannot refuse on its own.
+    pub fn check(&self) -> Result<(), String> {
+        self.load.check(&self.opts())
+    }
+
+    /// Runs every cell, expecting `--policy` (default delete) to fire.
+    pub async fn run(
+        &self,
+        broker: &BrokerUnderTest,
+        intr: &watch::Receiver<bool>,
+    ) -> Result<RunReport, String> {
+        let expected = self.load.policy.unwrap_or(Policy::Delete);
+        run_cells(
+            broker,
+            &self.opts(),
+            expected,
+            self.load.policy_durable,
+            intr,
+        )
+        .await
+    }
+}
+
+async fn run_cells(
     broker: &BrokerUnderTest,
     opts: &Opts,
     policy: Policy,
     policy_durable: bool,
-    interrupted: &tokio::sync::watch::Receiver<bool>,
+    interrupted: &watch::Receiver<bool>,
 ) -> Result<RunReport, String> {
     let mut cells = Vec::new();
     let mut reports = Vec::new();

@@ -15,6 +15,7 @@ pub mod args;
 pub mod calibrate;
 pub mod confirms;
 pub mod fanout;
+pub mod flags;
 pub mod fleet;
 pub mod flow;
 pub mod harness;
