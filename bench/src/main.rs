@@ -1,11 +1,12 @@
 //! `sluice-bench`: load benchmarks for AMQP 0-9-1 brokers.
 //!
-//! Owns: starting the embedded sluice when no `--url` is given, running the chosen
-//! scenario (with its calibration run when `--slow-fraction` asks for one), Ctrl-C
-//! handling, raising the open-file limit for runs with thousands of connections,
-//! stopping the broker (an external one only with `--stop-broker`) and adding its
-//! store counters from its log to the report, and writing the summary, `--json` and
-//! `--report`. The flags are in `cli.rs`.
+//! Owns: parsing the command line (one subcommand per scenario, `cli.rs`) and
+//! dispatching to the scenario it names, which sets itself up from its own flags
+//! (`scenario::*::Args`); starting the embedded sluice when no `--url` is given,
+//! Ctrl-C handling, raising the open-file limit for runs with thousands of
+//! connections, stopping the broker (an external one only with `--stop-broker`) and
+//! adding its store counters from its log to the report, and writing the summary,
+//! `--json` and `--report`.
 //! Does not: touch broker internals; it drives any broker through sluice's client
 //! or its own lean wire client (thousands of subscribers).
 //!

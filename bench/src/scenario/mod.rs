@@ -1,6 +1,8 @@
 //! Owns: the scenarios (`fanout` with its `slowsub` variant and `--topics` in
-//! [`fanout`], `workq`, `flow`, `persistent`, `matrix`, `idle`), what parameterises
-//! them ([`Opts`](crate::opts::Opts), typed queue arguments in [`args`]) and what a run is made of: a
+//! [`fanout`], `workq`, `flow`, `persistent`, `matrix`, `idle`), each with its own
+//! flags (its `Args`, flattening the shared groups of [`flags`]) and set-up, what
+//! parameterises them ([`Opts`](crate::opts::Opts) resolved from those flags, typed
+//! queue arguments in [`args`]) and what a run is made of: a
 //! [`Plan`] of subscribers and publishers ([`subscriber`] on sluice's client, or the
 //! lean [`wire`] client for thousands of connections, connected by the [`fleet`];
 //! [`publisher`], whose confirms [`confirms`] times), run by the [`harness`] (warm-up,
