@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 
 use crate::report::RunReport;
+use crate::svg::esc;
 
 impl RunReport {
     /// A self-contained HTML page with SVG plots.
@@ -144,10 +145,4 @@ impl RunReport {
         h.push_str("</pre></body></html>\n");
         h
     }
-}
-
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }

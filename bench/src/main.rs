@@ -1,11 +1,12 @@
 //! `sluice-bench`: load benchmarks for AMQP 0-9-1 brokers.
 //!
-//! Owns: starting the embedded sluice when no `--url` is given, running the chosen
-//! scenario (with its calibration run when `--slow-fraction` asks for one), Ctrl-C
-//! handling, raising the open-file limit for runs with thousands of connections,
-//! stopping the broker (an external one only with `--stop-broker`) and adding its
-//! store counters from its log to the report, and writing the summary, `--json` and
-//! `--report`. The flags are in `cli.rs`.
+//! Owns: parsing the command line (one subcommand per scenario, `cli.rs`) and
+//! dispatching to the scenario it names, which sets itself up from its own flags
+//! (`scenario::*::Args`); starting the embedded sluice when no `--url` is given,
+//! Ctrl-C handling, raising the open-file limit for runs with thousands of
+//! connections, stopping the broker (an external one only with `--stop-broker`) and
+//! adding its store counters from its log to the report, and writing the summary,
+//! `--json` and `--report`.
 //! Does not: touch broker internals; it drives any broker through sluice's client
 //! or its own lean wire client (thousands of subscribers).
 //!
@@ -53,6 +54,7 @@
 mod broker;
 mod cli;
 mod html;
+mod opts;
 mod report;
 mod scenario;
 mod stats;
@@ -61,144 +63,27 @@ mod svg;
 use clap::Parser;
 
 use broker::BrokerUnderTest;
-use cli::{Cli, Scenario};
-use scenario::matrix::Policy;
-use scenario::{calibrate::calibrate, Opts, Plan};
+use cli::{Cli, Command};
+use scenario::fanout::Kind;
+use scenario::Opts;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Runs `plan_for(opts)`, first calibrating the slow rate when `--slow-fraction`
-/// asks for it (`calibration_for` builds the calibration plan), then `before_run`
-/// (re-declaring a shared queue empties what the calibration left).
-async fn execute_calibrated<F>(
-    name: &str,
-    broker: &BrokerUnderTest,
-    opts: &Opts,
-    intr: &tokio::sync::watch::Receiver<bool>,
-    calibration_for: impl Fn(&Opts) -> Plan,
-    plan_for: impl Fn(&Opts) -> Plan,
-    before_run: impl Fn() -> F,
-) -> Result<report::RunReport, String>
-where
-    F: std::future::Future<Output = Result<(), String>>,
-{
-    let mut opts = opts.clone();
-    let calibration = match opts.slow_fraction {
-        Some(f) => {
-            let mut o = opts.clone();
-            o.slow = 0;
-            let c = calibrate(name, broker, &opts, f, calibration_for(&o), intr).await?;
-            opts.slow_rate = c.slow_rate;
-            if !opts.quiet {
-                eprintln!(
-                    "calibrated: {:.0} msg/s published; slow rate {} msg/s. The run:",
-                    c.publish_rate, c.slow_rate
-                );
-            }
-            before_run().await?;
-            Some(c)
-        }
-        None => None,
-    };
-    let mut r = scenario::execute(name, broker, &opts, plan_for(&opts), intr).await?;
-    if let Some(c) = &calibration {
-        r.notes.push(format!(
-            "slow rate {} msg/s = {} x the publishers' maximum {:.0} msg/s (calibration run)",
-            c.slow_rate, c.fraction, c.publish_rate
-        ));
-    }
-    r.calibration = calibration;
-    Ok(r)
-}
-
+/// Runs the scenario `command` names, with its own set-up.
 async fn run(
-    cli: &Cli,
+    command: &Command,
     broker: &BrokerUnderTest,
-    opts: &Opts,
     intr: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<report::RunReport, String> {
-    use scenario::*;
-    let name = format!("{:?}", cli.scenario).to_lowercase();
-    let url = broker.url.as_str();
-    let shared_queue = |queue: &'static str, durable: bool| {
-        let args = queue_arguments(&opts.queue_args);
-        move || {
-            let args = args.clone();
-            async move {
-                declare_queue(url, queue, durable, args)
-                    .await
-                    .map_err(|e| format!("declare queue {queue}: {e}"))
-            }
-        }
-    };
-    match cli.scenario {
-        Scenario::Fanout | Scenario::Slowsub => {
-            declare_exchange(url, fanout::EXCHANGE, "topic", opts.durable)
-                .await
-                .map_err(|e| format!("declare exchange: {e}"))?;
-            let prefix = opts.durable.then_some("sluice.bench.fanout.sub");
-            let plan = |o: &Opts| fanout::plan(o, fanout::EXCHANGE, o.slow, prefix);
-            let nothing = || async { Ok(()) };
-            execute_calibrated(&name, broker, opts, intr, plan, plan, nothing).await
-        }
-        Scenario::Workq => {
-            let reset = shared_queue(workq::QUEUE, opts.durable);
-            reset().await?;
-            let plan = |o: &Opts| workq::plan(o, workq::QUEUE);
-            let r = execute_calibrated(&name, broker, opts, intr, plan, plan, reset).await;
-            if !cli.keep_queue {
-                delete_queue(url, workq::QUEUE).await;
-            }
-            r
-        }
-        Scenario::Flow => {
-            let reset = shared_queue(flow::QUEUE, false);
-            reset().await?;
-            let r = execute_calibrated(
-                &name,
-                broker,
-                opts,
-                intr,
-                flow::calibration_plan,
-                flow::plan,
-                reset,
-            )
-            .await;
-            if !cli.keep_queue {
-                delete_queue(url, flow::QUEUE).await;
-            }
-            r
-        }
-        Scenario::Persistent => {
-            let reset = shared_queue(persistent::QUEUE, true);
-            reset().await?;
-            let mut o = opts.clone();
-            o.persistent = true;
-            o.confirm = o.confirm.max(1);
-            let r = execute_calibrated(
-                &name,
-                broker,
-                &o,
-                intr,
-                persistent::plan,
-                persistent::plan,
-                reset,
-            )
-            .await;
-            if !cli.keep_queue {
-                delete_queue(url, persistent::QUEUE).await;
-            }
-            r
-        }
-        Scenario::Idle => idle::run(broker, opts, intr).await,
-        Scenario::Matrix => {
-            if opts.slow_fraction.is_some() {
-                return Err("matrix does not take --slow-fraction; give --slow-rate".into());
-            }
-            let expected = cli.policy.unwrap_or(Policy::Delete);
-            matrix::run(broker, opts, expected, cli.policy_durable, intr).await
-        }
+    match command {
+        Command::Fanout(a) => a.run(Kind::Fanout, broker, intr).await,
+        Command::Slowsub(a) => a.run(Kind::Slowsub, broker, intr).await,
+        Command::Workq(a) => a.run(broker, intr).await,
+        Command::Flow(a) => a.run(broker, intr).await,
+        Command::Persistent(a) => a.run(broker, intr).await,
+        Command::Matrix(a) => a.run(broker, intr).await,
+        Command::Idle(a) => a.run(broker, intr).await,
     }
 }
 
@@ -229,16 +114,17 @@ fn raise_open_file_limit() -> (u64, u64) {
 }
 
 /// Descriptors a run needs: its connections (an in-process broker's too), plus slack.
-fn descriptors_needed(opts: &Opts, scenario: Scenario, in_process: bool) -> u64 {
-    let conns = match scenario {
-        Scenario::Idle => opts.connections,
+fn descriptors_needed(opts: &Opts, command: &Command, in_process: bool) -> u64 {
+    let conns = match command {
+        Command::Idle(_) => opts.connections,
         _ => opts.subscribers + opts.publishers + opts.consumers,
     } as u64;
     conns * if in_process { 2 } else { 1 } + 64
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let command = Cli::parse().command;
+    let common = command.common();
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_BENCH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
@@ -247,11 +133,11 @@ fn main() -> std::process::ExitCode {
         .fmt_fields(sluice::ops::log::TextFields)
         .init();
     let (soft, hard) = raise_open_file_limit();
-    if let Err(e) = cli.check() {
+    if let Err(e) = command.check() {
         eprintln!("sluice-bench: {e}");
         return std::process::ExitCode::from(2);
     }
-    if let Some(ca) = &cli.tls_ca {
+    if let Some(ca) = &common.tls_ca {
         match sluice::client::TlsOptions::from_ca_file(ca) {
             Ok(tls) => scenario::setup::use_tls(tls),
             Err(e) => {
@@ -260,34 +146,34 @@ fn main() -> std::process::ExitCode {
             }
         }
     }
-    let opts = cli.opts();
-    let in_process = cli.url.is_none() && cli.embedded == broker::Embedded::Inproc;
-    let needed = descriptors_needed(&opts, cli.scenario, in_process);
+    let opts = command.opts();
+    let in_process = common.url.is_none() && common.embedded == broker::Embedded::Inproc;
+    let needed = descriptors_needed(&opts, &command, in_process);
     if needed > soft {
         eprintln!(
             "sluice-bench: warning: open-file limit {soft} (hard {hard}) is below the \
              ~{needed} descriptors this run needs"
         );
     }
-    if cli.url.is_some() && !cli.broker_args.is_empty() {
+    if common.url.is_some() && !common.broker_args.is_empty() {
         eprintln!(
             "sluice-bench: --broker-arg is for the embedded sluice; it has no effect with --url"
         );
     }
-    let broker = match &cli.url {
+    let broker = match &common.url {
         Some(url) => BrokerUnderTest::external(
             url.clone(),
-            cli.broker_pid,
-            cli.broker_log.clone(),
-            cli.stop_broker,
+            common.broker_pid,
+            common.broker_log.clone(),
+            common.stop_broker,
         ),
         None => match BrokerUnderTest::embedded(
-            cli.shards,
-            cli.pin_cores.as_deref(),
-            cli.embedded,
-            cli.broker_bin.as_ref(),
-            &cli.broker_args,
-            cli.broker_log.as_deref(),
+            common.shards,
+            common.pin_cores.as_deref(),
+            common.embedded,
+            common.broker_bin.as_ref(),
+            &common.broker_args,
+            common.broker_log.as_deref(),
         ) {
             Ok(b) => b,
             Err(e) => {
@@ -297,7 +183,7 @@ fn main() -> std::process::ExitCode {
         },
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cli.client_threads.max(1))
+        .worker_threads(common.client_threads.max(1))
         .thread_name("bench-client")
         .enable_all()
         .build()
@@ -309,8 +195,10 @@ fn main() -> std::process::ExitCode {
         }
     };
     eprintln!(
-        "sluice-bench {:?} against {} ({})",
-        cli.scenario, broker.label, broker.url
+        "sluice-bench {} against {} ({})",
+        command.title(),
+        broker.label,
+        broker.url
     );
     let result = rt.block_on(async {
         let (tx, rx) = tokio::sync::watch::channel(false);
@@ -320,7 +208,7 @@ fn main() -> std::process::ExitCode {
                 let _ = tx.send(true);
             }
         });
-        run(&cli, &broker, &opts, &rx).await
+        run(&command, &broker, &rx).await
     });
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     let stopped = broker.stop();
@@ -333,7 +221,7 @@ fn main() -> std::process::ExitCode {
     };
     report.attach_store(stopped.store, &stopped.source);
     println!("{}", report.summary());
-    if let Some(path) = &cli.json {
+    if let Some(path) = &common.json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => {
                 if let Err(e) = std::fs::write(path, s) {
@@ -344,7 +232,7 @@ fn main() -> std::process::ExitCode {
             Err(e) => eprintln!("sluice-bench: JSON: {e}"),
         }
     }
-    if let Some(path) = &cli.report {
+    if let Some(path) = &common.report {
         if let Err(e) = std::fs::write(path, report.html()) {
             eprintln!("sluice-bench: cannot write {}: {e}", path.display());
             return std::process::ExitCode::from(1);

@@ -1,11 +1,10 @@
 //! Owns: drawing simple line charts as inline SVG for the HTML report (axes, ticks,
-//! a legend, one polyline per series).
+//! a legend, one polyline per series), and escaping text for that markup ([`esc`],
+//! which the page in `html.rs` uses too: html → svg, never back).
 //! Does not: depend on a plotting crate: a few line charts need ~100 lines of text
 //! output, not a font and raster stack.
 
 use std::fmt::Write as _;
-
-use crate::html::esc;
 
 fn nice_max(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {
@@ -134,4 +133,11 @@ pub fn line_chart(
     }
     s.push_str("</svg>");
     s
+}
+
+/// `s` with `&`, `<` and `>` escaped, for text inside SVG or HTML markup.
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }

@@ -2,10 +2,14 @@
 //! `--json` file), built from what the harness gathered ([`RunData`]) or summed over
 //! the matrix's cells, plus the broker's store counters read from its log after it
 //! stopped ([`StoreReport`]: fsyncs per second, messages per fsync); the figures at scale (connections, RSS per connection, the
-//! spread across subscribers) are in [`scale`], the summary table in `summary.rs`
-//! (the `--report` page is `html.rs`).
-//! Does not: measure anything (that is `stats` and the scenarios).
+//! spread across subscribers) are in [`scale`], each subscriber's, publisher's and
+//! matrix cell's outcome in `outcome.rs`, the summary table in `summary.rs` (the
+//! `--report` page is `html.rs`).
+//! Does not: measure anything (that is `stats` and the scenarios), or import from
+//! `scenario` (the scenarios fill in the report; the run's configuration is
+//! `crate::opts`).
 
+mod outcome;
 pub mod scale;
 mod summary;
 
@@ -15,10 +19,10 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::broker::{BrokerUnderTest, StoreCounters};
-use crate::scenario::matrix::MatrixCell;
-use crate::scenario::{Opts, PubResult, SubResult};
+use crate::opts::Opts;
 use crate::stats::Sample;
 
+pub use outcome::{MatrixCell, PubResult, SubResult};
 pub use scale::{Connections, Spread};
 
 /// Latency percentiles, nanoseconds: publish → deliver (`latency`), or publish →

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::scenario::SubResult;
+use super::SubResult;
 use crate::stats::{fmt_bytes, fmt_ns};
 
 /// Connections of a run and what they cost the broker in memory.

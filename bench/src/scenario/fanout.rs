@@ -3,12 +3,19 @@
 //! form (`--topics T`: subscriber `i` follows topic `i % T` through an exact, a `*`
 //! or a `#` binding that each match exactly that topic's routing key, and publishers
 //! round-robin over the topics) and `slowsub` (the same with K subscribers throttled
-//! to R msg/s).
+//! to R msg/s): their flags ([`Args`]) and set-up (the exchange, then the run).
 //! Does not: configure a slow-consumer policy on the broker beyond the queue
 //! arguments it is given (`--policy`, `--max-count`, … or `--queue-arg`); it reports
 //! what happened to the slow ones (506 close, gaps) and the fast ones apart.
 
-use super::{queue_arguments, Opts, Plan, PubSpec, QueueSetup, SubSpec};
+use tokio::sync::watch;
+
+use super::calibrate::execute_calibrated;
+use super::flags::{self, CommonArgs, ConsumerArgs, Defaults, LoadArgs};
+use super::{declare_exchange, queue_arguments, Opts, Plan, PubSpec, QueueSetup, SubSpec};
+use crate::broker::BrokerUnderTest;
+use crate::opts::AckMode;
+use crate::report::RunReport;
 
 /// The exchange every fanout run publishes to.
 pub const EXCHANGE: &str = "sluice.bench.fanout";
@@ -25,6 +32,102 @@ pub fn topic_binding(base: &str, t: usize, k: usize) -> String {
         0 => topic_key(base, t),
         1 => format!("{base}.t{t}.*"),
         _ => format!("#.t{t}.data"),
+    }
+}
+
+/// The flags of `fanout` and `slowsub`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    #[command(flatten)]
+    pub consumer: ConsumerArgs,
+    /// Subscriber queues (fanout, slowsub, matrix).
+    #[arg(long)]
+    pub subscribers: Option<usize>,
+    /// Durable subscriber queues (fanout: durable named queues instead of exclusive).
+    #[arg(long)]
+    pub durable: bool,
+    /// Persistent messages (delivery-mode 2).
+    #[arg(long)]
+    pub persistent: bool,
+    /// Routing key (and binding key) of the fanout scenarios.
+    #[arg(long, default_value = flags::ROUTING_KEY)]
+    pub routing_key: String,
+    /// fanout over T topics: subscriber i follows topic i % T (exact, `*` and `#`
+    /// bindings, each matching only its topic) and publishers round-robin over the
+    /// topics; --subscribers must be a multiple of T.
+    #[arg(long, value_name = "T", default_value_t = 0)]
+    pub topics: usize,
+}
+
+/// Which of the two scenarios these flags run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Fanout,
+    /// The same with `--slow` (default 1) subscribers throttled.
+    Slowsub,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Fanout => "fanout",
+            Kind::Slowsub => "slowsub",
+        }
+    }
+}
+
+impl Args {
+    /// The flags resolved with the scenario's defaults.
+    pub fn opts(&self, kind: Kind) -> Opts {
+        let d = Defaults {
+            subscribers: 16,
+            size: 64,
+            ack: AckMode::NoAck,
+            slow: usize::from(kind == Kind::Slowsub),
+            ..Defaults::BASE
+        };
+        let mut o = flags::resolve(&self.common, &self.load, &self.consumer, &d);
+        o.subscribers = self.subscribers.unwrap_or(d.subscribers);
+        o.durable = self.durable;
+        o.persistent = self.persistent;
+        o.routing_key = self.routing_key.clone();
+        o.topics = self.topics;
+        o
+    }
+
+    /// Flag combinations the parser cannot refuse on its own.
+    pub fn check(&self, kind: Kind) -> Result<(), String> {
+        let o = self.opts(kind);
+        self.load.check(&o)?;
+        if self.topics > 1 && !o.subscribers.is_multiple_of(self.topics) {
+            return Err(format!(
+                "--subscribers {} is not a multiple of --topics {}",
+                o.subscribers, self.topics
+            ));
+        }
+        Ok(())
+    }
+
+    /// Declares the exchange and runs the scenario (after its calibration run when
+    /// `--slow-fraction` asks for one).
+    pub async fn run(
+        &self,
+        kind: Kind,
+        broker: &BrokerUnderTest,
+        intr: &watch::Receiver<bool>,
+    ) -> Result<RunReport, String> {
+        let opts = self.opts(kind);
+        declare_exchange(&broker.url, EXCHANGE, "topic", opts.durable)
+            .await
+            .map_err(|e| format!("declare exchange: {e}"))?;
+        let prefix = opts.durable.then_some("sluice.bench.fanout.sub");
+        let plan = |o: &Opts| plan(o, EXCHANGE, o.slow, prefix);
+        let nothing = || async { Ok(()) };
+        execute_calibrated(kind.name(), broker, &opts, intr, plan, plan, nothing).await
     }
 }
 

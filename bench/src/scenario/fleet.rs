@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use sluice::client::{AmqpUrl, Channel, Connection};
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
@@ -18,7 +17,7 @@ use super::pacing::Pacer;
 use super::subscriber::{prepare_sub, run_sub};
 use super::wire::run::{run_wire_sub, WireSpec};
 use super::wire::WireConn;
-use super::{AckMode, ConsumeMode, QueueSetup, SubResult, SubSpec};
+use super::{AckMode, ConsumeMode, QueueSetup, SubResult, SubSpec, SubscriberClient};
 use crate::stats::Shared;
 
 /// Subscribers above which `auto` takes the wire client.
@@ -29,20 +28,6 @@ const FULL_CLIENT_WARN: usize = 1000;
 
 /// How long one connection's set-up may take.
 pub const SETUP_LIMIT: Duration = Duration::from_secs(60);
-
-/// The client subscribers connect with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SubscriberClient {
-    /// The wire client above 64 subscribers when it supports the run, else full.
-    Auto,
-    /// A minimal consumer over a raw socket: a few KiB and a few hundred ns per
-    /// delivery; no-ack or manual acks (one `multiple` ack per read), exclusive
-    /// server-named queues, no throttling.
-    Wire,
-    /// sluice's own client (every ack mode, basic.get, throttled subscribers).
-    Full,
-}
 
 /// Why the wire client cannot run subscriber `spec`, if it cannot.
 pub fn wire_refuses(spec: &SubSpec) -> Option<&'static str> {

@@ -4,7 +4,7 @@
 //! channel, at most `--setup-concurrency` at once, timed); RSS once they are all
 //! open and every second for `--duration` seconds; all closed (`connection.close`);
 //! RSS again after `--settle` seconds. Reports RSS per connection and how much of it
-//! came back.
+//! came back. Its flags are [`Args`].
 //! Does not: publish or consume.
 
 use std::sync::Arc;
@@ -14,11 +14,13 @@ use sluice::client::AmqpUrl;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
+use super::flags::{self, CommonArgs, Defaults};
 use super::harness::wait;
 use super::wire::parse::Parser;
 use super::wire::WireConn;
 use super::Opts;
 use crate::broker::BrokerUnderTest;
+use crate::opts::AckMode;
 use crate::report::{Connections, RunReport};
 use crate::stats::{fmt_bytes, Sample};
 
@@ -119,7 +121,55 @@ async fn close_all(conns: Vec<IdleConn>, concurrency: usize) {
     while set.join_next().await.is_some() {}
 }
 
-pub async fn run(
+/// The flags of `idle`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Connections of the idle scenario.
+    #[arg(long, value_name = "N", default_value_t = flags::CONNECTIONS)]
+    pub connections: usize,
+}
+
+impl Args {
+    /// The flags resolved with the scenario's defaults (the publisher and
+    /// subscriber settings it has no use for keep theirs, for the report).
+    pub fn opts(&self) -> Opts {
+        let d = Defaults {
+            publishers: 0,
+            subscribers: 0,
+            consumers: 0,
+            size: 64,
+            ack: AckMode::NoAck,
+            duration_s: 3.0,
+            ..Defaults::BASE
+        };
+        let (load, consumer) = flags::unset_groups();
+        let mut o = flags::resolve(&self.common, &load, &consumer, &d);
+        o.connections = self.connections;
+        o
+    }
+
+    /// Flag combinations the parser cannot refuse on its own.
+    pub fn check(&self) -> Result<(), String> {
+        if self.connections == 0 {
+            return Err("idle needs --connections N > 0".into());
+        }
+        Ok(())
+    }
+
+    pub async fn run(
+        &self,
+        broker: &BrokerUnderTest,
+        interrupted: &watch::Receiver<bool>,
+    ) -> Result<RunReport, String> {
+        hold_idle(broker, &self.opts(), interrupted).await
+    }
+}
+
+/// Opens `opts.connections` connections, holds them for the run's duration, closes
+/// them, and reports what they cost the broker.
+async fn hold_idle(
     broker: &BrokerUnderTest,
     opts: &Opts,
     interrupted: &watch::Receiver<bool>,

@@ -6,53 +6,16 @@
 //! Does not: configure the policy beyond the subscriber queues' arguments (`--policy`
 //! with `--max-count`, `--max-depth`, `--max-age-ms`, `--min-rate`, or `--queue-arg`;
 //! `--policy-durable` adds `x-slow-consumer-include-durable`) or the broker's own
-//! configuration; `--policy` also says what to expect (default delete).
+//! configuration; `--policy` also says what to expect (default delete). Its flags
+//! are [`Args`].
 
-use serde::Serialize;
+use tokio::sync::watch;
 
+use super::flags::{self, CommonArgs, Defaults, LoadArgs};
 use super::{execute, fanout, AckMode, ConsumeMode, Opts};
 use crate::broker::BrokerUnderTest;
-use crate::report::RunReport;
-
-/// The policy the run expects the broker to apply to the slow subscriber.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Policy {
-    /// Close the slow subscriber's channel with 506 (and delete its queue).
-    Delete,
-    /// Discard the oldest messages for the slow subscriber (ring).
-    Cycle,
-    /// No policy: the slow subscriber just lags.
-    None,
-}
-
-/// One cell of the matrix.
-#[derive(Clone, Debug, Serialize)]
-pub struct MatrixCell {
-    pub ack: AckMode,
-    pub consume: ConsumeMode,
-    pub durable: bool,
-    pub published: u64,
-    pub fast_subscribers: usize,
-    /// Fewest and most messages a fast subscriber received.
-    pub fast_min_delivered: u64,
-    pub fast_max_delivered: u64,
-    /// Every fast subscriber received every published message.
-    pub fast_complete: bool,
-    pub slow_delivered: u64,
-    pub slow_gaps: u64,
-    pub slow_closed_code: Option<u16>,
-    pub slow_closed_text: Option<String>,
-    /// What the broker did to the slow subscriber: "delete" (506 close), "cycle"
-    /// (messages skipped), or "none".
-    pub policy_fired: Policy,
-    /// The policy expected for this cell (durable cells expect none unless
-    /// `--policy-durable`).
-    pub policy_expected: Policy,
-    pub as_configured: bool,
-    pub p99_ns: u64,
-    pub error: Option<String>,
-}
+pub use crate::opts::Policy;
+use crate::report::{MatrixCell, RunReport};
 
 pub const ACKS: [AckMode; 5] = [
     AckMode::NoAck,
@@ -62,12 +25,74 @@ pub const ACKS: [AckMode; 5] = [
     AckMode::Transacted,
 ];
 
-pub async fn run(
+/// The flags of `matrix` (the ack mode, consume mode, durability and throttled
+/// subscriber are what it varies, so it takes no flag for them).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Subscriber queues (fanout, slowsub, matrix).
+    #[arg(long)]
+    pub subscribers: Option<usize>,
+    /// Persistent messages (delivery-mode 2).
+    #[arg(long)]
+    pub persistent: bool,
+    /// Routing key (and binding key) of the fanout scenarios.
+    #[arg(long, default_value = flags::ROUTING_KEY)]
+    pub routing_key: String,
+}
+
+impl Args {
+    /// The flags resolved with the scenario's defaults: short cells at a fixed rate.
+    pub fn opts(&self) -> Opts {
+        let d = Defaults {
+            subscribers: 3,
+            size: 64,
+            rate: 2000,
+            duration_s: 2.0,
+            warmup_s: 0.5,
+            settle_s: 0.0,
+            ..Defaults::BASE
+        };
+        let (_, consumer) = flags::unset_groups();
+        let mut o = flags::resolve(&self.common, &self.load, &consumer, &d);
+        o.subscribers = self.subscribers.unwrap_or(d.subscribers);
+        o.persistent = self.persistent;
+        o.routing_key = self.routing_key.clone();
+        o
+    }
+
+    /// Flag combinations the parser cannot refuse on its own.
+    pub fn check(&self) -> Result<(), String> {
+        self.load.check(&self.opts())
+    }
+
+    /// Runs every cell, expecting `--policy` (default delete) to fire.
+    pub async fn run(
+        &self,
+        broker: &BrokerUnderTest,
+        intr: &watch::Receiver<bool>,
+    ) -> Result<RunReport, String> {
+        let expected = self.load.policy.unwrap_or(Policy::Delete);
+        run_cells(
+            broker,
+            &self.opts(),
+            expected,
+            self.load.policy_durable,
+            intr,
+        )
+        .await
+    }
+}
+
+async fn run_cells(
     broker: &BrokerUnderTest,
     opts: &Opts,
     policy: Policy,
     policy_durable: bool,
-    interrupted: &tokio::sync::watch::Receiver<bool>,
+    interrupted: &watch::Receiver<bool>,
 ) -> Result<RunReport, String> {
     let mut cells = Vec::new();
     let mut reports = Vec::new();
