@@ -199,7 +199,13 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     }
     .emit();
     let memory = Arc::new(MemoryBoard::new(config.shards, low, high));
-    let recovered = crate::store::open(&config, crate::shard::placement::home_shard)
+    let store_options = crate::store::StoreOptions {
+        data_dir: config.data_dir.clone(),
+        shards: config.shards,
+        vhosts: config.vhosts.clone(),
+        segment_size: config.store.segment_size,
+    };
+    let recovered = crate::store::open(&store_options, crate::shard::placement::home_shard)
         .map_err(StartError::Store)?;
     let quotas = config
         .vhosts
