@@ -313,11 +313,6 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
 }
 
 impl Broker {
-    /// The management listener's bound address, if it runs.
-    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
-        self.http.as_ref().map(|h| h.addr)
-    }
-
     /// SIGHUP: puts the reloadable sections of `loaded` (the file read again, flags on
     /// top) in force on every shard and the management thread, and logs what was
     /// reloaded (BRK-1018) and what waits for a restart (BRK-1019). A file that cannot
