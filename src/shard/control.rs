@@ -24,7 +24,7 @@ use crate::ops::event::OpsEvent;
 use crate::policy::args::ArgError;
 use crate::policy::{capacity, max_length, queue_args, slow_consumer};
 use crate::protocol::{FieldTable, FieldValue, ShortStr};
-use crate::queue::features;
+use crate::queue::dispatch_args as features;
 use crate::session::error::{ChannelError, ObjectKind};
 
 use super::inbox::{
@@ -173,7 +173,7 @@ const POLICY_ARGS: [&str; 11] = [
 ];
 
 /// Queue arguments that change how the queue orders and hands out messages; validated
-/// with RabbitMQ's texts (`queue::features`) and compared on a redeclare.
+/// with RabbitMQ's texts (`queue::dispatch_args`) and compared on a redeclare.
 const FEATURE_ARGS: [&str; 2] = [
     features::arg::MAX_PRIORITY,
     features::arg::SINGLE_ACTIVE_CONSUMER,

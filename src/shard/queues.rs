@@ -18,7 +18,7 @@ use crate::ops::event::OpsEvent;
 use crate::policy::max_length::Overflow;
 use crate::protocol::method::BasicCancel;
 use crate::protocol::Method;
-use crate::queue::{features, Queue, QueueSettings};
+use crate::queue::{dispatch_args as features, Queue, QueueSettings};
 use crate::session::channel::ChannelPhase;
 
 use super::inbox::{
