@@ -164,7 +164,7 @@ fn ready_status(
 /// (`READY=1`, when `$NOTIFY_SOCKET` is set).
 pub fn start(config: Config) -> Result<Broker, StartError> {
     check_cores(&config).map_err(StartError::Config)?;
-    let started = std::time::Instant::now();
+    let started = crate::timer::clock::os_now();
     let config = Arc::new(config);
     OpsEvent::BrokerStartup {
         version: env!("CARGO_PKG_VERSION"),

@@ -89,11 +89,12 @@ fn dependencies_point_one_way() {
     );
     // The management listener reaches the broker only through shard inboxes and the
     // boards: never a connection, a queue or a socket of a shard. From `limits` it takes
-    // the login throttle's table and the log rate limit (plain values it owns).
+    // the login throttle's table and the log rate limit (plain values it owns); from
+    // `timer` the OS clock's one function (it has no shard clock).
     check_layer(
         "http",
         &[
-            "config", "shard", "store", "ops", "protocol", "model", "limits",
+            "config", "shard", "store", "ops", "protocol", "model", "limits", "timer",
         ],
     );
     // Users and permissions: a leaf the handler and the configuration ask. Its file
