@@ -14,12 +14,12 @@
 //! - [`Clock::refresh`], once per turn of a shard (`net::reader`, `shard::runtime`),
 //!   and [`Clock::new`];
 //! - [`os_now`]: the management thread (`http`: the login throttle and the connection
-//!   cap's log limit) and the start (`server::start`, the epoch of `limits::ceiling`);
-//! - directly, in the shard paths that have no `&Shard` at hand: the permission-refusal
-//!   log limit (`shard::handler::access`);
+//!   cap's log limit), the start (`server::start`, the epoch of `limits::ceiling`), and
+//!   the permission-refusal log limit (`shard::handler::access`, whose checks are not
+//!   given the shard);
 //! - directly, still: `Shard::new` (the start of its clock and wheel) and
 //!   `shard::persist` (a failed store write's retry deadline and MST-1015's log
-//!   limit), both due to move to the shard's clock with the `shard` rework;
+//!   limit);
 //!   `store::open`, timing the recovery it logs (MST-1006) once, before any shard
 //!   exists (the store does not depend on `timer`); the management thread's uptime
 //!   (`elapsed()` of the start) and its deadlines (a connection's idle timeout, an
