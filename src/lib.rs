@@ -32,8 +32,9 @@
 //!   the shards through their inboxes (`shard::observe`).
 //! - [`config`]: the configuration (defaults, TOML file, CLI), immutable but for the
 //!   sections a SIGHUP reloads (`config::reload`).
-//! - [`auth`]: stored passwords, per-vhost permissions, `hash-password` and
-//!   `import-definitions`.
+//! - [`auth`]: stored passwords and per-vhost permissions.
+//! - [`cli`]: the command line above `server`: the broker's flags beside the
+//!   `hash-password` and `import-definitions` tools.
 //! - [`ops`]: operational events with Qpid-style codes.
 //! - [`client`]: sluice's own async AMQP client (used by the tests and `sluice-bench`).
 //!
@@ -48,6 +49,7 @@
 #![deny(clippy::await_holding_refcell_ref)]
 
 pub mod auth;
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod http;

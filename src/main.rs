@@ -1,17 +1,22 @@
-//! The `sluice` command: parse flags, load the configuration, start the shards, wait for
-//! SIGINT/SIGTERM, shut down cleanly; reload the configuration file on SIGHUP.
+//! The `sluice` command: parse flags (`sluice::cli`), run a tool or load the
+//! configuration, start the shards, wait for SIGINT/SIGTERM, shut down cleanly; reload
+//! the configuration file on SIGHUP.
 
 use clap::Parser;
 
-use sluice::config::{Cli, Config};
+use sluice::cli::Args;
+use sluice::config::Config;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    if let Some(command) = &cli.command {
-        return sluice::auth::command::run(command);
+    let Args {
+        broker: cli,
+        command,
+    } = Args::parse();
+    if let Some(command) = &command {
+        return sluice::cli::run(command);
     }
     let config = match Config::load(&cli) {
         Ok(config) => config,
@@ -21,7 +26,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     sluice::ops::log::init(&config.log_level, config.log_format);
-    sluice::auth::file::warn_plaintext(&config);
+    sluice::config::auth::warn_plaintext(&config);
     sluice::server::abort_on_panic();
     sluice::server::block_signals();
     let mut broker = match sluice::server::start(config) {

@@ -21,7 +21,7 @@ use sluice::protocol::frame::{encode_content, encode_method, split_frame};
 use sluice::protocol::method::{BasicDeliver, BasicPublish, CLASS_BASIC};
 use sluice::protocol::properties::BasicProperties;
 use sluice::protocol::{FieldTable, FieldValue, Method};
-use sluice::queue::{features, Dispatch, Queue, QueueLimits, QueueSettings};
+use sluice::queue::{dispatch_args, Dispatch, Queue, QueueLimits, QueueSettings};
 use sluice::timer::wheel::TimerWheel;
 
 /// The benchmarks to run: those whose name contains the first command-line argument that
@@ -76,7 +76,7 @@ fn bench_queue(arguments: FieldTable, now: Instant) -> Queue {
         durable: false,
         exclusive: false,
         auto_delete: false,
-        max_priority: features::max_priority(&arguments),
+        max_priority: dispatch_args::max_priority(&arguments),
         arguments,
         message_ttl: None,
         expires: None,

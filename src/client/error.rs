@@ -175,7 +175,7 @@ impl fmt::Display for ClientError {
             ClientError::FlowControlTimeout { waited } => write!(
                 f,
                 "message not sent: broker enforced flow control for {}s",
-                super::shared::fmt_secs(*waited)
+                fmt_secs(*waited)
             ),
             ClientError::ConsumerCancelled { consumer_tag } => {
                 write!(f, "consumer {consumer_tag:?} cancelled")
@@ -209,4 +209,15 @@ impl From<FrameError> for ClientError {
     fn from(e: FrameError) -> ClientError {
         ClientError::Frame(e)
     }
+}
+
+/// `d` in seconds as the WARN line prints it: whole seconds as `5`, anything else to
+/// the millisecond with trailing zeros dropped (`0.1`, `2.25`).
+pub(crate) fn fmt_secs(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 {
+        return (ms / 1000).to_string();
+    }
+    let s = format!("{}.{:03}", ms / 1000, ms % 1000);
+    s.trim_end_matches('0').to_string()
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::error::ClientError;
+use super::error::{fmt_secs, ClientError};
 
 /// Environment variable: how long a held publish waits before failing (ms).
 pub const WAIT_FAILURE_ENV: &str = "SLUICE_FLOW_CONTROL_WAIT_FAILURE";
@@ -131,17 +131,6 @@ pub struct FlowStats {
 /// Nanoseconds since `start`, saturating.
 pub(crate) fn nanos_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// `d` in seconds as the WARN line prints it: whole seconds as `5`, anything else to
-/// the millisecond with trailing zeros dropped (`0.1`, `2.25`).
-pub(crate) fn fmt_secs(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms % 1000 == 0 {
-        return (ms / 1000).to_string();
-    }
-    let s = format!("{}.{:03}", ms / 1000, ms % 1000);
-    s.trim_end_matches('0').to_string()
 }
 
 /// State of one connection visible to its handles.

@@ -1,4 +1,5 @@
-//! Owns: the command-line interface (`sluice --help`) and how flags override the file.
+//! Owns: the broker's command-line flags (`sluice --help`; the tools beside the broker
+//! are `crate::cli`'s) and how flags override the file.
 //!
 //! Does not: hold defaults (they live in `Config::default` and are shown in `--help` only
 //! where they cannot differ from it).
@@ -66,10 +67,6 @@ pub struct Cli {
     #[arg(long = "http-listen", value_name = "ADDR|off")]
     pub http_listen: Option<String>,
 
-    /// A tool to run instead of the broker (`sluice hash-password`, `sluice
-    /// import-definitions`); none starts the broker.
-    #[command(subcommand)]
-    pub command: Option<crate::auth::command::Command>,
     #[command(flatten)]
     pub tls: super::tls::TlsFlags,
 }

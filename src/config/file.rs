@@ -193,9 +193,9 @@ struct BrokerSection {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AuthSection {
-    users: Option<Vec<crate::auth::file::UserEntry>>,
+    users: Option<Vec<super::auth::UserEntry>>,
     loopback_users: Option<Vec<String>>,
-    permissions: Option<Vec<crate::auth::file::PermissionSection>>,
+    permissions: Option<Vec<super::auth::PermissionSection>>,
 }
 
 #[derive(Deserialize)]
@@ -305,12 +305,12 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         if let Some(users) = a.users {
             config.users = users
                 .into_iter()
-                .map(crate::auth::file::UserEntry::into_user)
+                .map(super::auth::UserEntry::into_user)
                 .collect::<Result<_, _>>()?;
         }
         set(&mut config.loopback_users, a.loopback_users);
         if let Some(list) = a.permissions {
-            config.permissions = crate::auth::file::compile_permissions(list)?;
+            config.permissions = super::auth::compile_permissions(list)?;
         }
     }
     if let Some(h) = file.http {

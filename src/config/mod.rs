@@ -5,6 +5,7 @@
 //! Does not: read globals, open sockets or start threads. The `Config` is passed down to
 //! each shard at construction; nothing reads it ambiently.
 
+pub mod auth;
 pub mod cli;
 pub mod file;
 pub mod limits;
@@ -458,7 +459,7 @@ impl Config {
         if self.shard.no_ack_window_bytes == 0 {
             return invalid("shard.no_ack_window_bytes", "must be at least 1".into());
         }
-        crate::auth::file::validate(self)?;
+        auth::validate(self)?;
         self.limits.resources.validate(&self.vhosts)?;
         if let Err((key, reason)) = self.tls.check() {
             return invalid(key, reason);

@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::policy::capacity::CapacitySettings;
 use crate::policy::slow_consumer::SlowConsumerSettings;
 use crate::policy::watermark::MemoryLimit;
+pub use crate::store::quota::StoreQuota;
 
 /// Timing of the per-queue policy checks on each shard's timer wheel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,35 +58,6 @@ pub struct VhostDefaults {
     pub slow_consumer: SlowConsumerSettings,
     /// The store's disk quota for this vhost's producers.
     pub store_quota: StoreQuota,
-}
-
-/// Store disk quota (seed 001, "Disk quota-based flow control"): above `overfull`
-/// bytes on disk every producer of the vhost is blocked, below `underfull` they resume.
-/// `overfull` 0 = unlimited.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StoreQuota {
-    pub overfull: u64,
-    pub underfull: u64,
-}
-
-impl StoreQuota {
-    /// From the file's values: an underfull of 0 is 90% of overfull.
-    pub fn new(overfull: u64, underfull: u64) -> Result<StoreQuota, String> {
-        if overfull > 0 && underfull > overfull {
-            return Err(format!(
-                "store_underfull_size {underfull} is above store_overfull_size {overfull}"
-            ));
-        }
-        let underfull = if underfull == 0 {
-            overfull / 10 * 9
-        } else {
-            underfull
-        };
-        Ok(StoreQuota {
-            overfull,
-            underfull,
-        })
-    }
 }
 
 /// A `[[topic]]` entry: slow-consumer settings for queues bound to `exchange` with

@@ -16,7 +16,6 @@
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use base64::Engine;
 use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
@@ -93,7 +92,7 @@ pub async fn admit<'a>(
         Err(reason) => reason,
     };
     let settings = &config.limits.resources.login;
-    let now = Instant::now();
+    let now = crate::timer::clock::os_now();
     // One thread serves every management connection; the connection cap
     // (`http.max_connections`) bounds the delayed answers, so there is always room.
     let gate = with_logins(settings, |l| {

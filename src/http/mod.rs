@@ -35,6 +35,7 @@ use crate::shard::inbox::{Peers, ShardMsg};
 use crate::shard::memory::MemoryBoard;
 use crate::shard::observe::{ObserveReply, ObserveRequest, ShardView, VhostView, Want};
 use crate::store::quota::DiskBoard;
+use crate::timer::clock;
 
 /// How long a request waits for a shard's answer before it is answered 503.
 const SHARD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -147,7 +148,7 @@ async fn serve(
         let Some(slot) = slots.take() else {
             // Over http.max_connections: closed as accepted, before hyper sees it.
             drop(stream);
-            if let Some(count) = over_cap.note(Instant::now()) {
+            if let Some(count) = over_cap.note(clock::os_now()) {
                 LimitEvent::ManagementRefused {
                     peer: peer.to_string(),
                     cap: slots.cap(),

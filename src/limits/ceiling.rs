@@ -35,7 +35,7 @@ impl FailureCeiling {
             1_000_000_000 / u64::from(per_second)
         };
         FailureCeiling {
-            base: Instant::now(),
+            base: crate::timer::clock::os_now(),
             interval,
             tolerance: interval.saturating_mul(u64::from(per_second.saturating_sub(1))),
             next: AtomicU64::new(0),

@@ -4,7 +4,7 @@
 //! limit of N never admits N+1), each shard's own part ([`ShardLimits`]: unauthenticated
 //! sockets, the connections it admitted, login throttling per (source address, user),
 //! under the broker-wide ceiling on failed logins answered ([`ceiling`], an atomic)) — and
-//! the rate-limited log lines of every limit ([`report`]).
+//! the rate limit of every operational line that can repeat ([`report`]).
 //!
 //! Does not: parse configuration (`config::limits`), write frames or close sockets (the
 //! shard's handler and `net` do, on its answer), or check queue, consumer and binding

@@ -1,9 +1,9 @@
 //! Owns: one shard's replica of the broker's directory — per virtual host, the exchanges
 //! with their bindings (to queues and to other exchanges) and the queues' metadata (home
-//! shard, flags, exclusive owner) — and its generation counter. Every shard holds a full
-//! copy, so a publish is routed on the publisher's shard without a lock, through chains
-//! of exchanges too (`chain`). Also what removing bindings takes with it: the
-//! auto-delete exchanges left without a binding (`cascade`).
+//! shard, flags, exclusive owner). Every shard holds a full copy, so a publish is routed
+//! on the publisher's shard without a lock, through chains of exchanges too (`chain`).
+//! Also what removing bindings takes with it: the auto-delete exchanges left without a
+//! binding (`cascade`).
 //!
 //! Does not: change itself except through [`Directory::apply`] with a
 //! [`DirectoryChange`] produced by the control-plane coordinator (`shard::control`),
@@ -178,18 +178,6 @@ impl VhostDirectory {
         self.exchanges.iter().map(|(_, ex)| ex)
     }
 
-    /// The bindings whose destination is this queue (besides the implicit default one);
-    /// O(exchanges + its bindings).
-    pub fn bindings_to(&self, queue: QueueRef) -> Vec<(ShortStr, Binding)> {
-        let mut out = Vec::new();
-        for ex in self.exchanges() {
-            for b in ex.bindings_of(queue) {
-                out.push((ex.def.name.clone(), b.clone()));
-            }
-        }
-        out
-    }
-
     /// Routes a publish: appends each queue it reaches once. The default exchange (empty
     /// name) routes to the queue named by the routing key; an exchange bound to other
     /// exchanges passes the message on with the same routing key and headers (`chain`).
@@ -320,7 +308,6 @@ impl VhostDirectory {
 /// A shard's full replica.
 pub struct Directory {
     vhosts: Vec<VhostDirectory>,
-    generation: u64,
 }
 
 impl VhostDirectory {
@@ -352,7 +339,6 @@ impl Directory {
                 .iter()
                 .map(|n| VhostDirectory::new(n.clone()))
                 .collect(),
-            generation: 0,
         }
     }
 
@@ -368,11 +354,6 @@ impl Directory {
         self.vhosts.len()
     }
 
-    /// Bumped on every applied change; route caches key on it.
-    pub fn generation(&self) -> u64 {
-        self.generation
-    }
-
     pub fn apply(&mut self, change: &DirectoryChange) {
         let vhost = match change {
             DirectoryChange::DeclareExchange { vhost, .. }
@@ -386,7 +367,6 @@ impl Directory {
         };
         if let Some(v) = self.vhosts.get_mut(vhost) {
             v.apply(change);
-            self.generation += 1;
         }
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::limits::report::Reporter;
 use crate::shard::Shard;
 
 /// Binds one `SO_REUSEPORT` listener per shard on each address, each address first
@@ -112,8 +113,7 @@ pub async fn accept_loop(
     tls: Option<std::sync::Arc<super::tls::TlsListener>>,
 ) {
     let listener = tokio_uring::net::TcpListener::from_std(listener);
-    let mut failures = 0u64;
-    let mut reported: Option<std::time::Instant> = None;
+    let failures = Reporter::new(ACCEPT_REPORT_GAP, 1);
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -142,17 +142,13 @@ pub async fn accept_loop(
                 }
             }
             Err(e) => {
-                failures += 1;
-                let now = std::time::Instant::now();
-                if reported.is_none_or(|at| now.duration_since(at) >= ACCEPT_REPORT_GAP) {
+                if let Some(failures) = failures.note(shard.clock.now()) {
                     crate::ops::event::OpsEvent::AcceptFailed {
                         shard: shard.id,
                         error: e.to_string(),
                         failures,
                     }
                     .emit();
-                    reported = Some(now);
-                    failures = 0;
                 }
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
             }

@@ -29,6 +29,7 @@ use tokio_uring::net::TcpStream;
 use super::read_buf::ReadBuffer;
 use crate::config::tls::TlsConfig;
 use crate::config::ConfigError;
+use crate::limits::report::Reporter;
 use crate::ops::event::OpsEvent;
 use crate::session::connection::TlsPeer;
 use crate::session::signal::Signal;
@@ -354,7 +355,7 @@ pub async fn serve(
     let mut tls = match ServerConnection::new(Arc::clone(&listener.config)) {
         Ok(tls) => tls,
         Err(e) => {
-            handshake_failed(peer, &e.to_string());
+            handshake_failed(peer, &e.to_string(), shard.clock.now());
             shard.limits.socket_gone();
             return;
         }
@@ -371,7 +372,7 @@ pub async fn serve(
         )),
     };
     if let Some(reason) = failure {
-        handshake_failed(peer, &reason);
+        handshake_failed(peer, &reason, shard.clock.now());
         let _ = stream.shutdown(std::net::Shutdown::Both);
         shard.limits.socket_gone();
         return;
@@ -448,43 +449,21 @@ async fn handshake(stream: &TcpStream, tls: &mut ServerConnection) -> Result<(),
 const FAILURES_PER_WINDOW: u32 = 10;
 const FAILURE_WINDOW: Duration = Duration::from_secs(10);
 
-struct FailureLog {
-    window_start: Option<Instant>,
-    logged: u32,
-    suppressed: u64,
-}
-
 thread_local! {
     // Each shard is one thread: a per-shard limit without a lock.
-    static FAILURES: RefCell<FailureLog> = const {
-        RefCell::new(FailureLog { window_start: None, logged: 0, suppressed: 0 })
-    };
+    static FAILURES: Reporter = const { Reporter::new(FAILURE_WINDOW, FAILURES_PER_WINDOW) };
 }
 
 /// Logs CON-1010 for a failed TLS handshake, at most [`FAILURES_PER_WINDOW`] lines per
-/// shard per [`FAILURE_WINDOW`] (a flood of bad clients cannot flood the log).
-fn handshake_failed(peer: SocketAddr, reason: &str) {
-    let now = Instant::now();
-    let suppressed = FAILURES.with(|f| {
-        let mut f = f.borrow_mut();
-        if f.window_start
-            .is_none_or(|at| now.duration_since(at) >= FAILURE_WINDOW)
-        {
-            f.window_start = Some(now);
-            f.logged = 0;
-        }
-        if f.logged >= FAILURES_PER_WINDOW {
-            f.suppressed += 1;
-            return None;
-        }
-        f.logged += 1;
-        Some(std::mem::take(&mut f.suppressed))
-    });
-    if let Some(suppressed) = suppressed {
+/// shard per [`FAILURE_WINDOW`] (a flood of bad clients cannot flood the log); `now` is
+/// the shard's clock.
+fn handshake_failed(peer: SocketAddr, reason: &str, now: Instant) {
+    // The count includes this failure; the line reports the ones suppressed before it.
+    if let Some(count) = FAILURES.with(|f| f.note(now)) {
         OpsEvent::TlsHandshakeFailed {
             peer,
             reason: reason.to_owned(),
-            suppressed,
+            suppressed: count - 1,
         }
         .emit();
     }

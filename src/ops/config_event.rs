@@ -9,7 +9,7 @@ use std::fmt;
 use tracing::Level;
 
 use super::escape::Escaped;
-use super::fields::LogFields;
+use super::fields::{LineFields, LogFields};
 
 /// One reload event.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,15 +36,20 @@ impl ConfigEvent {
 
     /// Logs the event (info for a reload, warn otherwise).
     pub fn emit(&self) {
-        let level = match self {
+        super::fields::emit(self);
+    }
+}
+
+impl LogFields for ConfigEvent {
+    fn level(&self) -> Level {
+        match self {
             ConfigEvent::Reloaded { .. } => Level::INFO,
             ConfigEvent::NeedsRestart { .. } | ConfigEvent::ReloadFailed { .. } => Level::WARN,
-        };
-        let fields = LogFields {
-            code: self.code(),
-            ..LogFields::default()
-        };
-        super::fields::emit(level, &fields, self);
+        }
+    }
+
+    fn fields(&self) -> LineFields<'_> {
+        LineFields::code(self.code())
     }
 }
 

@@ -1,17 +1,17 @@
-//! Owns: the structured parts of an operational line ([`LogFields`]: its code and, where
-//! the event has them, vhost, queue, exchange, connection, channel and shard) and the one
-//! place that hands an event to `tracing` with those parts as fields. With
-//! `--log-format json` each part is its own JSON field next to the rendered message; the
-//! text format shows the message alone (see [`super::log`]), exactly as before.
+//! Owns: the structured parts of an operational line ([`LineFields`]: its code and,
+//! where the event has them, vhost, queue, exchange, connection, channel and shard), the
+//! [`LogFields`] trait every event type implements in its own file (its level and its
+//! parts), and the one place that hands an event to `tracing` with those parts as
+//! fields ([`emit`]). With `--log-format json` each part is its own JSON field next to
+//! the rendered message; the text format shows the message alone (see [`super::log`]),
+//! exactly as before.
 //!
-//! Does not: render messages (each event's `Display` does) or choose levels (`emit`).
+//! Does not: render messages (each event's `Display` does), choose levels or know any
+//! event type (each event file implements [`LogFields`]).
 
 use std::fmt;
 
 use tracing::Level;
-
-use super::event::{FlowCause, OpsEvent};
-use super::store_event::StoreEvent;
 
 /// The names of the fields [`emit`] attaches; the text format leaves them out.
 pub const FIELD_NAMES: [&str; 7] = [
@@ -26,7 +26,7 @@ pub const FIELD_NAMES: [&str; 7] = [
 
 /// An operational line's parts. `None` parts are not written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LogFields<'a> {
+pub struct LineFields<'a> {
     pub code: &'static str,
     pub vhost: Option<&'a str>,
     pub queue: Option<&'a str>,
@@ -37,34 +37,48 @@ pub struct LogFields<'a> {
     pub shard: Option<u16>,
 }
 
-impl<'a> LogFields<'a> {
-    fn code(code: &'static str) -> Self {
-        LogFields {
+impl<'a> LineFields<'a> {
+    /// A line with its code and no other part.
+    pub fn code(code: &'static str) -> Self {
+        LineFields {
             code,
-            ..LogFields::default()
+            ..LineFields::default()
         }
     }
 
-    fn queue(code: &'static str, vhost: &'a str, queue: &'a str) -> Self {
-        LogFields {
+    /// A line about one queue of a vhost.
+    pub fn queue(code: &'static str, vhost: &'a str, queue: &'a str) -> Self {
+        LineFields {
             vhost: Some(vhost),
             queue: Some(queue),
-            ..LogFields::code(code)
+            ..LineFields::code(code)
         }
     }
 
-    fn connection(code: &'static str, subject: &'a str, channel: Option<u16>) -> Self {
-        LogFields {
+    /// A line about one connection (`subject`), and one of its channels.
+    pub fn connection(code: &'static str, subject: &'a str, channel: Option<u16>) -> Self {
+        LineFields {
             connection: Some(subject),
             channel,
-            ..LogFields::code(code)
+            ..LineFields::code(code)
         }
     }
 }
 
-/// Writes one operational line under the target `sluice::ops` at `level`, with `fields`
-/// as tracing fields and `message` as the message.
-pub fn emit(level: Level, fields: &LogFields<'_>, message: &dyn fmt::Display) {
+/// An operational event as the log writes it: its message is its `Display`, and it
+/// says at which level it is written and which parts it names.
+pub trait LogFields: fmt::Display {
+    /// The level the event's kind deserves.
+    fn level(&self) -> Level;
+
+    /// The event's code and the objects it names, for structured logs.
+    fn fields(&self) -> LineFields<'_>;
+}
+
+/// Writes one operational line under the target `sluice::ops` at the event's level,
+/// with its parts as tracing fields and its rendering as the message.
+pub fn emit(event: &dyn LogFields) {
+    let fields = event.fields();
     macro_rules! at {
         ($level:expr) => {
             tracing::event!(
@@ -77,11 +91,11 @@ pub fn emit(level: Level, fields: &LogFields<'_>, message: &dyn fmt::Display) {
                 connection = fields.connection,
                 channel = fields.channel,
                 shard = fields.shard,
-                "{message}"
+                "{event}"
             )
         };
     }
-    match level {
+    match event.level() {
         Level::ERROR => at!(Level::ERROR),
         Level::WARN => at!(Level::WARN),
         Level::INFO => at!(Level::INFO),
@@ -90,111 +104,11 @@ pub fn emit(level: Level, fields: &LogFields<'_>, message: &dyn fmt::Display) {
     }
 }
 
-impl OpsEvent {
-    /// The event's code and the objects it names, for structured logs.
-    pub fn fields(&self) -> LogFields<'_> {
-        let code = self.code();
-        match self {
-            OpsEvent::BrokerStartup { .. }
-            | OpsEvent::BrokerListening { .. }
-            | OpsEvent::BrokerShuttingDown
-            | OpsEvent::BrokerReady
-            | OpsEvent::BrokerStopped
-            | OpsEvent::MemoryAlarmSet { .. }
-            | OpsEvent::MemoryAlarmCleared { .. }
-            | OpsEvent::MemoryWatermarks { .. }
-            | OpsEvent::FileLimit { .. }
-            | OpsEvent::Panic { .. }
-            | OpsEvent::NotifyFailed { .. }
-            | OpsEvent::ManagementListening { .. }
-            | OpsEvent::TlsListening { .. }
-            | OpsEvent::TlsHandshakeFailed { .. }
-            | OpsEvent::MemoryReport { .. }
-            | OpsEvent::PlaintextPasswords { .. } => LogFields::code(code),
-            OpsEvent::AccessRefused {
-                subject, channel, ..
-            } => LogFields::connection(code, subject, Some(*channel)),
-            OpsEvent::VhostRefused { subject, .. } => LogFields::connection(code, subject, None),
-            OpsEvent::ShardStarted { shard, .. } | OpsEvent::AcceptFailed { shard, .. } => {
-                LogFields {
-                    shard: Some(*shard),
-                    ..LogFields::code(code)
-                }
-            }
-            OpsEvent::ConnectionOpen { subject, .. }
-            | OpsEvent::ConnectionClose { subject, .. }
-            | OpsEvent::ReadingSuspended { subject, .. }
-            | OpsEvent::ReadingResumed { subject } => LogFields::connection(code, subject, None),
-            OpsEvent::ChannelCreate { subject, channel }
-            | OpsEvent::ChannelClose {
-                subject, channel, ..
-            }
-            | OpsEvent::FlowRemoved { subject, channel } => {
-                LogFields::connection(code, subject, Some(*channel))
-            }
-            OpsEvent::FlowEnforced {
-                subject,
-                channel,
-                cause,
-            } => LogFields {
-                queue: match cause {
-                    FlowCause::Queue(queue) => Some(queue),
-                    FlowCause::Memory | FlowCause::Store | FlowCause::Disk => None,
-                },
-                ..LogFields::connection(code, subject, Some(*channel))
-            },
-            OpsEvent::QueueCreate { vhost, queue, .. }
-            | OpsEvent::QueueDeleted { vhost, queue }
-            | OpsEvent::QueueOverfull { vhost, queue, .. }
-            | OpsEvent::QueueUnderfull { vhost, queue, .. }
-            | OpsEvent::QueueDiscarded { vhost, queue, .. }
-            | OpsEvent::QueueRejected { vhost, queue, .. } => LogFields::queue(code, vhost, queue),
-            OpsEvent::ExchangeCreate {
-                vhost, exchange, ..
-            }
-            | OpsEvent::ExchangeDeleted { vhost, exchange } => LogFields {
-                vhost: Some(vhost),
-                exchange: Some(exchange),
-                ..LogFields::code(code)
-            },
-            OpsEvent::SlowConsumerDetected(r)
-            | OpsEvent::SlowConsumerPredicted(r)
-            | OpsEvent::SlowConsumerExempt(r) => LogFields::queue(code, &r.vhost, &r.queue),
-        }
-    }
-}
-
-impl StoreEvent {
-    /// The event's code and the objects it names, for structured logs.
-    pub fn fields(&self) -> LogFields<'_> {
-        let code = self.code();
-        match self {
-            StoreEvent::Location { .. }
-            | StoreEvent::RecoveryStart
-            | StoreEvent::RecoveryComplete { .. }
-            | StoreEvent::QueuesRehomed { .. }
-            | StoreEvent::Damaged { .. }
-            | StoreEvent::DiskAlarmSet { .. }
-            | StoreEvent::DiskAlarmCleared { .. }
-            | StoreEvent::WriteFailed { .. }
-            | StoreEvent::DefinitionsKept { .. } => LogFields::code(code),
-            StoreEvent::Closed { shard, .. } => LogFields {
-                shard: Some(*shard),
-                ..LogFields::code(code)
-            },
-            StoreEvent::QueueRecovered { vhost, queue, .. }
-            | StoreEvent::Evicted { vhost, queue, .. } => LogFields::queue(code, vhost, queue),
-            StoreEvent::Overfull { vhost, .. } | StoreEvent::Underfull { vhost, .. } => LogFields {
-                vhost: Some(vhost),
-                ..LogFields::code(code)
-            },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::event::{FlowCause, OpsEvent};
+    use crate::ops::store_event::StoreEvent;
 
     #[test]
     fn events_name_their_objects() {
@@ -207,11 +121,11 @@ mod tests {
         };
         assert_eq!(
             e.fields(),
-            LogFields {
+            LineFields {
                 code: "QUE-1001",
                 vhost: Some("/"),
                 queue: Some("q"),
-                ..LogFields::default()
+                ..LineFields::default()
             }
         );
         let e = OpsEvent::FlowEnforced {

@@ -12,7 +12,7 @@ use std::fmt;
 use tracing::Level;
 
 use super::escape::Escaped;
-use super::fields::LogFields;
+use super::fields::{LineFields, LogFields};
 
 /// One limit event. `count` is how many occurrences this line reports (1 for the first).
 #[derive(Debug, Clone, PartialEq)]
@@ -101,26 +101,36 @@ impl LimitEvent {
         }
     }
 
-    /// The event's code and the objects it names, for structured logs.
-    pub fn fields(&self) -> LogFields<'_> {
+    /// Logs the event (warn), with its parts as fields.
+    pub fn emit(&self) {
+        super::fields::emit(self);
+    }
+}
+
+impl LogFields for LimitEvent {
+    fn level(&self) -> Level {
+        Level::WARN
+    }
+
+    fn fields(&self) -> LineFields<'_> {
         let code = self.code();
-        let base = LogFields {
+        let base = LineFields {
             code,
-            ..LogFields::default()
+            ..LineFields::default()
         };
         match self {
-            LimitEvent::ConnectionRefused { subject, .. } => LogFields {
+            LimitEvent::ConnectionRefused { subject, .. } => LineFields {
                 connection: Some(subject),
                 ..base
             },
             LimitEvent::ChannelRefused {
                 subject, channel, ..
-            } => LogFields {
+            } => LineFields {
                 connection: Some(subject),
                 channel: Some(*channel),
                 ..base
             },
-            LimitEvent::AcceptRefused { shard, .. } => LogFields {
+            LimitEvent::AcceptRefused { shard, .. } => LineFields {
                 shard: Some(*shard),
                 ..base
             },
@@ -128,24 +138,19 @@ impl LimitEvent {
             | LimitEvent::LoginDropped { .. }
             | LimitEvent::LoginCeiling { .. }
             | LimitEvent::ManagementRefused { .. } => base,
-            LimitEvent::QueueRefused { vhost, queue, .. } => LogFields {
+            LimitEvent::QueueRefused { vhost, queue, .. } => LineFields {
                 vhost: Some(vhost),
                 queue: Some(queue),
                 ..base
             },
             LimitEvent::BindingRefused {
                 vhost, exchange, ..
-            } => LogFields {
+            } => LineFields {
                 vhost: Some(vhost),
                 exchange: Some(exchange),
                 ..base
             },
         }
-    }
-
-    /// Logs the event (warn), with its parts as fields.
-    pub fn emit(&self) {
-        super::fields::emit(Level::WARN, &self.fields(), self);
     }
 }
 

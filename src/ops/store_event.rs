@@ -10,6 +10,7 @@ use tracing::Level;
 
 use super::escape::Escaped;
 use super::event::thousands;
+use super::fields::{LineFields, LogFields};
 
 /// The damaged regions in the middle of one file that recovery skipped (MST-1010).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,15 +143,47 @@ impl StoreEvent {
 
     /// Logs the event at its level, with its parts as fields ([`super::fields`]).
     pub fn emit(&self) {
-        let level = match self {
+        super::fields::emit(self);
+    }
+}
+
+impl LogFields for StoreEvent {
+    fn level(&self) -> Level {
+        match self {
             StoreEvent::Overfull { .. }
             | StoreEvent::Damaged { .. }
             | StoreEvent::DiskAlarmSet { .. }
             | StoreEvent::DefinitionsKept { .. } => Level::WARN,
             StoreEvent::WriteFailed { .. } => Level::ERROR,
             _ => Level::INFO,
-        };
-        super::fields::emit(level, &self.fields(), self);
+        }
+    }
+
+    fn fields(&self) -> LineFields<'_> {
+        let code = self.code();
+        match self {
+            StoreEvent::Location { .. }
+            | StoreEvent::RecoveryStart
+            | StoreEvent::RecoveryComplete { .. }
+            | StoreEvent::QueuesRehomed { .. }
+            | StoreEvent::Damaged { .. }
+            | StoreEvent::DiskAlarmSet { .. }
+            | StoreEvent::DiskAlarmCleared { .. }
+            | StoreEvent::WriteFailed { .. }
+            | StoreEvent::DefinitionsKept { .. } => LineFields::code(code),
+            StoreEvent::Closed { shard, .. } => LineFields {
+                shard: Some(*shard),
+                ..LineFields::code(code)
+            },
+            StoreEvent::QueueRecovered { vhost, queue, .. }
+            | StoreEvent::Evicted { vhost, queue, .. } => LineFields::queue(code, vhost, queue),
+            StoreEvent::Overfull { vhost, .. } | StoreEvent::Underfull { vhost, .. } => {
+                LineFields {
+                    vhost: Some(vhost),
+                    ..LineFields::code(code)
+                }
+            }
+        }
     }
 }
 

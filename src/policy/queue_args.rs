@@ -40,8 +40,8 @@ pub mod arg {
 
 /// `rabbit_misc:check_expiry/1`: ten years in milliseconds.
 const MAX_EXPIRY_MS: i64 = 315_360_000_000;
-/// `?MAX_SUPPORTED_PRIORITY`.
-const MAX_PRIORITY: i64 = 255;
+/// The highest `x-max-priority` RabbitMQ accepts (`?MAX_SUPPORTED_PRIORITY`).
+pub const MAX_SUPPORTED_PRIORITY: i64 = 255;
 /// `?KNOWN_OVERFLOW_MODES`, compared byte for byte.
 const OVERFLOW_MODES: [&str; 3] = ["drop-head", "reject-publish", "reject-publish-dlx"];
 /// Queue types RabbitMQ has and sluice does not.
@@ -133,7 +133,7 @@ pub fn validate(args: &FieldTable) -> Result<(), QueueArgError> {
     check(args, arg::MAX_LENGTH, |v| non_negative(v).map(drop))?;
     check(args, arg::MAX_LENGTH_BYTES, |v| non_negative(v).map(drop))?;
     check(args, arg::MAX_PRIORITY, |v| match non_negative(v)? {
-        n if n > MAX_PRIORITY => Err(Reason::MaxValueExceeded(n)),
+        n if n > MAX_SUPPORTED_PRIORITY => Err(Reason::MaxValueExceeded(n)),
         _ => Ok(()),
     })?;
     check(args, arg::OVERFLOW, |v| match v {

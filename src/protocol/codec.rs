@@ -390,11 +390,6 @@ pub(crate) fn put_long_bytes(out: &mut BytesMut, b: &[u8]) {
     out.put_slice(b);
 }
 
-/// Writes a field table (long length + entries).
-pub fn put_table(out: &mut BytesMut, t: &FieldTable) {
-    t.encode(out);
-}
-
 /// Packs `bits` into `ceil(len/8)` octets, least significant bit first.
 pub fn put_bits(out: &mut BytesMut, bits: &[bool]) {
     for chunk in bits.chunks(8) {

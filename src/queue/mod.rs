@@ -26,8 +26,8 @@
 //! - `persistent` counts the persistent entries in `ready` and `unacked`.
 
 pub mod consumers;
+pub mod dispatch_args;
 pub mod entry;
-pub mod features;
 pub mod limits;
 pub mod paging;
 pub mod ready;

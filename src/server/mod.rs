@@ -167,7 +167,7 @@ fn ready_status(
 /// (`READY=1`, when `$NOTIFY_SOCKET` is set).
 pub fn start(config: Config) -> Result<Broker, StartError> {
     check_cores(&config).map_err(StartError::Config)?;
-    let started = std::time::Instant::now();
+    let started = crate::timer::clock::os_now();
     let config = Arc::new(config);
     OpsEvent::BrokerStartup {
         version: env!("CARGO_PKG_VERSION"),
@@ -202,7 +202,13 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     }
     .emit();
     let memory = Arc::new(MemoryBoard::new(config.shards, low, high));
-    let recovered = crate::store::open(&config, crate::shard::placement::home_shard)
+    let store_options = crate::store::StoreOptions {
+        data_dir: config.data_dir.clone(),
+        shards: config.shards,
+        vhosts: config.vhosts.clone(),
+        segment_size: config.store.segment_size,
+    };
+    let recovered = crate::store::open(&store_options, crate::shard::placement::home_shard)
         .map_err(StartError::Store)?;
     let quotas = config
         .vhosts
@@ -310,11 +316,6 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
 }
 
 impl Broker {
-    /// The management listener's bound address, if it runs.
-    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
-        self.http.as_ref().map(|h| h.addr)
-    }
-
     /// SIGHUP: puts the reloadable sections of `loaded` (the file read again, flags on
     /// top) in force on every shard and the management thread, and logs what was
     /// reloaded (BRK-1018) and what waits for a restart (BRK-1019). A file that cannot

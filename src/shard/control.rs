@@ -26,7 +26,7 @@ use crate::ops::event::OpsEvent;
 use crate::policy::args::ArgError;
 use crate::policy::{capacity, max_length, queue_args, slow_consumer};
 use crate::protocol::{FieldTable, FieldValue, ShortStr};
-use crate::queue::features;
+use crate::queue::dispatch_args;
 use crate::session::error::{ChannelError, ObjectKind};
 
 use super::inbox::{
@@ -179,11 +179,12 @@ const POLICY_ARGS: [&str; 11] = [
     crate::model::dead_letter::arg::SLOW_CONSUMER,
 ];
 
-/// Queue arguments that change how the queue orders and hands out messages; validated
-/// with RabbitMQ's texts (`queue::features`) and compared on a redeclare.
-const FEATURE_ARGS: [&str; 2] = [
-    features::arg::MAX_PRIORITY,
-    features::arg::SINGLE_ACTIVE_CONSUMER,
+/// Queue arguments that change how the queue orders and hands out messages
+/// (`queue::dispatch_args` reads them; `policy::queue_args` validates them with RabbitMQ's
+/// texts); compared on a redeclare.
+const DISPATCH_ARGS: [&str; 2] = [
+    dispatch_args::arg::MAX_PRIORITY,
+    dispatch_args::arg::SINGLE_ACTIVE_CONSUMER,
 ];
 
 fn arg_error(e: ArgError) -> ChannelError {
@@ -372,7 +373,7 @@ fn plan(
                 for key in RABBIT_ARGS
                     .iter()
                     .chain(POLICY_ARGS.iter())
-                    .chain(FEATURE_ARGS.iter())
+                    .chain(DISPATCH_ARGS.iter())
                 {
                     let (r, c) = (arguments.get(key), meta.arguments.get(key));
                     if !same_arg(r, c) {
@@ -592,7 +593,7 @@ fn key_static(key: &str) -> &'static str {
     RABBIT_ARGS
         .iter()
         .chain(POLICY_ARGS.iter())
-        .chain(FEATURE_ARGS.iter())
+        .chain(DISPATCH_ARGS.iter())
         .find(|k| **k == key)
         .copied()
         .unwrap_or("arguments")

@@ -4,8 +4,10 @@
 //! count changed), the record format they share (`record`, `message_log`) and the disk
 //! quota (`quota`). Durable queues journal their removals in `model::journal`.
 //!
-//! Does not: route, enqueue or deliver. The shard stages persistent messages that enter
-//! durable queues and holds their confirms until the group that holds them is on disk.
+//! Does not: route, enqueue or deliver, or read the configuration (`server` builds its
+//! [`StoreOptions`] and each vhost's [`quota::StoreQuota`]). The shard stages persistent
+//! messages that enter durable queues and holds their confirms until the group that
+//! holds them is on disk.
 //!
 //! Layout:
 //! ```text
@@ -26,10 +28,9 @@ pub mod rehome;
 pub mod shard_store;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::config::Config;
 use crate::model::ids::{QueueId, ShardId};
 use crate::model::routing::{Directory, DirectoryChange};
 use crate::ops::store_event::StoreEvent;
@@ -100,14 +101,28 @@ impl std::fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+/// What [`open`] needs to know of the broker (the caller builds it from its
+/// configuration).
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// `--data-dir`.
+    pub data_dir: PathBuf,
+    /// The shard count of this run; the segments are re-homed if it changed.
+    pub shards: usize,
+    /// The configured virtual hosts; durable definitions of others are not loaded.
+    pub vhosts: Vec<String>,
+    /// A segment file rolls over once it holds this many bytes (`store.segment_size`).
+    pub segment_size: u64,
+}
+
 /// Opens the store: reads and compacts the definitions, re-homes the segments if the
 /// shard count changed, and reads every shard's segments back. `home_shard(vhost,
 /// name, shards)` is the broker's placement rule.
 pub fn open(
-    config: &Config,
+    options: &StoreOptions,
     home_shard: fn(&str, &[u8], usize) -> ShardId,
 ) -> Result<Recovered, StoreError> {
-    let data_dir = config.data_dir.as_path();
+    let data_dir = options.data_dir.as_path();
     let fail = |error: std::io::Error| StoreError {
         path: data_dir.display().to_string(),
         error,
@@ -148,8 +163,8 @@ pub fn open(
             definitions::keep_as_is(data_dir, loaded.good_len).map_err(fail)?
         }
     };
-    let shards = config.shards;
-    let directory = Directory::new(&config.vhosts);
+    let shards = options.shards;
+    let directory = Directory::new(&options.vhosts);
     let (changes, missing) = defs.changes(&directory, &move |vhost, name| {
         home_shard(vhost, name, shards)
     });
@@ -167,7 +182,7 @@ pub fn open(
         let home = usize::from(home_shard(vhost, name.as_bytes(), shards));
         queues.insert(q.id, (vhost.clone(), name.to_string(), home));
     }
-    let segment_size = config.store.segment_size;
+    let segment_size = options.segment_size;
     let recorded = rehome::recorded_shards(data_dir).map_err(fail)?;
     match recorded {
         Some(old) if old != shards => {

@@ -15,9 +15,37 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::config::policy::StoreQuota;
 use crate::ops::store_event::StoreEvent;
 use crate::store::disk_free::DiskFree;
+
+/// Store disk quota (seed 001, "Disk quota-based flow control"): above `overfull`
+/// bytes on disk every producer of the vhost is blocked, below `underfull` they resume.
+/// `overfull` 0 = unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreQuota {
+    pub overfull: u64,
+    pub underfull: u64,
+}
+
+impl StoreQuota {
+    /// From the file's values: an underfull of 0 is 90% of overfull.
+    pub fn new(overfull: u64, underfull: u64) -> Result<StoreQuota, String> {
+        if overfull > 0 && underfull > overfull {
+            return Err(format!(
+                "store_underfull_size {underfull} is above store_overfull_size {overfull}"
+            ));
+        }
+        let underfull = if underfull == 0 {
+            overfull / 10 * 9
+        } else {
+            underfull
+        };
+        Ok(StoreQuota {
+            overfull,
+            underfull,
+        })
+    }
+}
 
 #[repr(align(64))]
 #[derive(Default)]

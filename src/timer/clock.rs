@@ -1,13 +1,40 @@
-//! The shard's coarse clock.
+//! The shard's coarse clock, and the one function through which code without a shard's
+//! clock reads the OS clock.
 //!
-//! Owns: one cached `Instant` per shard, refreshed once per event-loop turn,
-//! so everything handled in that turn sees the same "now" and pays for one
-//! clock read. Does not: run a background thread or hold global state (the
-//! LavinMQ `RoughTime` pattern this replaces); logic elsewhere takes `now`
-//! as a parameter and never reads this or `Instant::now()` itself.
+//! Owns: one cached `Instant` per shard, refreshed once per event-loop turn, so
+//! everything handled in that turn sees the same "now" and pays for one clock read; and
+//! [`os_now`], the OS clock for threads without a shard (the management listener, the
+//! start) and for the shard paths that have no `&Shard` at hand.
+//!
+//! Does not: run a background thread or hold global state (the LavinMQ `RoughTime`
+//! pattern this replaces). Logic below the shard (`queue`, `policy`, `session`, the
+//! counters of `limits`) takes `now` as a parameter and reads no clock.
+//!
+//! Where the OS clock is read (`Instant::now()`, or an `elapsed()`), and why:
+//! - [`Clock::refresh`], once per turn of a shard (`net::reader`, `shard::runtime`),
+//!   and [`Clock::new`];
+//! - [`os_now`]: the management thread (`http`: the login throttle and the connection
+//!   cap's log limit), the start (`server::start`, the epoch of `limits::ceiling`), and
+//!   the permission-refusal log limit (`shard::handler::access`, whose checks are not
+//!   given the shard);
+//! - directly, still: `Shard::new` (the start of its clock and wheel) and
+//!   `shard::persist` (a failed store write's retry deadline and MST-1015's log
+//!   limit);
+//!   `store::open`, timing the recovery it logs (MST-1006) once, before any shard
+//!   exists (the store does not depend on `timer`); the management thread's uptime
+//!   (`elapsed()` of the start) and its deadlines (a connection's idle timeout, an
+//!   answer from the shards), which are tokio's clock (`tokio::time::Instant`, as its
+//!   timers are); sluice's own client (`client` depends on `protocol` only); and tests,
+//!   which make their own `now`.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
+
+/// The OS clock, read now: for code that has no shard's [`Clock`] (another thread,
+/// or a shard path not given the shard). A shard's turn reads [`Clock::now`] instead.
+pub fn os_now() -> Instant {
+    Instant::now()
+}
 
 /// Cached time for one shard.
 ///

@@ -16,7 +16,8 @@ use crate::model::message::{LocalMessage, Message};
 use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::policy::max_length::Overflow;
-use crate::queue::{features, Queue, QueueSettings};
+use crate::policy::queue_args;
+use crate::queue::{dispatch_args, Queue, QueueSettings};
 
 use super::QueueSide;
 use crate::shard::inbox::{
@@ -328,11 +329,11 @@ impl QueueSide<'_> {
             exclusive: meta.exclusive_owner.is_some(),
             auto_delete: meta.auto_delete,
             arguments: meta.arguments.clone(),
-            message_ttl: ms("x-message-ttl"),
-            expires: ms("x-expires"),
+            message_ttl: ms(queue_args::arg::MESSAGE_TTL),
+            expires: ms(queue_args::arg::EXPIRES),
             // Validated by the coordinator; a value that slipped through is ignored.
-            max_priority: features::max_priority(&meta.arguments),
-            single_active_consumer: features::single_active_consumer(&meta.arguments),
+            max_priority: dispatch_args::max_priority(&meta.arguments),
+            single_active_consumer: dispatch_args::single_active_consumer(&meta.arguments),
             dead_letter: crate::model::dead_letter::target(&meta.arguments),
             stored: meta.durable && meta.exclusive_owner.is_none(),
         };

@@ -6,16 +6,17 @@
 //! Does not: match patterns or cache decisions (`auth::permissions::Access` does), or
 //! choose which method needs which permission (each method's arm names it in one call).
 
-use std::cell::Cell;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::auth::permissions::{exchange_resource, Access, Perm};
+use crate::limits::report::Reporter;
 use crate::model::ids::ConnId;
 use crate::ops::event::OpsEvent;
 use crate::protocol::properties::raw_user_id;
 use crate::protocol::table::FieldValue;
 use crate::protocol::{FieldTable, ShortStr};
 use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
+use crate::timer::clock;
 
 use crate::shard::conns::ConnSide;
 use crate::shard::Shard;
@@ -24,22 +25,16 @@ use crate::shard::Shard;
 const LOG_GAP: Duration = Duration::from_secs(1);
 
 thread_local! {
-    /// This shard's (thread's) last refusal line and the refusals not logged since.
-    static LAST_LINE: Cell<(Option<Instant>, u64)> = const { Cell::new((None, 0)) };
+    /// This shard's (thread's) rate limit of refusal lines.
+    static REFUSAL_LINES: Reporter = const { Reporter::new(LOG_GAP, 1) };
 }
 
-/// `Some(suppressed)` when a refusal line may be written now.
+/// `Some(suppressed)` when a refusal line may be written now (the refusal paths have no
+/// `&Shard`, hence the clock's own read).
 fn may_log() -> Option<u64> {
-    LAST_LINE.with(|cell| {
-        let (last, suppressed) = cell.get();
-        let now = Instant::now();
-        if last.is_some_and(|at| now.duration_since(at) < LOG_GAP) {
-            cell.set((last, suppressed + 1));
-            return None;
-        }
-        cell.set((Some(now), 0));
-        Some(suppressed)
-    })
+    REFUSAL_LINES
+        .with(|r| r.note(clock::os_now()))
+        .map(|count| count - 1)
 }
 
 impl ConnSide<'_> {

@@ -6,16 +6,14 @@
 //! 406 texts, before a queue or consumer is made), order messages (`ready`) or pick
 //! consumers (`consumers`).
 
+use crate::policy::queue_args::MAX_SUPPORTED_PRIORITY;
 use crate::protocol::{FieldTable, FieldValue};
 
-/// Argument names.
+/// The names of the arguments read here (defined once, with every other declare
+/// argument, in `policy::queue_args`).
 pub mod arg {
-    pub const MAX_PRIORITY: &str = "x-max-priority";
-    pub const SINGLE_ACTIVE_CONSUMER: &str = "x-single-active-consumer";
+    pub use crate::policy::queue_args::arg::{MAX_PRIORITY, SINGLE_ACTIVE_CONSUMER};
 }
-
-/// The highest `x-max-priority` RabbitMQ accepts (`?MAX_SUPPORTED_PRIORITY`).
-pub const MAX_SUPPORTED_PRIORITY: i64 = 255;
 
 /// A queue's highest priority level: `x-max-priority`, with 0 read as 1 (as RabbitMQ
 /// does); `None` for a plain queue, or for a value `policy::queue_args` would refuse.

@@ -1,18 +1,37 @@
-//! Owns: the `sluice hash-password` and `sluice import-definitions` subcommands — their
-//! arguments, input and output (stdout for results, stderr for the account of what was
-//! skipped) and exit codes.
+//! Owns: the `sluice` command line as a whole — the broker's flags (`config::Cli`)
+//! beside the tools that run instead of a broker, `sluice hash-password` and `sluice
+//! import-definitions` ([`import`]): their arguments, input and output (stdout for
+//! results, stderr for the account of what was skipped) and exit codes.
 //!
-//! Does not: start a broker (`sluice` without a subcommand does), hash or convert
-//! itself (`password`, `import`).
+//! Does not: start a broker (`main` hands the flags to `config` and `server`), hash
+//! passwords (`auth::password`) or encode definitions records (`store::definitions`).
+//! Nothing in the library depends on it: it sits above `server`, beside `main`.
+
+pub mod import;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Subcommand;
+use clap::{Parser, Subcommand};
 
-use super::import::{self, Skipped};
-use super::password::Password;
+use crate::auth::password::Password;
+use crate::config::Cli;
+
+use import::Skipped;
+
+/// sluice — an AMQP 0-9-1 broker for heavy topic fan-out, one io_uring event loop per core.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "sluice", version, about, long_about = None)]
+pub struct Args {
+    /// The broker's flags.
+    #[command(flatten)]
+    pub broker: Cli,
+    /// A tool to run instead of the broker (`sluice hash-password`, `sluice
+    /// import-definitions`); none starts the broker.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
 
 /// Subcommands of `sluice`; without one, the broker starts.
 #[derive(Subcommand, Debug, Clone)]

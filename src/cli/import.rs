@@ -20,7 +20,7 @@ use crate::protocol::table::{FieldTable, FieldValue};
 use crate::protocol::{LongStr, ShortStr};
 use crate::store::definitions::{self, DurableBinding, DurableQueue};
 
-use super::password::Password;
+use crate::auth::password::Password;
 
 /// What was left out, by kind, each with the reason.
 #[derive(Debug, Default)]
@@ -196,7 +196,7 @@ pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String
         }
         // RabbitMQ's patterns are PCRE; one this broker's regex syntax refuses (a
         // lookaround, a backreference) would stop the broker at start.
-        if let Err(e) = super::permissions::Grant::compile(
+        if let Err(e) = crate::auth::permissions::Grant::compile(
             text(p, "configure"),
             text(p, "write"),
             text(p, "read"),

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::config::{Config, ConfigError, User};
+use crate::auth::password::Password;
+use crate::auth::permissions::{Grant, PermissionEntry, Permissions};
 
-use super::password::Password;
-use super::permissions::{Grant, PermissionEntry, Permissions};
+use super::{Config, ConfigError, User};
 
 /// One `[auth] users` entry as written.
 #[derive(Deserialize)]
