@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 use crate::protocol::{FieldTable, FieldValue, ShortStr};
+use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, QueueView, ShardView, Want};
 use crate::shard::inbox::{ControlOk, ControlRequest, ShardMsg};
-use crate::shard::observe::{ObserveReply, ObserveRequest, QueueView, ShardView, Want};
 
 use super::auth::Viewer;
 use super::{error, respond, unavailable, Context, HttpResponse};
@@ -307,7 +307,7 @@ async fn bindings(ctx: &Context, vhost: Option<&str>, viewer: &Viewer<'_>) -> Ht
     ok_json(&Value::Array(all))
 }
 
-fn connection_json(c: &crate::shard::observe::ConnView) -> Value {
+fn connection_json(c: &crate::shard::inbox::observe::ConnView) -> Value {
     let (host, port) = c.peer.rsplit_once(':').unwrap_or((&c.peer, ""));
     json!({
         "name": c.name,
@@ -328,7 +328,7 @@ fn connection_json(c: &crate::shard::observe::ConnView) -> Value {
     })
 }
 
-fn channel_json(c: &crate::shard::observe::ChannelView) -> Value {
+fn channel_json(c: &crate::shard::inbox::observe::ChannelView) -> Value {
     json!({
         "name": format!("{} ({})", c.connection, c.number),
         "number": c.number,
@@ -346,7 +346,7 @@ fn channel_json(c: &crate::shard::observe::ChannelView) -> Value {
     })
 }
 
-fn consumer_json(c: &crate::shard::observe::ConsumerView) -> Value {
+fn consumer_json(c: &crate::shard::inbox::observe::ConsumerView) -> Value {
     json!({
         "consumer_tag": c.tag,
         "channel_details": {

@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
-use crate::shard::observe::{QueueView, ShardView, Want};
+use crate::shard::inbox::observe::{QueueView, ShardView, Want};
 
 use super::{respond, unavailable, Context, HttpResponse};
 

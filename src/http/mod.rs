@@ -31,9 +31,9 @@ use crate::config::Config;
 use crate::limits::report::Reporter;
 use crate::ops::event::OpsEvent;
 use crate::ops::limit_event::LimitEvent;
+use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, ShardView, VhostView, Want};
 use crate::shard::inbox::{Peers, ShardMsg};
 use crate::shard::memory::MemoryBoard;
-use crate::shard::observe::{ObserveReply, ObserveRequest, ShardView, VhostView, Want};
 use crate::store::quota::DiskBoard;
 use crate::timer::clock;
 

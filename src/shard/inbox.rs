@@ -14,6 +14,8 @@
 //! publisher is paused, its socket unread); a shard's own inbox loop only uses the
 //! unbounded inbox, so waits between shards cannot form a cycle.
 
+pub mod observe;
+
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -294,8 +296,8 @@ pub enum ShardMsg {
     /// The operator interfaces (`crate::http`) ask for figures or an action; answered
     /// from the shard's own state in the turn it arrives (`shard::observe`).
     Observe(
-        crate::shard::observe::ObserveRequest,
-        oneshot::Sender<crate::shard::observe::ObserveReply>,
+        observe::ObserveRequest,
+        oneshot::Sender<observe::ObserveReply>,
     ),
 }
 

@@ -1,0 +1,194 @@
+//! Owns: what the operator interfaces (`crate::http`) ask a shard and what it answers
+//! ([`ObserveRequest`], [`ObserveReply`]) — plain owned views of its queues,
+//! connections, channels, consumers and directory, carried by `ShardMsg::Observe`.
+//!
+//! Does not: build the views (`shard::observe` does, from the shard's own state) or
+//! format them (`http` does).
+
+use crate::model::ids::ShardId;
+use crate::queue::QueueCounters;
+
+/// What the operator interfaces ask a shard.
+#[derive(Debug, Clone)]
+pub enum ObserveRequest {
+    /// The shard's counters, and the detail asked for.
+    Snapshot(Want),
+    /// The exchanges and bindings of every vhost (any replica has them all).
+    Directory,
+    /// Close the connection with this name (if it is on this shard) with 320.
+    CloseConnection { name: String, reason: String },
+    /// Purge a home queue.
+    Purge { vhost: String, name: String },
+}
+
+/// Home queues per snapshot answer: a shard with many queues answers in several turns
+/// (about a millisecond each), with its sockets and inboxes served in between, so a scrape
+/// never stalls deliveries for the time of the whole queue list.
+pub const QUEUE_CHUNK: usize = 1000;
+
+/// Which detail a snapshot carries (counts and counters always).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Want {
+    /// Home queues: at most [`QUEUE_CHUNK`], those with ids above `queues_after`, in id
+    /// order; the reply's `next_queue` says where the next request starts.
+    pub queues: bool,
+    /// The queue id the previous chunk ended at (0 for the first).
+    pub queues_after: u64,
+    /// Every connection and channel.
+    pub connections: bool,
+    /// Every consumer (implies the connections' names).
+    pub consumers: bool,
+}
+
+#[derive(Debug)]
+pub enum ObserveReply {
+    Snapshot(Box<ShardView>),
+    Directory(Vec<VhostView>),
+    /// Whether a connection of that name was found (and closed).
+    Closed(bool),
+    /// Messages purged, or `None` when the queue is not a home queue of this shard.
+    Purged(Option<u32>),
+}
+
+/// One shard's figures.
+#[derive(Debug, Default)]
+pub struct ShardView {
+    pub shard: ShardId,
+    pub queues: Vec<QueueView>,
+    pub connections: Vec<ConnView>,
+    pub channels: Vec<ChannelView>,
+    pub consumers: Vec<ConsumerView>,
+    /// More home queues follow: ask again with `queues_after` = this.
+    pub next_queue: Option<u64>,
+    /// Counts, whatever the detail.
+    pub queue_count: u64,
+    pub connection_count: u64,
+    pub channel_count: u64,
+    pub consumer_count: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// CPU time the shard's thread has used (`CLOCK_THREAD_CPUTIME_ID`): its rate is the
+    /// event loop's busy fraction, since a waiting loop sleeps in the kernel.
+    pub cpu_seconds: f64,
+}
+
+/// A home queue.
+#[derive(Debug, Clone)]
+pub struct QueueView {
+    pub vhost: String,
+    pub name: String,
+    pub home: ShardId,
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    /// The declare arguments.
+    pub arguments: crate::protocol::FieldTable,
+    pub ready: u64,
+    pub unacked: u64,
+    pub ready_bytes: u64,
+    /// Everything held: ready, unacknowledged, no-ack deliveries not yet written.
+    pub bytes: u64,
+    pub consumers: u64,
+    pub oldest_age_secs: f64,
+    pub counters: QueueCounters,
+    pub flow: Option<FlowView>,
+    pub slow: Option<SlowView>,
+}
+
+/// A queue's producer flow control (seed 001).
+#[derive(Debug, Clone, Copy)]
+pub struct FlowView {
+    pub blocked: bool,
+    pub capacity: u64,
+    pub resume_capacity: u64,
+    pub blocked_publishers: u64,
+}
+
+/// A queue's slow-consumer policy (seed 000) and its prediction.
+#[derive(Debug, Clone)]
+pub struct SlowView {
+    pub action: &'static str,
+    pub max_depth: Option<u64>,
+    pub max_count: Option<u64>,
+    pub max_age_secs: Option<f64>,
+    pub min_rate: Option<f64>,
+    pub arrival_rate: f64,
+    pub consume_rate: f64,
+    /// The threshold a growing backlog will cross first, and in how many seconds.
+    pub predicted_threshold: Option<&'static str>,
+    pub predicted_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConnView {
+    pub name: String,
+    pub serial: u64,
+    pub shard: ShardId,
+    pub peer: String,
+    pub user: String,
+    pub vhost: String,
+    pub state: &'static str,
+    pub channels: u64,
+    pub frame_max: u32,
+    pub channel_max: u16,
+    pub heartbeat: u16,
+    /// Stopped being read (flow control or the memory/disk alarms).
+    pub held: bool,
+    pub outbound_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChannelView {
+    pub connection: String,
+    pub number: u16,
+    pub user: String,
+    pub vhost: String,
+    pub prefetch: u32,
+    pub global_prefetch: u32,
+    pub unacked: u64,
+    pub consumers: u64,
+    pub confirm: bool,
+    pub transactional: bool,
+    /// `channel.flow(active=false)` was sent to it (flow control or the memory alarm).
+    pub flow_blocked: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerView {
+    pub connection: String,
+    pub channel: u16,
+    pub tag: String,
+    pub vhost: String,
+    pub queue: String,
+    pub ack_required: bool,
+    pub prefetch: u32,
+    pub unacked: u32,
+}
+
+/// One vhost's exchanges and bindings.
+#[derive(Debug, Clone)]
+pub struct VhostView {
+    pub vhost: String,
+    pub exchanges: Vec<ExchangeView>,
+    pub bindings: Vec<BindingView>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExchangeView {
+    pub name: String,
+    pub kind: &'static str,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: crate::protocol::FieldTable,
+}
+
+#[derive(Debug, Clone)]
+pub struct BindingView {
+    pub source: String,
+    pub destination: String,
+    /// "queue" or "exchange".
+    pub destination_type: &'static str,
+    pub routing_key: String,
+    pub arguments: crate::protocol::FieldTable,
+}
