@@ -18,7 +18,7 @@ use tokio_uring::net::TcpStream;
 use super::read_buf::ReadBuffer;
 use crate::model::ids::ConnId;
 use crate::session::connection::{Conn, Phase};
-use crate::session::error::ConnectionError;
+use crate::session::error::{ConnectionError, MethodId};
 use crate::session::signal::Signal;
 use crate::shard::handler::{pending, Flow, HeaderCheck};
 use crate::shard::Shard;
@@ -293,7 +293,8 @@ async fn process_frames(
                     Err(e) => {
                         // Framing is lost: close with 501 and read no further.
                         let err = ConnectionError::Frame(e.to_string());
-                        st.conn_side().close_connection(shard, conn, &err, 0, 0);
+                        st.conn_side()
+                            .close_connection(shard, conn, &err.on(MethodId::NONE));
                         if let Some(c) = st.conn_mut(conn) {
                             c.phase = Phase::Closed;
                         }

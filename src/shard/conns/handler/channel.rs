@@ -20,17 +20,15 @@ use crate::protocol::{ContentHeader, FieldTable, Method, ShortStr};
 use crate::session::channel::{Content, TxOp};
 use crate::session::confirm::ConfirmTracker;
 use crate::session::consumer::ChannelConsumer;
-use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
+use crate::session::error::{ChannelError, ConnectionError, HardError, MethodId, ObjectKind};
 
 use super::pending::{Pending, PendingOp, Then};
 use super::settle::Settle;
-use super::Flow;
+use super::{Flow, MethodError, PUBLISH};
 use crate::shard::conns::ConnSide;
 use crate::shard::control::check_exclusive;
 use crate::shard::inbox::ControlRequest;
 use crate::shard::{placement, Shard};
-
-type HardError = (ConnectionError, u16, u16);
 
 impl ConnSide<'_> {
     /// A frame on an open channel: content frames continue a publish, methods are
@@ -49,30 +47,31 @@ impl ConnSide<'_> {
         else {
             return Ok(Flow::Stop);
         };
-        let unexpected = |what: String| Err((ConnectionError::UnexpectedFrame(what), 0, 0));
+        let unexpected =
+            |what: String| Err(ConnectionError::UnexpectedFrame(what).on(MethodId::NONE));
         match (frame.kind, std::mem::take(&mut ch.content)) {
             (FrameKind::Method, Content::Idle) => {
                 let method = Method::decode(frame.payload)
-                    .map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
-                let (class_id, method_id) = (method.class_id(), method.method_id());
+                    .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
+                let cause = MethodId::of(&method);
                 match self.on_channel_method(shard, conn, number, method) {
                     Ok(flow) => Ok(flow),
                     Err(MethodError::Channel(e)) => {
-                        self.close_channel(shard, conn, number, &e, class_id, method_id);
+                        self.close_channel(shard, conn, number, &e, cause);
                         Ok(Flow::Continue)
                     }
-                    Err(MethodError::Connection(e)) => Err((e, class_id, method_id)),
+                    Err(MethodError::Connection(e)) => Err(e.on(cause)),
                 }
             }
             (FrameKind::Header, Content::AwaitHeader(publish)) => {
                 let header = ContentHeader::decode(frame.payload)
-                    .map_err(|e| (ConnectionError::Syntax(e.to_string()), 60, 40))?;
+                    .map_err(|e| ConnectionError::Syntax(e.to_string()).on(PUBLISH))?;
                 if header.body_size > max_size {
                     let e = ChannelError::MessageTooLarge {
                         size: header.body_size,
                         max: max_size,
                     };
-                    self.close_channel(shard, conn, number, &e, 60, 40);
+                    self.close_channel(shard, conn, number, &e, PUBLISH);
                     return Ok(Flow::Continue);
                 }
                 if header.body_size == 0 {
@@ -741,19 +740,6 @@ impl ConnSide<'_> {
             name: name.to_string(),
             vhost: dir.name.clone(),
         })
-    }
-}
-
-/// A method failed: softly (channel) or hard (connection).
-#[derive(Debug)]
-pub(super) enum MethodError {
-    Channel(ChannelError),
-    Connection(ConnectionError),
-}
-
-impl From<ChannelError> for MethodError {
-    fn from(e: ChannelError) -> Self {
-        MethodError::Channel(e)
     }
 }
 

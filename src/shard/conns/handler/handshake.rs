@@ -9,12 +9,15 @@
 use crate::model::ids::ConnId;
 use crate::ops::event::OpsEvent;
 use crate::protocol::frame::{Frame, FrameKind, PROTOCOL_HEADER};
-use crate::protocol::method::{ConnectionOpenOk, ConnectionStart};
+use crate::protocol::method::{ConnectionOpenOk, ConnectionStart, ConnectionStartOk};
 use crate::protocol::{LongStr, Method, ShortStr};
 use crate::session::connection::{self, Phase};
-use crate::session::error::ConnectionError;
+use crate::session::error::{ConnectionError, HardError, MethodId};
 
 use super::{heartbeat_period, Flow, HeaderCheck};
+
+/// `connection.start-ok`, which a refused login answers.
+const START_OK: MethodId = method_id!(ConnectionStartOk);
 use crate::shard::conns::ConnSide;
 use crate::shard::{Shard, TimerKey};
 
@@ -50,28 +53,24 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         frame: Frame,
-    ) -> Result<Flow, (ConnectionError, u16, u16)> {
+    ) -> Result<Flow, HardError> {
         let phase = self.conn(conn).map(|c| c.phase);
         if frame.kind == FrameKind::Heartbeat {
             if !frame.payload.is_empty() {
-                return Err((ConnectionError::heartbeat_payload(&frame.payload), 0, 0));
+                return Err(ConnectionError::heartbeat_payload(&frame.payload).on(MethodId::NONE));
             }
             return Ok(Flow::Continue);
         }
         if frame.kind != FrameKind::Method || frame.channel != 0 {
-            return Err((
-                ConnectionError::UnexpectedFrame(format!(
+            return Err(ConnectionError::UnexpectedFrame(format!(
                     "expected a connection method on channel 0 during the handshake, got a {:?} frame on channel {}",
                     frame.kind, frame.channel
-                )),
-                0,
-                0,
-            ));
+                )).on(MethodId::NONE));
         }
-        let method =
-            Method::decode(frame.payload).map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
-        let (class_id, method_id) = (method.class_id(), method.method_id());
-        let fail = |e| Err((e, class_id, method_id));
+        let method = Method::decode(frame.payload)
+            .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
+        let cause = MethodId::of(&method);
+        let fail = |e: ConnectionError| Err(e.on(cause));
         let config = &shard.live();
         match (phase, method) {
             (Some(Phase::AwaitStartOk), Method::ConnectionStartOk(ok)) => {
@@ -106,13 +105,10 @@ impl ConnSide<'_> {
                 let user = match user {
                     Ok(user) => user,
                     Err(name) => {
-                        let refused = (
-                            ConnectionError::LoginRefused {
-                                mechanism: mechanism.clone(),
-                            },
-                            10,
-                            11,
-                        );
+                        let refused = ConnectionError::LoginRefused {
+                            mechanism: mechanism.clone(),
+                        }
+                        .on(START_OK);
                         return Ok(self.refuse_login(shard, conn, &name, &mechanism, refused));
                     }
                 };
@@ -121,7 +117,7 @@ impl ConnSide<'_> {
                 };
                 if config.loopback_users.contains(&user.name) && !c.peer.ip().is_loopback() {
                     let name = user.name.clone();
-                    let refused = (ConnectionError::LoopbackOnly { user: user.name }, 10, 11);
+                    let refused = ConnectionError::LoopbackOnly { user: user.name }.on(START_OK);
                     return Ok(self.refuse_login(shard, conn, &name, &mechanism, refused));
                 }
                 // A correct login is answered at once, whatever failed before.

@@ -10,13 +10,14 @@ use std::rc::Rc;
 
 use crate::model::ids::{ConnId, QueueRef};
 use crate::protocol::method::{
-    BasicCancel, BasicCancelOk, BasicConsumeOk, BasicGetEmpty, BasicGetOk, ExchangeBindOk,
-    ExchangeDeclareOk, ExchangeDeleteOk, ExchangeUnbindOk, QueueBindOk, QueueDeclareOk,
-    QueueDeleteOk, QueuePurgeOk, QueueUnbindOk,
+    BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicGet, BasicGetEmpty, BasicGetOk,
+    ExchangeBind, ExchangeBindOk, ExchangeDeclare, ExchangeDeclareOk, ExchangeDelete,
+    ExchangeDeleteOk, ExchangeUnbind, ExchangeUnbindOk, QueueBind, QueueBindOk, QueueDeclare,
+    QueueDeclareOk, QueueDelete, QueueDeleteOk, QueuePurgeOk, QueueUnbind, QueueUnbindOk,
 };
 use crate::protocol::{Method, ShortStr};
 use crate::queue::{ConsumeRefused, QueueStats};
-use crate::session::error::{ChannelError, ObjectKind};
+use crate::session::error::{ChannelError, MethodId, ObjectKind};
 
 use crate::shard::conns::ConnSide;
 use crate::shard::control;
@@ -291,11 +292,11 @@ impl ConnSide<'_> {
                 .unwrap_or_default(),
             _ => Vec::new(),
         };
-        let result: Result<Option<Method>, (ChannelError, u16, u16)> = match resolved {
+        let result: Result<Option<Method>, (ChannelError, MethodId)> = match resolved {
             Resolved::Control(reply, then, stats) => {
-                let ids = then_ids(&then);
+                let cause = then_cause(&then);
                 match reply {
-                    Err(e) => Err((e, ids.0, ids.1)),
+                    Err(e) => Err((e, cause)),
                     Ok(ok) => Ok(self.control_ok(conn, number, ok, then, stats)),
                 }
             }
@@ -307,7 +308,7 @@ impl ConnSide<'_> {
                         consumer_count: stats.consumers,
                     })
                 })),
-                _ => Err((gone(&name), 50, 10)),
+                _ => Err((gone(&name), method_id!(QueueDeclare))),
             }
             .inspect(|_| self.set_last_queue(conn, number, &name)),
             Resolved::Consumed {
@@ -342,7 +343,7 @@ impl ConnSide<'_> {
                 }
                 QueueReply::SlowConsumerClosed => {
                     self.forget_consumer(conn, number, consumer);
-                    Err((ChannelError::ConsumingTooSlow, 0, 0))
+                    Err((ChannelError::ConsumingTooSlow, MethodId::NONE))
                 }
                 QueueReply::Consumed(Err(ConsumeRefused::ExclusiveInUse)) => {
                     self.forget_consumer(conn, number, consumer);
@@ -351,13 +352,12 @@ impl ConnSide<'_> {
                             queue: name.to_string(),
                             vhost: vhost_name.clone(),
                         },
-                        60,
-                        20,
+                        method_id!(BasicConsume),
                     ))
                 }
                 _ => {
                     self.forget_consumer(conn, number, consumer);
-                    Err((gone(&name), 60, 20))
+                    Err((gone(&name), method_id!(BasicConsume)))
                 }
             },
             Resolved::Cancelled { tag, nowait } => {
@@ -404,8 +404,10 @@ impl ConnSide<'_> {
                 QueueReply::Got(None) => Ok(Some(Method::BasicGetEmpty(BasicGetEmpty {
                     cluster_id: ShortStr::default(),
                 }))),
-                QueueReply::SlowConsumerClosed => Err((ChannelError::ConsumingTooSlow, 0, 0)),
-                _ => Err((gone(&name), 60, 70)),
+                QueueReply::SlowConsumerClosed => {
+                    Err((ChannelError::ConsumingTooSlow, MethodId::NONE))
+                }
+                _ => Err((gone(&name), method_id!(BasicGet))),
             },
             Resolved::Purged { reply, nowait } => match reply {
                 QueueReply::Purged(n) => {
@@ -422,8 +424,8 @@ impl ConnSide<'_> {
         match result {
             Ok(Some(method)) => self.reply_now(conn, number, method),
             Ok(None) => {}
-            Err((e, class_id, method_id)) => {
-                self.close_channel(shard, conn, number, &e, class_id, method_id);
+            Err((e, cause)) => {
+                self.close_channel(shard, conn, number, &e, cause);
                 return;
             }
         }
@@ -536,15 +538,15 @@ impl ConnSide<'_> {
     }
 }
 
-fn then_ids(then: &Then) -> (u16, u16) {
+fn then_cause(then: &Then) -> MethodId {
     match then {
-        Then::ExchangeDeclareOk { .. } => (40, 10),
-        Then::ExchangeDeleteOk { .. } => (40, 20),
-        Then::QueueDeclareOk { .. } => (50, 10),
-        Then::QueueDeleteOk { .. } => (50, 40),
-        Then::BindOk { unbind: false, .. } => (50, 20),
-        Then::BindOk { unbind: true, .. } => (50, 50),
-        Then::ExchangeBindOk { unbind: false, .. } => (40, 30),
-        Then::ExchangeBindOk { unbind: true, .. } => (40, 40),
+        Then::ExchangeDeclareOk { .. } => method_id!(ExchangeDeclare),
+        Then::ExchangeDeleteOk { .. } => method_id!(ExchangeDelete),
+        Then::QueueDeclareOk { .. } => method_id!(QueueDeclare),
+        Then::QueueDeleteOk { .. } => method_id!(QueueDelete),
+        Then::BindOk { unbind: false, .. } => method_id!(QueueBind),
+        Then::BindOk { unbind: true, .. } => method_id!(QueueUnbind),
+        Then::ExchangeBindOk { unbind: false, .. } => method_id!(ExchangeBind),
+        Then::ExchangeBindOk { unbind: true, .. } => method_id!(ExchangeUnbind),
     }
 }

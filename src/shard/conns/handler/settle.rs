@@ -11,7 +11,7 @@ use crate::session::channel::TxOp;
 use crate::session::consumer::Credit;
 use crate::session::error::ChannelError;
 
-use super::channel::MethodError;
+use super::MethodError;
 use crate::shard::conns::ConnSide;
 use crate::shard::inbox::SettleOp;
 use crate::shard::Shard;
