@@ -1,7 +1,9 @@
 //! Owns: turning a connection's frames into actions on its shard — the connection
-//! methods of an open connection here, the handshake in `handshake`, channel and basic
-//! methods in `channel`, operations that must wait for another shard in `pending` — and
-//! the one place where typed errors become `channel.close` / `connection.close`.
+//! methods of an open connection here, the handshake in `handshake`, an open channel's
+//! frames in `channel` (which dispatches each method family to its own file), operations
+//! that must wait for another shard in `pending` — the handler's error type
+//! ([`MethodError`]) and the one place where typed errors become `channel.close` /
+//! `connection.close`.
 //!
 //! Does not: touch sockets (it appends to the connection's outbound buffer) or another
 //! shard's state (it goes through outboxes and the control plane).
@@ -15,10 +17,14 @@ macro_rules! method_id {
 
 pub mod access;
 pub mod channel;
+mod consume;
+mod exchange;
 mod handshake;
 mod login;
+mod modes;
 pub mod pending;
 pub mod publish;
+mod queue;
 pub mod settle;
 
 use std::time::{Duration, Instant};

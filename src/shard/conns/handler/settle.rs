@@ -7,16 +7,70 @@
 use smallvec::SmallVec;
 
 use crate::model::ids::{ConnId, QueueRef};
+use crate::protocol::method::{BasicAck, BasicNack, BasicReject};
 use crate::session::channel::TxOp;
 use crate::session::consumer::Credit;
 use crate::session::error::ChannelError;
 
-use super::MethodError;
+use super::{Flow, MethodError};
 use crate::shard::conns::ConnSide;
 use crate::shard::inbox::SettleOp;
 use crate::shard::Shard;
 
 impl ConnSide<'_> {
+    /// `basic.ack`.
+    pub(super) fn basic_ack(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        ack: BasicAck,
+    ) -> Result<Flow, MethodError> {
+        self.settle_client(
+            shard,
+            conn,
+            number,
+            ack.delivery_tag,
+            ack.multiple,
+            Settle::Ack,
+        )?;
+        Ok(Flow::Continue)
+    }
+
+    /// `basic.nack`.
+    pub(super) fn basic_nack(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        nack: BasicNack,
+    ) -> Result<Flow, MethodError> {
+        let how = if nack.requeue {
+            Settle::Requeue
+        } else {
+            Settle::Discard
+        };
+        self.settle_client(shard, conn, number, nack.delivery_tag, nack.multiple, how)?;
+        Ok(Flow::Continue)
+    }
+
+    /// `basic.reject`.
+    pub(super) fn basic_reject(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        reject: BasicReject,
+    ) -> Result<Flow, MethodError> {
+        let how = if reject.requeue {
+            Settle::Requeue
+        } else {
+            Settle::Discard
+        };
+        self.settle_client(shard, conn, number, reject.delivery_tag, false, how)?;
+        Ok(Flow::Continue)
+    }
+
     /// ack / nack / reject from the client; buffered in a transaction.
     pub(super) fn settle_client(
         &mut self,
