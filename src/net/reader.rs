@@ -20,7 +20,7 @@ use crate::model::ids::ConnId;
 use crate::session::connection::{Conn, Phase};
 use crate::session::error::{ConnectionError, MethodId};
 use crate::session::signal::Signal;
-use crate::shard::handler::{pending, Flow, HeaderCheck};
+use crate::shard::handler::{pending, AfterFrame, HeaderCheck};
 use crate::shard::Shard;
 
 /// How long a closed connection's writer may take to flush its last frames before the
@@ -274,17 +274,17 @@ async fn process_frames(
             loop {
                 match rb.next_frame(frame_max) {
                     Ok(Some(frame)) => match st.conn_side().on_frame(shard, conn, frame) {
-                        Flow::Continue => {
+                        AfterFrame::Continue => {
                             if st.conn(conn).is_some_and(|c| c.hold_requested) {
                                 step = Step::Hold;
                                 break;
                             }
                         }
-                        Flow::Stop => {
+                        AfterFrame::Stop => {
                             step = Step::Stop;
                             break;
                         }
-                        Flow::Await(p) => {
+                        AfterFrame::Await(p) => {
                             step = Step::Await(p);
                             break;
                         }

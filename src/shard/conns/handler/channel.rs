@@ -20,7 +20,7 @@ use crate::session::channel::Content;
 use crate::session::error::{ChannelError, ConnectionError, HardError, MethodId, ObjectKind};
 
 use super::pending::{Pending, PendingOp};
-use super::{Flow, MethodError, PUBLISH};
+use super::{AfterFrame, MethodError, PUBLISH};
 use crate::shard::conns::ConnSide;
 use crate::shard::control::check_exclusive;
 use crate::shard::Shard;
@@ -33,14 +33,14 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         frame: Frame,
-    ) -> Result<Flow, HardError> {
+    ) -> Result<AfterFrame, HardError> {
         let number = frame.channel;
         let max_size = shard.config.limits.max_message_size;
         let Some(ch) = self
             .conn_mut(conn)
             .and_then(|c| c.channels.get_mut(&number))
         else {
-            return Ok(Flow::Stop);
+            return Ok(AfterFrame::Stop);
         };
         let unexpected =
             |what: String| Err(ConnectionError::UnexpectedFrame(what).on(MethodId::NONE));
@@ -53,7 +53,7 @@ impl ConnSide<'_> {
                     Ok(flow) => Ok(flow),
                     Err(MethodError::Channel(e)) => {
                         self.close_channel(shard, conn, number, &e, cause);
-                        Ok(Flow::Continue)
+                        Ok(AfterFrame::Continue)
                     }
                     Err(MethodError::Connection(e)) => Err(e.on(cause)),
                 }
@@ -67,7 +67,7 @@ impl ConnSide<'_> {
                         max: max_size,
                     };
                     self.close_channel(shard, conn, number, &e, PUBLISH);
-                    return Ok(Flow::Continue);
+                    return Ok(AfterFrame::Continue);
                 }
                 if header.body_size == 0 {
                     self.publish(
@@ -87,7 +87,7 @@ impl ConnSide<'_> {
                         ledger: PartialBytes::default(),
                     };
                 }
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
             (
                 FrameKind::Body,
@@ -123,7 +123,7 @@ impl ConnSide<'_> {
                         ledger,
                     };
                 }
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
             (kind, Content::Idle) => unexpected(format!(
                 "{kind:?} frame on channel {number} without a preceding basic.publish"
@@ -191,7 +191,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         method: Method,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         match method {
             // channel.*, access.request and the start of a publish (content assembly)
             Method::ChannelClose(_) => self.channel_close(shard, conn, number),
@@ -201,7 +201,7 @@ impl ConnSide<'_> {
             Method::ChannelFlow(flow) => self.channel_flow(shard, conn, number, flow),
             // The client acknowledges a channel.flow we sent; the broker never waited
             // for it.
-            Method::ChannelFlowOk(_) => Ok(Flow::Continue),
+            Method::ChannelFlowOk(_) => Ok(AfterFrame::Continue),
             Method::AccessRequest(_) => self.access_request(conn, number),
             Method::BasicPublish(publish) => self.basic_publish(conn, number, publish),
             // basic.ack / nack / reject (`settle`)
@@ -284,7 +284,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         publish: BasicPublish,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         if publish.immediate {
             return Err(MethodError::Connection(ConnectionError::NotImplemented(
                 "immediate=true".into(),
@@ -296,7 +296,7 @@ impl ConnSide<'_> {
         {
             ch.content = Content::AwaitHeader(publish);
         }
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 
     /// `channel.close`.
@@ -305,7 +305,7 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         number: u16,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         self.release_channel(shard, conn, number);
         if let Some(c) = self.conn_mut(conn) {
             c.channels.remove(&number);
@@ -313,7 +313,7 @@ impl ConnSide<'_> {
                 .method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
         }
         self.mark_writer(conn);
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 
     /// `channel.flow`.
@@ -323,7 +323,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         flow: ChannelFlow,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         if let Some(ch) = self
             .conn_mut(conn)
             .and_then(|c| c.channels.get_mut(&number))
@@ -340,7 +340,7 @@ impl ConnSide<'_> {
         if flow.active {
             self.top_up(shard, conn, number, None);
         }
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 
     /// `access.request`.
@@ -348,13 +348,13 @@ impl ConnSide<'_> {
         &mut self,
         conn: ConnId,
         number: u16,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         self.reply(
             conn,
             number,
             Method::AccessRequestOk(AccessRequestOk { ticket: 1 }),
         );
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 
     pub(super) fn channel_mut(
@@ -369,8 +369,12 @@ impl ConnSide<'_> {
 }
 
 /// The channel waits for `op`; the reader resolves it and completes the method.
-pub(super) fn wait_for(conn: ConnId, channel: u16, op: PendingOp) -> Result<Flow, MethodError> {
-    Ok(Flow::Await(Pending { conn, channel, op }))
+pub(super) fn wait_for(
+    conn: ConnId,
+    channel: u16,
+    op: PendingOp,
+) -> Result<AfterFrame, MethodError> {
+    Ok(AfterFrame::Await(Pending { conn, channel, op }))
 }
 
 pub(super) fn owner(shard: &Shard, conn: ConnId) -> ConnOwner {

@@ -17,7 +17,7 @@ use crate::session::consumer::ChannelConsumer;
 use crate::session::error::{ChannelError, ConnectionError, ObjectKind};
 
 use super::channel::wait_for;
-use super::{Flow, MethodError, PendingOp};
+use super::{AfterFrame, MethodError, PendingOp};
 use crate::shard::conns::ConnSide;
 use crate::shard::Shard;
 
@@ -29,7 +29,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         qos: BasicQos,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         if qos.prefetch_size != 0 {
             return Err(MethodError::Connection(ConnectionError::NotImplemented(
                 format!("prefetch_size!=0 ({})", qos.prefetch_size),
@@ -47,7 +47,7 @@ impl ConnSide<'_> {
         }
         self.reply(conn, number, Method::BasicQosOk(BasicQosOk {}));
         self.top_up(shard, conn, number, None);
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 
     /// `basic.consume`.
@@ -57,7 +57,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         consume: BasicConsume,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let name = self.queue_name(conn, number, consume.queue);
         self.authorize(conn, number, Read, ObjectKind::Queue, &name)?;
         let queue = self.lookup_queue(shard, conn, &name)?;
@@ -72,11 +72,11 @@ impl ConnSide<'_> {
             }
         })?;
         let Some(c) = self.conn_mut(conn) else {
-            return Ok(Flow::Stop);
+            return Ok(AfterFrame::Stop);
         };
         let serial = c.serial;
         let Some(ch) = c.channels.get_mut(&number) else {
-            return Ok(Flow::Stop);
+            return Ok(AfterFrame::Stop);
         };
         let tag = if consume.consumer_tag.is_empty() {
             ch.generate_tag(serial)
@@ -124,7 +124,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         cancel: BasicCancel,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let removed = self
             .conn_mut(conn)
             .and_then(|c| c.channels.get_mut(&number))
@@ -153,7 +153,7 @@ impl ConnSide<'_> {
                         }),
                     );
                 }
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
         }
     }
@@ -165,7 +165,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         get: BasicGet,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let name = self.queue_name(conn, number, get.queue);
         self.authorize(conn, number, Read, ObjectKind::Queue, &name)?;
         let queue = self.lookup_queue(shard, conn, &name)?;
@@ -189,11 +189,11 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         recover: BasicRecover,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         self.recover(shard, conn, number);
         let _ = recover.requeue;
         self.reply(conn, number, Method::BasicRecoverOk(BasicRecoverOk {}));
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 
     /// `basic.recover-async`.
@@ -202,8 +202,8 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         number: u16,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         self.recover(shard, conn, number);
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 }

@@ -12,8 +12,8 @@ use crate::protocol::{Method, ShortStr};
 use crate::session::error::{ChannelError, ObjectKind};
 
 use super::channel::{check_name_characters, wait_for};
-use super::pending::Then;
-use super::{Flow, MethodError, PendingOp};
+use super::pending::OkReply;
+use super::{AfterFrame, MethodError, PendingOp};
 use crate::shard::conns::ConnSide;
 use crate::shard::inbox::ControlRequest;
 
@@ -24,7 +24,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         decl: ExchangeDeclare,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let vhost = self.vhost_index(conn);
         // A passive declare only checks that the exchange exists: type (even an
         // empty one), flags and arguments are ignored, as RabbitMQ does.
@@ -39,7 +39,7 @@ impl ConnSide<'_> {
             if !decl.nowait {
                 self.reply(conn, number, Method::ExchangeDeclareOk(Default::default()));
             }
-            return Ok(Flow::Continue);
+            return Ok(AfterFrame::Continue);
         }
         check_name_characters(ObjectKind::Exchange, &decl.exchange)?;
         // An unknown type is 406 on the channel (RabbitMQ's check_type).
@@ -68,7 +68,7 @@ impl ConnSide<'_> {
             number,
             PendingOp::Control {
                 req: ControlRequest::DeclareExchange { vhost, def },
-                then: Then::ExchangeDeclareOk {
+                then: OkReply::ExchangeDeclareOk {
                     nowait: decl.nowait,
                 },
             },
@@ -81,7 +81,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         del: ExchangeDelete,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let vhost = self.vhost_index(conn);
         self.authorize(conn, number, Configure, ObjectKind::Exchange, &del.exchange)?;
         wait_for(
@@ -93,7 +93,7 @@ impl ConnSide<'_> {
                     name: del.exchange,
                     if_unused: del.if_unused,
                 },
-                then: Then::ExchangeDeleteOk { nowait: del.nowait },
+                then: OkReply::ExchangeDeleteOk { nowait: del.nowait },
             },
         )
     }
@@ -104,7 +104,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         bind: ExchangeBind,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let vhost = self.vhost_index(conn);
         let (s, d) = (&bind.source, &bind.destination);
         self.authorize_bind(conn, number, s, ObjectKind::Exchange, d)?;
@@ -120,7 +120,7 @@ impl ConnSide<'_> {
                     arguments: bind.arguments,
                     unbind: false,
                 },
-                then: Then::ExchangeBindOk {
+                then: OkReply::ExchangeBindOk {
                     nowait: bind.nowait,
                     unbind: false,
                 },
@@ -134,7 +134,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         unbind: ExchangeUnbind,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let vhost = self.vhost_index(conn);
         let (s, d) = (&unbind.source, &unbind.destination);
         self.authorize_bind(conn, number, s, ObjectKind::Exchange, d)?;
@@ -150,7 +150,7 @@ impl ConnSide<'_> {
                     arguments: unbind.arguments,
                     unbind: true,
                 },
-                then: Then::ExchangeBindOk {
+                then: OkReply::ExchangeBindOk {
                     nowait: unbind.nowait,
                     unbind: true,
                 },

@@ -14,7 +14,7 @@ use crate::protocol::{LongStr, Method, ShortStr};
 use crate::session::connection::{self, Phase};
 use crate::session::error::{ConnectionError, HardError, MethodId};
 
-use super::{heartbeat_period, Flow, HeaderCheck};
+use super::{heartbeat_period, AfterFrame, HeaderCheck};
 
 /// `connection.start-ok`, which a refused login answers.
 const START_OK: MethodId = method_id!(ConnectionStartOk);
@@ -53,13 +53,13 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         frame: Frame,
-    ) -> Result<Flow, HardError> {
+    ) -> Result<AfterFrame, HardError> {
         let phase = self.conn(conn).map(|c| c.phase);
         if frame.kind == FrameKind::Heartbeat {
             if !frame.payload.is_empty() {
                 return Err(ConnectionError::heartbeat_payload(&frame.payload).on(MethodId::NONE));
             }
-            return Ok(Flow::Continue);
+            return Ok(AfterFrame::Continue);
         }
         if frame.kind != FrameKind::Method || frame.channel != 0 {
             return Err(ConnectionError::UnexpectedFrame(format!(
@@ -113,7 +113,7 @@ impl ConnSide<'_> {
                     }
                 };
                 let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
+                    return Ok(AfterFrame::Stop);
                 };
                 if config.loopback_users.contains(&user.name) && !c.peer.ip().is_loopback() {
                     let name = user.name.clone();
@@ -125,7 +125,7 @@ impl ConnSide<'_> {
                 c.capabilities = connection::client_capabilities(&ok.client_properties);
                 c.phase = Phase::AwaitTuneOk;
                 self.send_login_outcome(shard, conn, Ok(()));
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
             (Some(Phase::AwaitTuneOk), Method::ConnectionTuneOk(tune)) => {
                 let server_max = config.limits.frame_max;
@@ -149,7 +149,7 @@ impl ConnSide<'_> {
                 }
                 let now = shard.clock.now();
                 let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
+                    return Ok(AfterFrame::Stop);
                 };
                 c.frame_max = if tune.frame_max == 0 {
                     server_max
@@ -168,7 +168,7 @@ impl ConnSide<'_> {
                     let at = now + heartbeat_period(c.heartbeat);
                     self.common.wheel.arm(at, TimerKey::Heartbeat(conn));
                 }
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
             (Some(Phase::AwaitOpen), Method::ConnectionOpen(open)) => {
                 let name = connection::vhost_name(&open.virtual_host);
@@ -179,7 +179,7 @@ impl ConnSide<'_> {
                     return fail(e);
                 }
                 let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
+                    return Ok(AfterFrame::Stop);
                 };
                 let now = shard.clock.now();
                 if let Err(refusal) = shard.limits.admit_open(conn, c.peer, &name, &c.user, now) {
@@ -200,11 +200,11 @@ impl ConnSide<'_> {
                 }
                 .emit();
                 self.mark_writer(conn);
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
             (_, Method::ConnectionClose(_)) => {
                 self.answer_close(shard, conn);
-                Ok(Flow::Stop)
+                Ok(AfterFrame::Stop)
             }
             (_, other) => fail(ConnectionError::CommandInvalid(format!(
                 "'{}' is not expected during the handshake",

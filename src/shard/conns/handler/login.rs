@@ -17,7 +17,7 @@ use crate::session::connection::Phase;
 use crate::session::error::{ConnectionError, HardError};
 use crate::session::limit::LimitRefusal;
 
-use super::{Flow, Pending, PendingOp};
+use super::{AfterFrame, Pending, PendingOp};
 use crate::shard::conns::ConnSide;
 use crate::shard::Shard;
 
@@ -51,9 +51,9 @@ impl ConnSide<'_> {
         user: &str,
         mechanism: &str,
         refusal: HardError,
-    ) -> Flow {
+    ) -> AfterFrame {
         let Some(peer) = self.conn(conn).map(|c| c.peer) else {
-            return Flow::Stop;
+            return AfterFrame::Stop;
         };
         let answer = shard
             .limits
@@ -61,9 +61,9 @@ impl ConnSide<'_> {
         match answer {
             LoginAnswer::Now => {
                 self.send_login_outcome(shard, conn, Err(refusal));
-                Flow::Continue
+                AfterFrame::Continue
             }
-            LoginAnswer::After(delay, permit) => Flow::Await(Pending {
+            LoginAnswer::After(delay, permit) => AfterFrame::Await(Pending {
                 conn,
                 channel: 0,
                 op: PendingOp::LoginDelay {
@@ -74,7 +74,7 @@ impl ConnSide<'_> {
             }),
             LoginAnswer::Drop => {
                 self.finish_connection(conn);
-                Flow::Stop
+                AfterFrame::Stop
             }
         }
     }

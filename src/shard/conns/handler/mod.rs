@@ -43,15 +43,17 @@ use crate::session::connection::Phase;
 use crate::session::error::{ChannelError, ConnectionError, HardError, MethodId};
 
 use super::ConnSide;
-use crate::shard::inbox::SettleOp;
+use crate::shard::inbox::QueueOp;
 use crate::shard::{Shard, TimerKey};
 
 pub use pending::{Pending, PendingOp};
 
-/// What the reader does after a frame.
-pub enum Flow {
+/// What the reader does after a frame (named apart from flow control, which is
+/// `conns::flow`).
+pub enum AfterFrame {
+    /// Read the next frame.
     Continue,
-    /// Wait for another shard, then call [`State::complete`].
+    /// Wait for another shard, then call [`ConnSide::complete`].
     Await(Pending),
     /// The connection is finished; stop reading.
     Stop,
@@ -84,14 +86,14 @@ pub enum HeaderCheck {
 
 impl ConnSide<'_> {
     /// Handles one frame. A hard error is turned into `connection.close` here.
-    pub fn on_frame(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> Flow {
+    pub fn on_frame(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> AfterFrame {
         let now = shard.clock.now();
         let Some(c) = self.conn_mut(conn) else {
-            return Flow::Stop;
+            return AfterFrame::Stop;
         };
         c.last_recv = now;
         let result = match c.phase {
-            Phase::AwaitHeader | Phase::Lingering | Phase::Closed => return Flow::Stop,
+            Phase::AwaitHeader | Phase::Lingering | Phase::Closed => return AfterFrame::Stop,
             Phase::Closing => Ok(self.on_frame_while_closing(shard, conn, frame)),
             Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
                 self.on_handshake_frame(shard, conn, frame)
@@ -102,7 +104,7 @@ impl ConnSide<'_> {
             Ok(flow) => flow,
             Err(hard) => {
                 self.close_connection(shard, conn, &hard);
-                Flow::Continue
+                AfterFrame::Continue
             }
         }
     }
@@ -110,20 +112,20 @@ impl ConnSide<'_> {
     /// While our `connection.close` waits for close-ok, everything but close-ok and the
     /// client's own close is ignored (as RabbitMQ does). Close-ok finishes the connection
     /// at once: the broker initiated the close, so it shuts the socket itself.
-    fn on_frame_while_closing(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> Flow {
+    fn on_frame_while_closing(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> AfterFrame {
         if frame.kind != FrameKind::Method || frame.channel != 0 {
-            return Flow::Continue;
+            return AfterFrame::Continue;
         }
         match Method::decode(frame.payload) {
             Ok(Method::ConnectionCloseOk(_)) => {
                 self.finish_connection(conn);
-                Flow::Stop
+                AfterFrame::Stop
             }
             Ok(Method::ConnectionClose(_)) => {
                 self.answer_close(shard, conn);
-                Flow::Stop
+                AfterFrame::Stop
             }
-            _ => Flow::Continue,
+            _ => AfterFrame::Continue,
         }
     }
 
@@ -132,13 +134,13 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         frame: Frame,
-    ) -> Result<Flow, HardError> {
+    ) -> Result<AfterFrame, HardError> {
         if frame.channel == 0 {
             return match frame.kind {
                 FrameKind::Heartbeat if !frame.payload.is_empty() => {
                     Err(ConnectionError::heartbeat_payload(&frame.payload).on(MethodId::NONE))
                 }
-                FrameKind::Heartbeat => Ok(Flow::Continue),
+                FrameKind::Heartbeat => Ok(AfterFrame::Continue),
                 FrameKind::Method => self.on_connection_method(shard, conn, frame),
                 FrameKind::Header | FrameKind::Body => Err(ConnectionError::UnexpectedFrame(
                     format!("content frame of type {:?} on channel 0", frame.kind),
@@ -161,7 +163,7 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         frame: Frame,
-    ) -> Result<Flow, HardError> {
+    ) -> Result<AfterFrame, HardError> {
         let method = Method::decode(frame.payload)
             .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
         match method {
@@ -170,7 +172,7 @@ impl ConnSide<'_> {
             // rabbit_reader answers a refusal.
             Method::ConnectionUpdateSecret(update) => {
                 let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
+                    return Ok(AfterFrame::Stop);
                 };
                 let secret = update.new_secret.into_bytes();
                 if shard.live().authenticate(&c.user, &secret).is_none() {
@@ -194,16 +196,16 @@ impl ConnSide<'_> {
                     &Method::ConnectionUpdateSecretOk(ConnectionUpdateSecretOk {}),
                 );
                 self.mark_writer(conn);
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
             Method::ConnectionClose(_) => {
                 self.answer_close(shard, conn);
-                Ok(Flow::Stop)
+                Ok(AfterFrame::Stop)
             }
             // A close-ok without our close: the client is done either way.
             Method::ConnectionCloseOk(_) => {
                 self.finish_connection(conn);
-                Ok(Flow::Stop)
+                Ok(AfterFrame::Stop)
             }
             other => Err(ConnectionError::CommandInvalid(format!(
                 "'{}' is not valid on channel 0 of an open connection",
@@ -219,10 +221,10 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         frame: Frame,
-    ) -> Result<Flow, HardError> {
+    ) -> Result<AfterFrame, HardError> {
         let number = frame.channel;
         let Some(c) = self.conn_mut(conn) else {
-            return Ok(Flow::Stop);
+            return Ok(AfterFrame::Stop);
         };
         if number > c.channel_max && c.channels.len() >= usize::from(c.channel_max) {
             return Err(self
@@ -257,16 +259,16 @@ impl ConnSide<'_> {
                         }
                         .emit();
                         self.mark_writer(conn);
-                        Ok(Flow::Continue)
+                        Ok(AfterFrame::Continue)
                     }
                     // A close for a channel we already forgot: just confirm it.
                     Method::ChannelClose(_) => {
                         c.out
                             .method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
                         self.mark_writer(conn);
-                        Ok(Flow::Continue)
+                        Ok(AfterFrame::Continue)
                     }
-                    Method::ChannelCloseOk(_) => Ok(Flow::Continue),
+                    Method::ChannelCloseOk(_) => Ok(AfterFrame::Continue),
                     other => Err(ConnectionError::Channel(format!(
                         "expected 'channel.open' on channel {number}, got '{}'",
                         other.name()
@@ -291,9 +293,9 @@ impl ConnSide<'_> {
                     }
                     _ => {}
                 }
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
-            (Some(ChannelPhase::Closing), _) => Ok(Flow::Continue),
+            (Some(ChannelPhase::Closing), _) => Ok(AfterFrame::Continue),
             (Some(ChannelPhase::Open), _) => self.on_open_channel_frame(shard, conn, frame),
         }
     }
@@ -361,7 +363,7 @@ impl ConnSide<'_> {
                 self.queues().settle_to(
                     shard,
                     cons.queue,
-                    SettleOp::Cancel {
+                    QueueOp::Cancel {
                         key: cons.queue_key,
                     },
                 );
@@ -369,7 +371,7 @@ impl ConnSide<'_> {
         }
         for u in unacked {
             self.queues()
-                .settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
+                .settle_to(shard, u.queue, QueueOp::Requeue(u.seq));
         }
     }
 
@@ -542,7 +544,7 @@ impl ConnSide<'_> {
 
     /// Shutdown: an open connection gets `320 CONNECTION_FORCED` and stays readable
     /// (held and paused readers resume) until its client's close-ok; one still in its
-    /// handshake, or already closing, is finished as [`State::force_close`] does.
+    /// handshake, or already closing, is finished as [`ConnSide::force_close`] does.
     pub fn close_for_shutdown(&mut self, shard: &Shard, conn: ConnId) {
         if self.conn(conn).map(|c| c.phase) != Some(Phase::Open) {
             self.force_close(shard, conn, "shutdown");

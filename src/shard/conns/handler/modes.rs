@@ -11,14 +11,18 @@ use crate::session::channel::TxOp;
 use crate::session::confirm::ConfirmTracker;
 use crate::session::error::ChannelError;
 
-use super::settle::Settle;
-use super::{Flow, MethodError};
+use super::settle::AckKind;
+use super::{AfterFrame, MethodError};
 use crate::shard::conns::ConnSide;
 use crate::shard::Shard;
 
 impl ConnSide<'_> {
     /// `tx.select`.
-    pub(super) fn tx_select(&mut self, conn: ConnId, number: u16) -> Result<Flow, MethodError> {
+    pub(super) fn tx_select(
+        &mut self,
+        conn: ConnId,
+        number: u16,
+    ) -> Result<AfterFrame, MethodError> {
         let ch = self.channel_mut(conn, number)?;
         if ch.confirms.is_some() {
             return Err(MethodError::Channel(ChannelError::TxInConfirm));
@@ -27,7 +31,7 @@ impl ConnSide<'_> {
             ch.tx = Some(Vec::new());
         }
         self.reply(conn, number, Method::TxSelectOk(TxSelectOk {}));
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 
     /// `tx.commit`.
@@ -36,7 +40,7 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         number: u16,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let ch = self.channel_mut(conn, number)?;
         let Some(ops) = ch.tx.as_mut().map(std::mem::take) else {
             return Err(MethodError::Channel(ChannelError::TxNotSelected));
@@ -47,7 +51,7 @@ impl ConnSide<'_> {
                     self.route_message(shard, conn, number, &publish, msg)?
                 }
                 TxOp::Ack { tag, multiple } => {
-                    self.settle_now(shard, conn, number, tag, multiple, Settle::Ack)?;
+                    self.settle_now(shard, conn, number, tag, multiple, AckKind::Ack)?;
                 }
                 TxOp::Reject {
                     tag,
@@ -55,9 +59,9 @@ impl ConnSide<'_> {
                     requeue,
                 } => {
                     let how = if requeue {
-                        Settle::Requeue
+                        AckKind::Requeue
                     } else {
-                        Settle::Discard
+                        AckKind::Discard
                     };
                     self.settle_now(shard, conn, number, tag, multiple, how)?;
                 }
@@ -70,18 +74,22 @@ impl ConnSide<'_> {
             ch.committed();
         }
         self.flush_confirms(conn);
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 
     /// `tx.rollback`.
-    pub(super) fn tx_rollback(&mut self, conn: ConnId, number: u16) -> Result<Flow, MethodError> {
+    pub(super) fn tx_rollback(
+        &mut self,
+        conn: ConnId,
+        number: u16,
+    ) -> Result<AfterFrame, MethodError> {
         let ch = self.channel_mut(conn, number)?;
         let Some(tx) = ch.tx.as_mut() else {
             return Err(MethodError::Channel(ChannelError::TxNotSelected));
         };
         tx.clear();
         self.reply(conn, number, Method::TxRollbackOk(TxRollbackOk {}));
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 
     /// `confirm.select`.
@@ -90,7 +98,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         select: ConfirmSelect,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let ch = self.channel_mut(conn, number)?;
         if ch.tx.is_some() {
             return Err(MethodError::Channel(ChannelError::ConfirmInTx));
@@ -101,6 +109,6 @@ impl ConnSide<'_> {
         if !select.nowait {
             self.reply(conn, number, Method::ConfirmSelectOk(ConfirmSelectOk {}));
         }
-        Ok(Flow::Continue)
+        Ok(AfterFrame::Continue)
     }
 }

@@ -1,7 +1,7 @@
 //! Owns: channel operations that need another shard's answer — control-plane requests
 //! (declare, bind, delete), and queue requests to a remote home (consume, cancel, get,
 //! purge, passive declare) — as data ([`PendingOp`]) that the reader awaits with
-//! [`resolve`] and then completes with [`State::complete`].
+//! [`resolve`] and then completes with [`ConnSide::complete`].
 //!
 //! Does not: hold a borrow of the shard across the wait: `resolve` only awaits, and
 //! `complete` runs synchronously afterwards.
@@ -22,7 +22,7 @@ use crate::session::error::{ChannelError, MethodId, ObjectKind};
 use crate::shard::conns::ConnSide;
 use crate::shard::control;
 use crate::shard::inbox::{
-    ControlOk, ControlRequest, GotMessage, QueueReply, QueueRequest, SettleOp,
+    ControlOk, ControlRequest, GotMessage, QueueOp, QueueReply, QueueRequest,
 };
 use crate::shard::Shard;
 
@@ -33,9 +33,10 @@ pub struct Pending {
     pub op: PendingOp,
 }
 
-/// What to send once a control request succeeded.
+/// The `-ok` method to send once a control request succeeded (and the method it
+/// answers, for a `channel.close` when it failed).
 #[derive(Debug)]
-pub enum Then {
+pub enum OkReply {
     ExchangeDeclareOk {
         nowait: bool,
     },
@@ -65,7 +66,7 @@ pub enum Then {
 pub enum PendingOp {
     Control {
         req: ControlRequest,
-        then: Then,
+        then: OkReply,
     },
     QueueStats {
         name: ShortStr,
@@ -112,7 +113,7 @@ pub enum PendingOp {
 
 /// The answer to a [`PendingOp`].
 pub enum Resolved {
-    Control(Result<ControlOk, ChannelError>, Then, Option<QueueStats>),
+    Control(Result<ControlOk, ChannelError>, OkReply, Option<QueueStats>),
     Stats(ShortStr, QueueReply, bool),
     Consumed {
         consumer: u32,
@@ -154,7 +155,7 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
             let reply = control::request(shard, req).await;
             // A declared queue's counts come from its home shard.
             let stats = match (&reply, &then) {
-                (Ok(ControlOk::QueueDeclared { queue }), Then::QueueDeclareOk { .. }) => {
+                (Ok(ControlOk::QueueDeclared { queue }), OkReply::QueueDeclareOk { .. }) => {
                     let req = QueueRequest::Stats {
                         queue: queue.id,
                         touch: true,
@@ -285,7 +286,7 @@ impl ConnSide<'_> {
         // The channel's own queue.delete is answered: the cancels it held go after the
         // delete-ok (or nowhere, if the channel is closed).
         let held_cancels = match &resolved {
-            Resolved::Control(_, Then::QueueDeleteOk { .. }, _) => self
+            Resolved::Control(_, OkReply::QueueDeleteOk { .. }, _) => self
                 .conn_mut(conn)
                 .and_then(|c| c.channels.get_mut(&number))
                 .map(|ch| ch.release_cancels())
@@ -337,7 +338,7 @@ impl ConnSide<'_> {
                         self.top_up(shard, conn, number, Some(consumer));
                     } else if let Some(queue) = self.consumer_queue(conn, number, consumer) {
                         self.queues()
-                            .settle_to(shard, queue, SettleOp::Cancel { key });
+                            .settle_to(shard, queue, QueueOp::Cancel { key });
                     }
                     Ok(None)
                 }
@@ -377,8 +378,7 @@ impl ConnSide<'_> {
                 })) => {
                     if !open {
                         if !no_ack {
-                            self.queues()
-                                .settle_to(shard, queue, SettleOp::Requeue(seq));
+                            self.queues().settle_to(shard, queue, QueueOp::Requeue(seq));
                         }
                         return;
                     }
@@ -446,19 +446,19 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         ok: ControlOk,
-        then: Then,
+        then: OkReply,
         stats: Option<QueueStats>,
     ) -> Option<Method> {
         match (ok, then) {
-            (_, Then::ExchangeDeclareOk { nowait }) => {
+            (_, OkReply::ExchangeDeclareOk { nowait }) => {
                 (!nowait).then_some(Method::ExchangeDeclareOk(ExchangeDeclareOk {}))
             }
-            (_, Then::ExchangeDeleteOk { nowait }) => {
+            (_, OkReply::ExchangeDeleteOk { nowait }) => {
                 (!nowait).then_some(Method::ExchangeDeleteOk(ExchangeDeleteOk {}))
             }
             (
                 _,
-                Then::QueueDeclareOk {
+                OkReply::QueueDeclareOk {
                     name,
                     nowait,
                     exclusive,
@@ -481,21 +481,21 @@ impl ConnSide<'_> {
                     })
                 })
             }
-            (ControlOk::QueueDeleted { messages }, Then::QueueDeleteOk { nowait }) => (!nowait)
+            (ControlOk::QueueDeleted { messages }, OkReply::QueueDeleteOk { nowait }) => (!nowait)
                 .then_some(Method::QueueDeleteOk(QueueDeleteOk {
                     message_count: messages,
                 })),
-            (_, Then::QueueDeleteOk { nowait }) => {
+            (_, OkReply::QueueDeleteOk { nowait }) => {
                 (!nowait).then_some(Method::QueueDeleteOk(QueueDeleteOk { message_count: 0 }))
             }
-            (_, Then::BindOk { nowait, unbind }) => {
+            (_, OkReply::BindOk { nowait, unbind }) => {
                 if unbind {
                     Some(Method::QueueUnbindOk(QueueUnbindOk {}))
                 } else {
                     (!nowait).then_some(Method::QueueBindOk(QueueBindOk {}))
                 }
             }
-            (_, Then::ExchangeBindOk { nowait, unbind }) => (!nowait).then(|| {
+            (_, OkReply::ExchangeBindOk { nowait, unbind }) => (!nowait).then(|| {
                 if unbind {
                     Method::ExchangeUnbindOk(ExchangeUnbindOk {})
                 } else {
@@ -538,15 +538,15 @@ impl ConnSide<'_> {
     }
 }
 
-fn then_cause(then: &Then) -> MethodId {
+fn then_cause(then: &OkReply) -> MethodId {
     match then {
-        Then::ExchangeDeclareOk { .. } => method_id!(ExchangeDeclare),
-        Then::ExchangeDeleteOk { .. } => method_id!(ExchangeDelete),
-        Then::QueueDeclareOk { .. } => method_id!(QueueDeclare),
-        Then::QueueDeleteOk { .. } => method_id!(QueueDelete),
-        Then::BindOk { unbind: false, .. } => method_id!(QueueBind),
-        Then::BindOk { unbind: true, .. } => method_id!(QueueUnbind),
-        Then::ExchangeBindOk { unbind: false, .. } => method_id!(ExchangeBind),
-        Then::ExchangeBindOk { unbind: true, .. } => method_id!(ExchangeUnbind),
+        OkReply::ExchangeDeclareOk { .. } => method_id!(ExchangeDeclare),
+        OkReply::ExchangeDeleteOk { .. } => method_id!(ExchangeDelete),
+        OkReply::QueueDeclareOk { .. } => method_id!(QueueDeclare),
+        OkReply::QueueDeleteOk { .. } => method_id!(QueueDelete),
+        OkReply::BindOk { unbind: false, .. } => method_id!(QueueBind),
+        OkReply::BindOk { unbind: true, .. } => method_id!(QueueUnbind),
+        OkReply::ExchangeBindOk { unbind: false, .. } => method_id!(ExchangeBind),
+        OkReply::ExchangeBindOk { unbind: true, .. } => method_id!(ExchangeUnbind),
     }
 }

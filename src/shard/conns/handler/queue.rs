@@ -12,8 +12,8 @@ use crate::protocol::{FieldTable, ShortStr};
 use crate::session::error::{ChannelError, ObjectKind};
 
 use super::channel::{check_name_characters, owner, wait_for};
-use super::pending::Then;
-use super::{Flow, MethodError, PendingOp};
+use super::pending::OkReply;
+use super::{AfterFrame, MethodError, PendingOp};
 use crate::shard::conns::ConnSide;
 use crate::shard::inbox::ControlRequest;
 use crate::shard::{placement, Shard};
@@ -26,7 +26,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         decl: QueueDeclare,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let vhost = self.vhost_index(conn);
         let vhost_name = self
             .conn(conn)
@@ -78,7 +78,7 @@ impl ConnSide<'_> {
                     arguments: decl.arguments,
                     requester: owner(shard, conn),
                 },
-                then: Then::QueueDeclareOk {
+                then: OkReply::QueueDeclareOk {
                     name,
                     nowait: decl.nowait,
                     exclusive: decl.exclusive,
@@ -94,7 +94,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         bind: QueueBind,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let vhost = self.vhost_index(conn);
         let queue = self.queue_name(conn, number, bind.queue);
         self.authorize_bind(conn, number, &bind.exchange, ObjectKind::Queue, &queue)?;
@@ -113,7 +113,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         bind: QueueUnbind,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let vhost = self.vhost_index(conn);
         // queue.unbind has no nowait flag: it is always answered.
         let queue = self.queue_name(conn, number, bind.queue);
@@ -133,7 +133,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         purge: QueuePurge,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let name = self.queue_name(conn, number, purge.queue);
         self.authorize(conn, number, Read, ObjectKind::Queue, &name)?;
         let queue = self.lookup_queue(shard, conn, &name)?;
@@ -154,12 +154,12 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         del: QueueDelete,
-    ) -> Result<Flow, MethodError> {
+    ) -> Result<AfterFrame, MethodError> {
         let vhost = self.vhost_index(conn);
         let name = self.queue_name(conn, number, del.queue);
         self.authorize(conn, number, Configure, ObjectKind::Queue, &name)?;
         // basic.cancel for this channel's consumers goes after delete-ok
-        // (`State::complete`), as RabbitMQ orders them.
+        // (`ConnSide::complete`), as RabbitMQ orders them.
         self.channel_mut(conn, number)?.hold_cancels();
         wait_for(
             conn,
@@ -172,7 +172,7 @@ impl ConnSide<'_> {
                     if_empty: del.if_empty,
                     requester: Some(owner(shard, conn)),
                 },
-                then: Then::QueueDeleteOk { nowait: del.nowait },
+                then: OkReply::QueueDeleteOk { nowait: del.nowait },
             },
         )
     }
@@ -198,6 +198,6 @@ fn bind_op(
             requester: owner(shard, conn),
             unbind,
         },
-        then: Then::BindOk { nowait, unbind },
+        then: OkReply::BindOk { nowait, unbind },
     }
 }
