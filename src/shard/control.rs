@@ -6,9 +6,10 @@
 //!
 //! Does not: run on the hot path. Publishes, deliveries and acks never come here.
 //!
-//! Validating a request and computing its changes (one function per method family) is
-//! `plan`'s; the coordinator's round trips (`coordinate`, `delete_queue`, `broadcast`)
-//! and applying a change on a shard ([`apply_change`]) are here.
+//! Validating a request and computing its changes (one function per request) is
+//! `plan`'s (`control/plan.rs`); the coordinator's round trips (`coordinate`,
+//! `delete_queue`, `broadcast`) and applying a change on a shard ([`apply_change`]) are
+//! here.
 //!
 //! # Ordering
 //! Validation and the local apply happen in one borrow on shard 0, and shard 0's inbox
