@@ -95,7 +95,8 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
-    /// `exchange.declare`: an existing exchange is checked for equivalence, a new one may not take the reserved `amq.` prefix.
+    /// `exchange.declare`: an existing exchange is checked for equivalence, a new one may
+    /// not take the reserved `amq.` prefix.
     fn declare_exchange(self, def: ExchangeDef) -> Planned {
         let vhost = self.vhost;
         let dir = vhost_dir(self.st, vhost)?;
@@ -183,7 +184,8 @@ impl Planner<'_> {
         Ok((changes, ControlOk::ExchangeDeleted))
     }
 
-    /// `queue.declare`: an existing queue is checked for equivalence only, a new one's arguments are validated and it gets its id and home shard.
+    /// `queue.declare`: an existing queue is checked for equivalence only, a new one's
+    /// arguments are validated and it gets its id and home shard.
     fn declare_queue(
         self,
         name: ShortStr,
@@ -275,7 +277,8 @@ impl Planner<'_> {
         ))
     }
 
-    /// `queue.bind` / `queue.unbind`; an unbind may leave an auto-delete exchange to delete.
+    /// `queue.bind` / `queue.unbind`; an unbind may leave an auto-delete exchange to
+    /// delete.
     fn bind_queue(
         self,
         exchange: ShortStr,
