@@ -1,6 +1,9 @@
 //! Owns: the typed errors a session raises — [`ChannelError`] (soft: the channel is
 //! closed) and [`ConnectionError`] (hard: the connection is closed) — each variant carrying
-//! its evidence, and the single place where they become a reply code and text.
+//! its evidence; the single place where they become a reply code and text; the one
+//! promotion rule that makes a channel error close the connection
+//! ([`ChannelError::promoted`]); and [`HardError`], a connection error with the
+//! [`MethodId`] that `connection.close` echoes.
 //!
 //! Does not: decide when to close (the session does) or write frames.
 
@@ -8,7 +11,7 @@ use std::fmt;
 
 use crate::policy::queue_args::QueueArgError;
 use crate::protocol::reply::{erlang_term, ErlangShape};
-use crate::protocol::ReplyCode;
+use crate::protocol::{Method, ReplyCode};
 
 /// Which kind of object an error is about, for texts like "no queue 'x' in vhost '/'".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,17 +169,29 @@ impl ChannelError {
         }
     }
 
-    /// Whether this error must close the connection rather than the channel. The spec
-    /// classes 506 RESOURCE_ERROR as a hard error, but a slow consumer is deliberately a
-    /// channel close (the connection stays usable), so the class alone does not decide.
+    /// The promotion rule, the one place that decides a channel error's blast radius:
+    /// an error whose code RabbitMQ treats as hard on a channel (503 COMMAND_INVALID, 530
+    /// NOT_ALLOWED, 540 NOT_IMPLEMENTED, 541 INTERNAL_ERROR) closes the connection, as
+    /// this connection error with the same text; any other closes only the channel
+    /// (`None`). The spec classes 506 RESOURCE_ERROR as hard too, but a slow consumer is
+    /// deliberately a channel close (the connection stays usable), so the class alone
+    /// does not decide. sluice has no 541 connection error: an internal failure closes
+    /// the connection with 320 CONNECTION_FORCED.
+    pub fn promoted(&self) -> Option<ConnectionError> {
+        let text = || self.to_string();
+        match self.code() {
+            ReplyCode::CommandInvalid => Some(ConnectionError::CommandInvalid(text())),
+            ReplyCode::NotAllowed => Some(ConnectionError::NotAllowed(text())),
+            ReplyCode::NotImplemented => Some(ConnectionError::NotImplemented(text())),
+            ReplyCode::InternalError => Some(ConnectionError::Forced(text())),
+            _ => None,
+        }
+    }
+
+    /// Whether this error closes the connection rather than the channel
+    /// ([`ChannelError::promoted`]).
     pub fn closes_connection(&self) -> bool {
-        matches!(
-            self.code(),
-            ReplyCode::CommandInvalid
-                | ReplyCode::NotAllowed
-                | ReplyCode::NotImplemented
-                | ReplyCode::InternalError
-        )
+        self.promoted().is_some()
     }
 
     /// The reply text sent on the wire.
@@ -299,6 +314,43 @@ impl fmt::Display for ChannelError {
     }
 }
 
+/// The method a `channel.close` or `connection.close` answers, as its class and method
+/// id; [`MethodId::NONE`] (0, 0) when no method caused the close (a frame error, a
+/// timer, the broker itself).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MethodId {
+    pub class_id: u16,
+    pub method_id: u16,
+}
+
+impl MethodId {
+    /// No method caused the close.
+    pub const NONE: MethodId = MethodId {
+        class_id: 0,
+        method_id: 0,
+    };
+
+    pub const fn new(class_id: u16, method_id: u16) -> MethodId {
+        MethodId {
+            class_id,
+            method_id,
+        }
+    }
+
+    /// The method a decoded frame carried.
+    pub fn of(method: &Method) -> MethodId {
+        MethodId::new(method.class_id(), method.method_id())
+    }
+}
+
+/// A connection error together with the method that caused it: everything
+/// `connection.close` says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HardError {
+    pub error: ConnectionError,
+    pub cause: MethodId,
+}
+
 /// A hard error: closes the whole connection with `connection.close`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConnectionError {
@@ -369,6 +421,11 @@ impl ConnectionError {
 
     pub fn reply_text(&self) -> String {
         format!("{} - {}", self.code().name(), self)
+    }
+
+    /// This error as the answer to `cause`.
+    pub fn on(self, cause: MethodId) -> HardError {
+        HardError { error: self, cause }
     }
 
     /// A method frame whose arguments could not be decoded: a short string that is not
@@ -514,6 +571,23 @@ mod tests {
             e.reply_text(),
             "PRECONDITION_FAILED - invalid expiration 'abc': no_integer"
         );
+    }
+
+    #[test]
+    fn hard_channel_errors_are_promoted_with_their_text() {
+        let e = ChannelError::ConsumerTagInUse("t".into());
+        assert_eq!(
+            e.promoted(),
+            Some(ConnectionError::CommandInvalid(e.to_string()))
+        );
+        let e = ChannelError::Internal("vhost gone".into());
+        assert_eq!(
+            e.promoted(),
+            Some(ConnectionError::Forced("vhost gone".into()))
+        );
+        assert_eq!(ChannelError::ConsumingTooSlow.promoted(), None);
+        assert_eq!(ChannelError::DefaultExchange.promoted(), None);
+        assert_eq!(MethodId::default(), MethodId::NONE);
     }
 
     #[test]

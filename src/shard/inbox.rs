@@ -106,9 +106,11 @@ pub struct Delivery<M> {
 /// A delivery to a consumer on another shard.
 pub type RemoteDelivery = Delivery<Message>;
 
-/// What a consumer's channel tells a queue.
+/// An operation a consumer's channel does on a queue, answered by nothing: settle one
+/// delivery (by the queue's sequence number), grant credit, report no-ack writes, or
+/// cancel the consumer.
 #[derive(Debug, Clone, Copy)]
-pub enum SettleOp {
+pub enum QueueOp {
     Ack(u64),
     Requeue(u64),
     Discard(u64),
@@ -130,10 +132,12 @@ pub enum SettleOp {
     },
 }
 
+/// A [`QueueOp`] addressed to one of the destination shard's home queues: what
+/// [`ShardMsg::Settle`] carries between shards.
 #[derive(Debug, Clone, Copy)]
-pub struct Settlement {
+pub struct AddressedQueueOp {
     pub queue: QueueId,
-    pub op: SettleOp,
+    pub op: QueueOp,
 }
 
 /// Requests to a queue's home shard that need an answer.
@@ -282,7 +286,7 @@ pub enum ShardMsg {
         queue: QueueId,
     },
     Deliver(Vec<RemoteDelivery>),
-    Settle(Vec<Settlement>),
+    Settle(Vec<AddressedQueueOp>),
     /// Apply these directory changes, then acknowledge.
     Apply(Arc<Vec<DirectoryChange>>, oneshot::Sender<()>),
     Control(ControlRequest, oneshot::Sender<ControlReply>),

@@ -10,13 +10,13 @@ use crate::model::ids::ShardId;
 use crate::model::routing::VhostIdx;
 use crate::protocol::ShortStr;
 
-use super::inbox::{ConfirmDone, FlowNotice, RemoteDelivery, Routed, Settlement};
+use super::inbox::{AddressedQueueOp, ConfirmDone, FlowNotice, RemoteDelivery, Routed};
 
 /// Messages to other shards, collected during a turn and sent once at its end.
 pub struct Outbox {
     pub publish: Vec<Vec<Routed>>,
     pub deliver: Vec<Vec<RemoteDelivery>>,
-    pub settle: Vec<Vec<Settlement>>,
+    pub settle: Vec<Vec<AddressedQueueOp>>,
     pub confirms: Vec<Vec<ConfirmDone>>,
     pub flow: Vec<Vec<FlowNotice>>,
     /// Queues the broker itself wants deleted (auto-delete, x-expires, an exclusive
@@ -36,7 +36,7 @@ impl Outbox {
         }
     }
 
-    pub fn settle(&mut self, shard: ShardId, s: Settlement) {
+    pub fn settle(&mut self, shard: ShardId, s: AddressedQueueOp) {
         if let Some(v) = self.settle.get_mut(usize::from(shard)) {
             v.push(s);
         }

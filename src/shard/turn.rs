@@ -18,10 +18,10 @@ use bytes::Bytes;
 use crate::model::ids::ConnId;
 use crate::protocol::frame::{Frame, FrameError};
 use crate::session::connection::{Conn, Phase, TlsPeer};
-use crate::session::error::ConnectionError;
+use crate::session::error::{ConnectionError, MethodId};
 use crate::session::signal::Signal;
 
-use super::handler::{pending, Flow, HeaderCheck, Pending};
+use super::handler::{pending, AfterFrame, HeaderCheck, Pending};
 use super::{Shard, TimerKey};
 
 /// What the reader does after handing over a batch of frames.
@@ -127,19 +127,20 @@ impl Shard {
         loop {
             match next(frame_max) {
                 Ok(Some(frame)) => match st.conn_side().on_frame(self, conn, frame) {
-                    Flow::Continue => {
+                    AfterFrame::Continue => {
                         if st.conn(conn).is_some_and(|c| c.hold_requested) {
                             return Step::Hold;
                         }
                     }
-                    Flow::Stop => return Step::Stop,
-                    Flow::Await(p) => return Step::Await(p),
+                    AfterFrame::Stop => return Step::Stop,
+                    AfterFrame::Await(p) => return Step::Await(p),
                 },
                 Ok(None) => return Step::NeedMore,
                 Err(e) => {
                     // Framing is lost: close with 501 and read no further.
                     let err = ConnectionError::Frame(e.to_string());
-                    st.conn_side().close_connection(self, conn, &err, 0, 0);
+                    st.conn_side()
+                        .close_connection(self, conn, &err.on(MethodId::NONE));
                     if let Some(c) = st.conn_mut(conn) {
                         c.phase = Phase::Closed;
                     }

@@ -18,7 +18,7 @@ use crate::session::connection::WriteMark;
 use crate::session::consumer::{Credit, Window};
 
 use super::ConnSide;
-use crate::shard::inbox::{Delivery, SettleOp};
+use crate::shard::inbox::{Delivery, QueueOp};
 use crate::shard::Shard;
 
 impl ConnSide<'_> {
@@ -105,7 +105,7 @@ impl ConnSide<'_> {
             self.queues().settle_to(
                 shard,
                 queue,
-                SettleOp::Grant {
+                QueueOp::Grant {
                     key,
                     credit: n.messages,
                     bytes: n.bytes,
@@ -113,8 +113,7 @@ impl ConnSide<'_> {
             );
         }
         for (queue, seq) in requeue {
-            self.queues()
-                .settle_to(shard, queue, SettleOp::Requeue(seq));
+            self.queues().settle_to(shard, queue, QueueOp::Requeue(seq));
         }
     }
 
@@ -144,7 +143,7 @@ impl ConnSide<'_> {
             self.queues().settle_to(
                 shard,
                 mark.queue,
-                SettleOp::Written {
+                QueueOp::Written {
                     key: mark.key,
                     count: mark.count,
                     bytes: mark.bytes,

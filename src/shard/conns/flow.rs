@@ -302,7 +302,7 @@ impl ConnSide<'_> {
             millis: flow.enforcement_timeout.as_millis() as u64,
         };
         for number in offenders {
-            self.close_channel(shard, conn, number, &err, 60, 40);
+            self.close_channel(shard, conn, number, &err, super::handler::PUBLISH);
             if let Some(ch) = self
                 .conn_mut(conn)
                 .and_then(|c| c.channels.get_mut(&number))

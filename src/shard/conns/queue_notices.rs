@@ -11,7 +11,7 @@ use crate::model::ids::{ConnId, ConsumerTarget, QueueId};
 use crate::protocol::method::BasicCancel;
 use crate::protocol::Method;
 use crate::session::channel::ChannelPhase;
-use crate::session::error::ChannelError;
+use crate::session::error::{ChannelError, MethodId};
 use crate::shard::inbox::SlowTarget;
 use crate::shard::Shard;
 
@@ -85,6 +85,12 @@ impl ConnSide<'_> {
                 channel
             }
         };
-        self.close_channel(shard, conn, number, &ChannelError::ConsumingTooSlow, 0, 0);
+        self.close_channel(
+            shard,
+            conn,
+            number,
+            &ChannelError::ConsumingTooSlow,
+            MethodId::NONE,
+        );
     }
 }

@@ -44,6 +44,7 @@ impl ForConnections {
 }
 
 /// The queues whose home is this shard, and the queue side's per-turn lists.
+#[derive(Default)]
 pub struct HomeQueues {
     queues: IdMap<QueueId, Queue>,
     /// Queues with something to dispatch this turn.
@@ -67,25 +68,6 @@ pub struct HomeQueues {
     dead_letters: Vec<dead_letter::DeadLetter>,
     /// What connections on this shard must be told.
     for_connections: ForConnections,
-}
-
-impl Default for HomeQueues {
-    fn default() -> HomeQueues {
-        HomeQueues {
-            queues: IdMap::default(),
-            dirty: Vec::new(),
-            rotation: Rotation::default(),
-            scratch: Vec::new(),
-            timers: IdMap::default(),
-            held_confirms: Vec::new(),
-            evicting: Vec::new(),
-            paging_in: Vec::new(),
-            slow_deleted: Vec::new(),
-            arrivals: arrivals::Arrivals::default(),
-            dead_letters: Vec::new(),
-            for_connections: ForConnections::default(),
-        }
-    }
 }
 
 impl HomeQueues {

@@ -21,8 +21,8 @@ use crate::queue::{dispatch_args, Queue, QueueSettings};
 
 use super::QueueSide;
 use crate::shard::inbox::{
-    DeleteRefused, Delivery, GotMessage, QueueReply, QueueRequest, RemoteDelivery, SettleOp,
-    Settlement,
+    AddressedQueueOp, DeleteRefused, Delivery, GotMessage, QueueOp, QueueReply, QueueRequest,
+    RemoteDelivery,
 };
 use crate::shard::{Shard, TimerKey};
 
@@ -148,11 +148,11 @@ impl QueueSide<'_> {
     }
 
     /// Sends a settlement to a queue, locally or through the outbox.
-    pub fn settle_to(&mut self, shard: &Shard, queue: QueueRef, op: SettleOp) {
+    pub fn settle_to(&mut self, shard: &Shard, queue: QueueRef, op: QueueOp) {
         if queue.home == shard.id {
             self.settle(
                 shard,
-                Settlement {
+                AddressedQueueOp {
                     queue: queue.id,
                     op,
                 },
@@ -160,7 +160,7 @@ impl QueueSide<'_> {
         } else {
             self.common.outbox.settle(
                 queue.home,
-                Settlement {
+                AddressedQueueOp {
                     queue: queue.id,
                     op,
                 },
@@ -169,7 +169,7 @@ impl QueueSide<'_> {
     }
 
     /// Applies a settlement to a home queue.
-    pub fn settle(&mut self, shard: &Shard, s: Settlement) {
+    pub fn settle(&mut self, shard: &Shard, s: AddressedQueueOp) {
         let now = shard.clock.now();
         let Some(q) = self.home.queues.get_mut(&s.queue) else {
             return;
@@ -179,25 +179,25 @@ impl QueueSide<'_> {
         let mut dead = false;
         let limited = q.limits.capacity.is_some();
         match s.op {
-            SettleOp::Ack(seq) => {
+            QueueOp::Ack(seq) => {
                 shrunk = q.ack(seq);
             }
-            SettleOp::Discard(seq) => {
+            QueueOp::Discard(seq) => {
                 shrunk = q.discard(seq);
                 dead = q.has_dead();
             }
-            SettleOp::Requeue(seq) => {
+            QueueOp::Requeue(seq) => {
                 dirty = q.requeue(seq);
             }
-            SettleOp::Grant { key, credit, bytes } => {
+            QueueOp::Grant { key, credit, bytes } => {
                 q.grant(key, credit, bytes);
                 dirty = true;
             }
-            SettleOp::Written { key, count, bytes } => {
+            QueueOp::Written { key, count, bytes } => {
                 q.written(key, u64::from(count), bytes);
                 shrunk = true;
             }
-            SettleOp::Cancel { key } => {
+            QueueOp::Cancel { key } => {
                 q.remove_consumer(key, now);
                 if q.auto_delete_due() {
                     self.common

@@ -9,12 +9,15 @@
 use crate::model::ids::ConnId;
 use crate::ops::event::OpsEvent;
 use crate::protocol::frame::{Frame, FrameKind, PROTOCOL_HEADER};
-use crate::protocol::method::{ConnectionOpenOk, ConnectionStart};
+use crate::protocol::method::{ConnectionOpenOk, ConnectionStart, ConnectionStartOk};
 use crate::protocol::{LongStr, Method, ShortStr};
 use crate::session::connection::{self, Phase};
-use crate::session::error::ConnectionError;
+use crate::session::error::{ConnectionError, HardError, MethodId};
 
-use super::{heartbeat_period, Flow, HeaderCheck};
+use super::{heartbeat_period, AfterFrame, HeaderCheck};
+
+/// `connection.start-ok`, which a refused login answers.
+const START_OK: MethodId = method_id!(ConnectionStartOk);
 use crate::shard::conns::ConnSide;
 use crate::shard::{Shard, TimerKey};
 
@@ -50,28 +53,24 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         frame: Frame,
-    ) -> Result<Flow, (ConnectionError, u16, u16)> {
+    ) -> Result<AfterFrame, HardError> {
         let phase = self.conn(conn).map(|c| c.phase);
         if frame.kind == FrameKind::Heartbeat {
             if !frame.payload.is_empty() {
-                return Err((ConnectionError::heartbeat_payload(&frame.payload), 0, 0));
+                return Err(ConnectionError::heartbeat_payload(&frame.payload).on(MethodId::NONE));
             }
-            return Ok(Flow::Continue);
+            return Ok(AfterFrame::Continue);
         }
         if frame.kind != FrameKind::Method || frame.channel != 0 {
-            return Err((
-                ConnectionError::UnexpectedFrame(format!(
+            return Err(ConnectionError::UnexpectedFrame(format!(
                     "expected a connection method on channel 0 during the handshake, got a {:?} frame on channel {}",
                     frame.kind, frame.channel
-                )),
-                0,
-                0,
-            ));
+                )).on(MethodId::NONE));
         }
-        let method =
-            Method::decode(frame.payload).map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
-        let (class_id, method_id) = (method.class_id(), method.method_id());
-        let fail = |e| Err((e, class_id, method_id));
+        let method = Method::decode(frame.payload)
+            .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
+        let cause = MethodId::of(&method);
+        let fail = |e: ConnectionError| Err(e.on(cause));
         let config = &shard.live();
         match (phase, method) {
             (Some(Phase::AwaitStartOk), Method::ConnectionStartOk(ok)) => {
@@ -106,22 +105,19 @@ impl ConnSide<'_> {
                 let user = match user {
                     Ok(user) => user,
                     Err(name) => {
-                        let refused = (
-                            ConnectionError::LoginRefused {
-                                mechanism: mechanism.clone(),
-                            },
-                            10,
-                            11,
-                        );
+                        let refused = ConnectionError::LoginRefused {
+                            mechanism: mechanism.clone(),
+                        }
+                        .on(START_OK);
                         return Ok(self.refuse_login(shard, conn, &name, &mechanism, refused));
                     }
                 };
                 let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
+                    return Ok(AfterFrame::Stop);
                 };
                 if config.loopback_users.contains(&user.name) && !c.peer.ip().is_loopback() {
                     let name = user.name.clone();
-                    let refused = (ConnectionError::LoopbackOnly { user: user.name }, 10, 11);
+                    let refused = ConnectionError::LoopbackOnly { user: user.name }.on(START_OK);
                     return Ok(self.refuse_login(shard, conn, &name, &mechanism, refused));
                 }
                 // A correct login is answered at once, whatever failed before.
@@ -129,7 +125,7 @@ impl ConnSide<'_> {
                 c.capabilities = connection::client_capabilities(&ok.client_properties);
                 c.phase = Phase::AwaitTuneOk;
                 self.send_login_outcome(shard, conn, Ok(()));
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
             (Some(Phase::AwaitTuneOk), Method::ConnectionTuneOk(tune)) => {
                 let server_max = config.limits.frame_max;
@@ -153,7 +149,7 @@ impl ConnSide<'_> {
                 }
                 let now = shard.clock.now();
                 let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
+                    return Ok(AfterFrame::Stop);
                 };
                 c.frame_max = if tune.frame_max == 0 {
                     server_max
@@ -172,7 +168,7 @@ impl ConnSide<'_> {
                     let at = now + heartbeat_period(c.heartbeat);
                     self.common.wheel.arm(at, TimerKey::Heartbeat(conn));
                 }
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
             (Some(Phase::AwaitOpen), Method::ConnectionOpen(open)) => {
                 let name = connection::vhost_name(&open.virtual_host);
@@ -183,7 +179,7 @@ impl ConnSide<'_> {
                     return fail(e);
                 }
                 let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
+                    return Ok(AfterFrame::Stop);
                 };
                 let now = shard.clock.now();
                 if let Err(refusal) = shard.limits.admit_open(conn, c.peer, &name, &c.user, now) {
@@ -204,11 +200,11 @@ impl ConnSide<'_> {
                 }
                 .emit();
                 self.mark_writer(conn);
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
             (_, Method::ConnectionClose(_)) => {
                 self.answer_close(shard, conn);
-                Ok(Flow::Stop)
+                Ok(AfterFrame::Stop)
             }
             (_, other) => fail(ConnectionError::CommandInvalid(format!(
                 "'{}' is not expected during the handshake",

@@ -14,16 +14,16 @@ use crate::model::ids::ConnId;
 use crate::protocol::method::ConnectionTune;
 use crate::protocol::Method;
 use crate::session::connection::Phase;
-use crate::session::error::ConnectionError;
+use crate::session::error::{ConnectionError, HardError};
 use crate::session::limit::LimitRefusal;
 
-use super::{Flow, Pending, PendingOp};
+use super::{AfterFrame, Pending, PendingOp};
 use crate::shard::conns::ConnSide;
 use crate::shard::Shard;
 
 /// The answer to `connection.start-ok`: `connection.tune`, or a refusal with its class
 /// and method ids.
-pub type LoginOutcome = Result<(), (ConnectionError, u16, u16)>;
+pub type LoginOutcome = Result<(), HardError>;
 
 /// Whether a connection error during the handshake is logged by the limits or the
 /// permission checks (CON-1006, CON-1008, CON-1015, rate-limited) instead of one line per
@@ -50,10 +50,10 @@ impl ConnSide<'_> {
         conn: ConnId,
         user: &str,
         mechanism: &str,
-        refusal: (ConnectionError, u16, u16),
-    ) -> Flow {
+        refusal: HardError,
+    ) -> AfterFrame {
         let Some(peer) = self.conn(conn).map(|c| c.peer) else {
-            return Flow::Stop;
+            return AfterFrame::Stop;
         };
         let answer = shard
             .limits
@@ -61,9 +61,9 @@ impl ConnSide<'_> {
         match answer {
             LoginAnswer::Now => {
                 self.send_login_outcome(shard, conn, Err(refusal));
-                Flow::Continue
+                AfterFrame::Continue
             }
-            LoginAnswer::After(delay, permit) => Flow::Await(Pending {
+            LoginAnswer::After(delay, permit) => AfterFrame::Await(Pending {
                 conn,
                 channel: 0,
                 op: PendingOp::LoginDelay {
@@ -74,7 +74,7 @@ impl ConnSide<'_> {
             }),
             LoginAnswer::Drop => {
                 self.finish_connection(conn);
-                Flow::Stop
+                AfterFrame::Stop
             }
         }
     }
@@ -83,8 +83,8 @@ impl ConnSide<'_> {
     /// connection was closed meanwhile (handshake deadline, shutdown).
     pub fn send_login_outcome(&mut self, shard: &Shard, conn: ConnId, outcome: LoginOutcome) {
         match outcome {
-            Err((err, class_id, method_id)) => {
-                self.close_connection(shard, conn, &err, class_id, method_id);
+            Err(refusal) => {
+                self.close_connection(shard, conn, &refusal);
             }
             Ok(()) => {
                 let limits = &shard.config.limits;
@@ -136,12 +136,12 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         refusal: LimitRefusal,
-    ) -> super::channel::MethodError {
+    ) -> super::MethodError {
         let subject = self.conn(conn).map(|c| c.log_subject()).unwrap_or_default();
         shard
             .limits
             .channel_refused(subject, number, &refusal, shard.clock.now());
-        super::channel::MethodError::Connection(ConnectionError::Limit(refusal))
+        super::MethodError::Connection(ConnectionError::Limit(refusal))
     }
 }
 

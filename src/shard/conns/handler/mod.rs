@@ -1,17 +1,30 @@
 //! Owns: turning a connection's frames into actions on its shard — the connection
-//! methods of an open connection here, the handshake in `handshake`, channel and basic
-//! methods in `channel`, operations that must wait for another shard in `pending` — and
-//! the one place where typed errors become `channel.close` / `connection.close`.
+//! methods of an open connection here, the handshake in `handshake`, an open channel's
+//! frames in `channel` (which dispatches each method family to its own file), operations
+//! that must wait for another shard in `pending` — the handler's error type
+//! ([`MethodError`]) and the one place where typed errors become `channel.close` /
+//! `connection.close`.
 //!
 //! Does not: touch sockets (it appends to the connection's outbound buffer) or another
 //! shard's state (it goes through outboxes and the control plane).
 
+/// The [`MethodId`] of a generated method struct, from its `CLASS_ID` and `METHOD_ID`.
+macro_rules! method_id {
+    ($method:ident) => {
+        crate::session::error::MethodId::new($method::CLASS_ID, $method::METHOD_ID)
+    };
+}
+
 pub mod access;
 pub mod channel;
+mod consume;
+mod exchange;
 mod handshake;
 mod login;
+mod modes;
 pub mod pending;
 pub mod publish;
+mod queue;
 pub mod settle;
 
 use std::time::{Duration, Instant};
@@ -21,28 +34,46 @@ use crate::ops::escape::Escaped;
 use crate::ops::event::OpsEvent;
 use crate::protocol::frame::{Frame, FrameKind};
 use crate::protocol::method::{
-    ChannelClose, ChannelCloseOk, ChannelOpenOk, ConnectionClose, ConnectionCloseOk,
-    ConnectionUpdateSecretOk,
+    BasicPublish, ChannelClose, ChannelCloseOk, ChannelOpenOk, ConnectionClose, ConnectionCloseOk,
+    ConnectionUpdateSecret, ConnectionUpdateSecretOk,
 };
 use crate::protocol::{LongStr, Method, ShortStr};
 use crate::session::channel::{Channel, ChannelPhase};
 use crate::session::connection::Phase;
-use crate::session::error::{ChannelError, ConnectionError};
+use crate::session::error::{ChannelError, ConnectionError, HardError, MethodId};
 
 use super::ConnSide;
-use crate::shard::inbox::SettleOp;
+use crate::shard::inbox::QueueOp;
 use crate::shard::{Shard, TimerKey};
 
 pub use pending::{Pending, PendingOp};
 
-/// What the reader does after a frame.
-pub enum Flow {
+/// What the reader does after a frame (named apart from flow control, which is
+/// `conns::flow`).
+pub enum AfterFrame {
+    /// Read the next frame.
     Continue,
-    /// Wait for another shard, then call [`State::complete`].
+    /// Wait for another shard, then call [`ConnSide::complete`].
     Await(Pending),
     /// The connection is finished; stop reading.
     Stop,
 }
+
+/// A method failed: softly (the channel is closed) or hard (the connection is).
+#[derive(Debug)]
+pub(super) enum MethodError {
+    Channel(ChannelError),
+    Connection(ConnectionError),
+}
+
+impl From<ChannelError> for MethodError {
+    fn from(e: ChannelError) -> Self {
+        MethodError::Channel(e)
+    }
+}
+
+/// `basic.publish`, which the content frames that follow it answer to.
+pub(super) const PUBLISH: MethodId = method_id!(BasicPublish);
 
 /// What the protocol header check decided.
 #[derive(Debug, PartialEq, Eq)]
@@ -55,14 +86,14 @@ pub enum HeaderCheck {
 
 impl ConnSide<'_> {
     /// Handles one frame. A hard error is turned into `connection.close` here.
-    pub fn on_frame(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> Flow {
+    pub fn on_frame(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> AfterFrame {
         let now = shard.clock.now();
         let Some(c) = self.conn_mut(conn) else {
-            return Flow::Stop;
+            return AfterFrame::Stop;
         };
         c.last_recv = now;
         let result = match c.phase {
-            Phase::AwaitHeader | Phase::Lingering | Phase::Closed => return Flow::Stop,
+            Phase::AwaitHeader | Phase::Lingering | Phase::Closed => return AfterFrame::Stop,
             Phase::Closing => Ok(self.on_frame_while_closing(shard, conn, frame)),
             Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
                 self.on_handshake_frame(shard, conn, frame)
@@ -71,9 +102,9 @@ impl ConnSide<'_> {
         };
         match result {
             Ok(flow) => flow,
-            Err((err, class_id, method_id)) => {
-                self.close_connection(shard, conn, &err, class_id, method_id);
-                Flow::Continue
+            Err(hard) => {
+                self.close_connection(shard, conn, &hard);
+                AfterFrame::Continue
             }
         }
     }
@@ -81,20 +112,20 @@ impl ConnSide<'_> {
     /// While our `connection.close` waits for close-ok, everything but close-ok and the
     /// client's own close is ignored (as RabbitMQ does). Close-ok finishes the connection
     /// at once: the broker initiated the close, so it shuts the socket itself.
-    fn on_frame_while_closing(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> Flow {
+    fn on_frame_while_closing(&mut self, shard: &Shard, conn: ConnId, frame: Frame) -> AfterFrame {
         if frame.kind != FrameKind::Method || frame.channel != 0 {
-            return Flow::Continue;
+            return AfterFrame::Continue;
         }
         match Method::decode(frame.payload) {
             Ok(Method::ConnectionCloseOk(_)) => {
                 self.finish_connection(conn);
-                Flow::Stop
+                AfterFrame::Stop
             }
             Ok(Method::ConnectionClose(_)) => {
                 self.answer_close(shard, conn);
-                Flow::Stop
+                AfterFrame::Stop
             }
-            _ => Flow::Continue,
+            _ => AfterFrame::Continue,
         }
     }
 
@@ -103,33 +134,26 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         frame: Frame,
-    ) -> Result<Flow, (ConnectionError, u16, u16)> {
+    ) -> Result<AfterFrame, HardError> {
         if frame.channel == 0 {
             return match frame.kind {
                 FrameKind::Heartbeat if !frame.payload.is_empty() => {
-                    Err((ConnectionError::heartbeat_payload(&frame.payload), 0, 0))
+                    Err(ConnectionError::heartbeat_payload(&frame.payload).on(MethodId::NONE))
                 }
-                FrameKind::Heartbeat => Ok(Flow::Continue),
+                FrameKind::Heartbeat => Ok(AfterFrame::Continue),
                 FrameKind::Method => self.on_connection_method(shard, conn, frame),
-                FrameKind::Header | FrameKind::Body => Err((
-                    ConnectionError::UnexpectedFrame(format!(
-                        "content frame of type {:?} on channel 0",
-                        frame.kind
-                    )),
-                    0,
-                    0,
-                )),
+                FrameKind::Header | FrameKind::Body => Err(ConnectionError::UnexpectedFrame(
+                    format!("content frame of type {:?} on channel 0", frame.kind),
+                )
+                .on(MethodId::NONE)),
             };
         }
         if frame.kind == FrameKind::Heartbeat {
-            return Err((
-                ConnectionError::Frame(format!(
-                    "heartbeat frame on channel {}; heartbeats belong on channel 0",
-                    frame.channel
-                )),
-                0,
-                0,
-            ));
+            return Err(ConnectionError::Frame(format!(
+                "heartbeat frame on channel {}; heartbeats belong on channel 0",
+                frame.channel
+            ))
+            .on(MethodId::NONE));
         }
         self.on_channel_frame(shard, conn, frame)
     }
@@ -139,16 +163,16 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         frame: Frame,
-    ) -> Result<Flow, (ConnectionError, u16, u16)> {
-        let method =
-            Method::decode(frame.payload).map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
+    ) -> Result<AfterFrame, HardError> {
+        let method = Method::decode(frame.payload)
+            .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
         match method {
             // RabbitMQ 3.8+ (OAuth token refresh): the new secret must be valid for the
             // connection's user, checked as a PLAIN login is; otherwise 530, as
             // rabbit_reader answers a refusal.
             Method::ConnectionUpdateSecret(update) => {
                 let Some(c) = self.conn_mut(conn) else {
-                    return Ok(Flow::Stop);
+                    return Ok(AfterFrame::Stop);
                 };
                 let secret = update.new_secret.into_bytes();
                 if shard.live().authenticate(&c.user, &secret).is_none() {
@@ -157,11 +181,8 @@ impl ConnSide<'_> {
                     // cannot guess one unthrottled), is logged as CON-1008
                     // (rate-limited), and its 530 is throttled as a refused login's 403.
                     let user = c.user.clone();
-                    let refused = (
-                        ConnectionError::SecretRefused { user: user.clone() },
-                        10,
-                        70,
-                    );
+                    let refused = ConnectionError::SecretRefused { user: user.clone() }
+                        .on(method_id!(ConnectionUpdateSecret));
                     return Ok(self.refuse_login(shard, conn, &user, "update-secret", refused));
                 }
                 tracing::info!(
@@ -175,25 +196,22 @@ impl ConnSide<'_> {
                     &Method::ConnectionUpdateSecretOk(ConnectionUpdateSecretOk {}),
                 );
                 self.mark_writer(conn);
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
             Method::ConnectionClose(_) => {
                 self.answer_close(shard, conn);
-                Ok(Flow::Stop)
+                Ok(AfterFrame::Stop)
             }
             // A close-ok without our close: the client is done either way.
             Method::ConnectionCloseOk(_) => {
                 self.finish_connection(conn);
-                Ok(Flow::Stop)
+                Ok(AfterFrame::Stop)
             }
-            other => Err((
-                ConnectionError::CommandInvalid(format!(
-                    "'{}' is not valid on channel 0 of an open connection",
-                    other.name()
-                )),
-                other.class_id(),
-                other.method_id(),
-            )),
+            other => Err(ConnectionError::CommandInvalid(format!(
+                "'{}' is not valid on channel 0 of an open connection",
+                other.name()
+            ))
+            .on(MethodId::of(&other))),
         }
     }
 
@@ -203,29 +221,28 @@ impl ConnSide<'_> {
         shard: &Shard,
         conn: ConnId,
         frame: Frame,
-    ) -> Result<Flow, (ConnectionError, u16, u16)> {
+    ) -> Result<AfterFrame, HardError> {
         let number = frame.channel;
         let Some(c) = self.conn_mut(conn) else {
-            return Ok(Flow::Stop);
+            return Ok(AfterFrame::Stop);
         };
         if number > c.channel_max && c.channels.len() >= usize::from(c.channel_max) {
-            return Err((self.channel_max_reached(shard, conn, number), 0, 0));
+            return Err(self
+                .channel_max_reached(shard, conn, number)
+                .on(MethodId::NONE));
         }
         if number > c.channel_max {
-            return Err((
-                ConnectionError::Channel(format!(
-                    "channel {number} is above the negotiated channel_max {}",
-                    c.channel_max
-                )),
-                0,
-                0,
-            ));
+            return Err(ConnectionError::Channel(format!(
+                "channel {number} is above the negotiated channel_max {}",
+                c.channel_max
+            ))
+            .on(MethodId::NONE));
         }
         let phase = c.channels.get(&number).map(|ch| ch.phase);
         match (phase, frame.kind) {
             (None, FrameKind::Method) => {
                 let method = Method::decode(frame.payload)
-                    .map_err(|e| (ConnectionError::undecodable(&e), 0, 0))?;
+                    .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
                 match method {
                     Method::ChannelOpen(_) => {
                         let epoch = c.channel_epoch();
@@ -242,33 +259,27 @@ impl ConnSide<'_> {
                         }
                         .emit();
                         self.mark_writer(conn);
-                        Ok(Flow::Continue)
+                        Ok(AfterFrame::Continue)
                     }
                     // A close for a channel we already forgot: just confirm it.
                     Method::ChannelClose(_) => {
                         c.out
                             .method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
                         self.mark_writer(conn);
-                        Ok(Flow::Continue)
+                        Ok(AfterFrame::Continue)
                     }
-                    Method::ChannelCloseOk(_) => Ok(Flow::Continue),
-                    other => Err((
-                        ConnectionError::Channel(format!(
-                            "expected 'channel.open' on channel {number}, got '{}'",
-                            other.name()
-                        )),
-                        other.class_id(),
-                        other.method_id(),
-                    )),
+                    Method::ChannelCloseOk(_) => Ok(AfterFrame::Continue),
+                    other => Err(ConnectionError::Channel(format!(
+                        "expected 'channel.open' on channel {number}, got '{}'",
+                        other.name()
+                    ))
+                    .on(MethodId::of(&other))),
                 }
             }
-            (None, _) => Err((
-                ConnectionError::Channel(format!(
-                    "content frame on channel {number}, which is not open"
-                )),
-                0,
-                0,
-            )),
+            (None, _) => Err(ConnectionError::Channel(format!(
+                "content frame on channel {number}, which is not open"
+            ))
+            .on(MethodId::NONE)),
             (Some(ChannelPhase::Closing), FrameKind::Method) => {
                 match Method::decode(frame.payload) {
                     Ok(Method::ChannelCloseOk(_)) => {
@@ -282,34 +293,26 @@ impl ConnSide<'_> {
                     }
                     _ => {}
                 }
-                Ok(Flow::Continue)
+                Ok(AfterFrame::Continue)
             }
-            (Some(ChannelPhase::Closing), _) => Ok(Flow::Continue),
+            (Some(ChannelPhase::Closing), _) => Ok(AfterFrame::Continue),
             (Some(ChannelPhase::Open), _) => self.on_open_channel_frame(shard, conn, frame),
         }
     }
 
     /// Closes a channel with a soft error: releases its consumers and unacked messages,
-    /// sends `channel.close`, and discards frames until `close-ok`. An error whose code is
-    /// a hard one closes the connection instead.
+    /// sends `channel.close`, and discards frames until `close-ok`. An error the promotion
+    /// rule ([`ChannelError::promoted`]) makes hard closes the connection instead.
     pub fn close_channel(
         &mut self,
         shard: &Shard,
         conn: ConnId,
         number: u16,
         err: &ChannelError,
-        class_id: u16,
-        method_id: u16,
+        cause: MethodId,
     ) {
-        if err.closes_connection() {
-            let hard = ConnectionError::CommandInvalid(err.to_string());
-            let hard = match err.code().code() {
-                530 => ConnectionError::NotAllowed(err.to_string()),
-                540 => ConnectionError::NotImplemented(err.to_string()),
-                541 => ConnectionError::Forced(err.to_string()),
-                _ => hard,
-            };
-            self.close_connection(shard, conn, &hard, class_id, method_id);
+        if let Some(hard) = err.promoted() {
+            self.close_connection(shard, conn, &hard.on(cause));
             return;
         }
         self.release_channel(shard, conn, number);
@@ -334,8 +337,8 @@ impl ConnSide<'_> {
             &Method::ChannelClose(ChannelClose {
                 reply_code: err.code().code(),
                 reply_text: ShortStr::from(text),
-                class_id,
-                method_id,
+                class_id: cause.class_id,
+                method_id: cause.method_id,
             }),
         );
         self.mark_writer(conn);
@@ -360,7 +363,7 @@ impl ConnSide<'_> {
                 self.queues().settle_to(
                     shard,
                     cons.queue,
-                    SettleOp::Cancel {
+                    QueueOp::Cancel {
                         key: cons.queue_key,
                     },
                 );
@@ -368,19 +371,13 @@ impl ConnSide<'_> {
         }
         for u in unacked {
             self.queues()
-                .settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
+                .settle_to(shard, u.queue, QueueOp::Requeue(u.seq));
         }
     }
 
     /// Sends `connection.close` for a hard error and waits for `close-ok`.
-    pub fn close_connection(
-        &mut self,
-        shard: &Shard,
-        conn: ConnId,
-        err: &ConnectionError,
-        class_id: u16,
-        method_id: u16,
-    ) {
+    pub fn close_connection(&mut self, shard: &Shard, conn: ConnId, hard: &HardError) {
+        let HardError { error: err, cause } = hard;
         let now = shard.clock.now();
         let Some(c) = self.conn_mut(conn) else {
             return;
@@ -410,8 +407,8 @@ impl ConnSide<'_> {
             &Method::ConnectionClose(ConnectionClose {
                 reply_code: err.code().code(),
                 reply_text: ShortStr::from(text),
-                class_id,
-                method_id,
+                class_id: cause.class_id,
+                method_id: cause.method_id,
             }),
         );
         c.phase = Phase::Closing;
@@ -497,13 +494,8 @@ impl ConnSide<'_> {
                 "[{}] missed heartbeats from client, timeout: {seconds}s",
                 Escaped(&c.log_subject())
             );
-            self.close_connection(
-                shard,
-                conn,
-                &ConnectionError::MissedHeartbeats { seconds },
-                0,
-                0,
-            );
+            let missed = ConnectionError::MissedHeartbeats { seconds };
+            self.close_connection(shard, conn, &missed.on(MethodId::NONE));
             // The peer is gone; do not wait for close-ok.
             self.finish_connection(conn);
             return;
@@ -531,7 +523,7 @@ impl ConnSide<'_> {
                     "handshake not completed within {} s",
                     crate::session::connection::HANDSHAKE_TIMEOUT.as_secs()
                 ));
-                self.close_connection(shard, conn, &err, 0, 0);
+                self.close_connection(shard, conn, &err.on(MethodId::NONE));
                 self.finish_connection(conn);
             }
         }
@@ -545,14 +537,14 @@ impl ConnSide<'_> {
         let open = self.conn(conn).map(|c| c.phase);
         match open {
             Some(Phase::Closing | Phase::Lingering | Phase::Closed) | None => {}
-            Some(_) => self.close_connection(shard, conn, &err, 0, 0),
+            Some(_) => self.close_connection(shard, conn, &err.on(MethodId::NONE)),
         }
         self.finish_connection(conn);
     }
 
     /// Shutdown: an open connection gets `320 CONNECTION_FORCED` and stays readable
     /// (held and paused readers resume) until its client's close-ok; one still in its
-    /// handshake, or already closing, is finished as [`State::force_close`] does.
+    /// handshake, or already closing, is finished as [`ConnSide::force_close`] does.
     pub fn close_for_shutdown(&mut self, shard: &Shard, conn: ConnId) {
         if self.conn(conn).map(|c| c.phase) != Some(Phase::Open) {
             self.force_close(shard, conn, "shutdown");
@@ -561,7 +553,7 @@ impl ConnSide<'_> {
         let err = ConnectionError::Forced(
             "broker forced connection closure with reason 'shutdown'".to_owned(),
         );
-        self.close_connection(shard, conn, &err, 0, 0);
+        self.close_connection(shard, conn, &err.on(MethodId::NONE));
         if let Some(c) = self.conn_mut(conn) {
             c.resume.notify();
         }

@@ -1,7 +1,7 @@
 //! Owns: channel operations that need another shard's answer — control-plane requests
 //! (declare, bind, delete), and queue requests to a remote home (consume, cancel, get,
 //! purge, passive declare) — as data ([`PendingOp`]) that the reader awaits with
-//! [`resolve`] and then completes with [`State::complete`].
+//! [`resolve`] and then completes with [`ConnSide::complete`].
 //!
 //! Does not: hold a borrow of the shard across the wait: `resolve` only awaits, and
 //! `complete` runs synchronously afterwards.
@@ -10,18 +10,19 @@ use std::rc::Rc;
 
 use crate::model::ids::{ConnId, QueueRef};
 use crate::protocol::method::{
-    BasicCancel, BasicCancelOk, BasicConsumeOk, BasicGetEmpty, BasicGetOk, ExchangeBindOk,
-    ExchangeDeclareOk, ExchangeDeleteOk, ExchangeUnbindOk, QueueBindOk, QueueDeclareOk,
-    QueueDeleteOk, QueuePurgeOk, QueueUnbindOk,
+    BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicGet, BasicGetEmpty, BasicGetOk,
+    ExchangeBind, ExchangeBindOk, ExchangeDeclare, ExchangeDeclareOk, ExchangeDelete,
+    ExchangeDeleteOk, ExchangeUnbind, ExchangeUnbindOk, QueueBind, QueueBindOk, QueueDeclare,
+    QueueDeclareOk, QueueDelete, QueueDeleteOk, QueuePurgeOk, QueueUnbind, QueueUnbindOk,
 };
 use crate::protocol::{Method, ShortStr};
 use crate::queue::{ConsumeRefused, QueueStats};
-use crate::session::error::{ChannelError, ObjectKind};
+use crate::session::error::{ChannelError, MethodId, ObjectKind};
 
 use crate::shard::conns::ConnSide;
 use crate::shard::control;
 use crate::shard::inbox::{
-    ControlOk, ControlRequest, GotMessage, QueueReply, QueueRequest, SettleOp,
+    ControlOk, ControlRequest, GotMessage, QueueOp, QueueReply, QueueRequest,
 };
 use crate::shard::Shard;
 
@@ -32,9 +33,10 @@ pub struct Pending {
     pub op: PendingOp,
 }
 
-/// What to send once a control request succeeded.
+/// The `-ok` method to send once a control request succeeded (and the method it
+/// answers, for a `channel.close` when it failed).
 #[derive(Debug)]
-pub enum Then {
+pub enum OkReply {
     ExchangeDeclareOk {
         nowait: bool,
     },
@@ -64,7 +66,7 @@ pub enum Then {
 pub enum PendingOp {
     Control {
         req: ControlRequest,
-        then: Then,
+        then: OkReply,
     },
     QueueStats {
         name: ShortStr,
@@ -111,7 +113,7 @@ pub enum PendingOp {
 
 /// The answer to a [`PendingOp`].
 pub enum Resolved {
-    Control(Result<ControlOk, ChannelError>, Then, Option<QueueStats>),
+    Control(Result<ControlOk, ChannelError>, OkReply, Option<QueueStats>),
     Stats(ShortStr, QueueReply, bool),
     Consumed {
         consumer: u32,
@@ -153,7 +155,7 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
             let reply = control::request(shard, req).await;
             // A declared queue's counts come from its home shard.
             let stats = match (&reply, &then) {
-                (Ok(ControlOk::QueueDeclared { queue }), Then::QueueDeclareOk { .. }) => {
+                (Ok(ControlOk::QueueDeclared { queue }), OkReply::QueueDeclareOk { .. }) => {
                     let req = QueueRequest::Stats {
                         queue: queue.id,
                         touch: true,
@@ -284,18 +286,18 @@ impl ConnSide<'_> {
         // The channel's own queue.delete is answered: the cancels it held go after the
         // delete-ok (or nowhere, if the channel is closed).
         let held_cancels = match &resolved {
-            Resolved::Control(_, Then::QueueDeleteOk { .. }, _) => self
+            Resolved::Control(_, OkReply::QueueDeleteOk { .. }, _) => self
                 .conn_mut(conn)
                 .and_then(|c| c.channels.get_mut(&number))
                 .map(|ch| ch.release_cancels())
                 .unwrap_or_default(),
             _ => Vec::new(),
         };
-        let result: Result<Option<Method>, (ChannelError, u16, u16)> = match resolved {
+        let result: Result<Option<Method>, (ChannelError, MethodId)> = match resolved {
             Resolved::Control(reply, then, stats) => {
-                let ids = then_ids(&then);
+                let cause = then_cause(&then);
                 match reply {
-                    Err(e) => Err((e, ids.0, ids.1)),
+                    Err(e) => Err((e, cause)),
                     Ok(ok) => Ok(self.control_ok(conn, number, ok, then, stats)),
                 }
             }
@@ -307,7 +309,7 @@ impl ConnSide<'_> {
                         consumer_count: stats.consumers,
                     })
                 })),
-                _ => Err((gone(&name), 50, 10)),
+                _ => Err((gone(&name), method_id!(QueueDeclare))),
             }
             .inspect(|_| self.set_last_queue(conn, number, &name)),
             Resolved::Consumed {
@@ -336,13 +338,13 @@ impl ConnSide<'_> {
                         self.top_up(shard, conn, number, Some(consumer));
                     } else if let Some(queue) = self.consumer_queue(conn, number, consumer) {
                         self.queues()
-                            .settle_to(shard, queue, SettleOp::Cancel { key });
+                            .settle_to(shard, queue, QueueOp::Cancel { key });
                     }
                     Ok(None)
                 }
                 QueueReply::SlowConsumerClosed => {
                     self.forget_consumer(conn, number, consumer);
-                    Err((ChannelError::ConsumingTooSlow, 0, 0))
+                    Err((ChannelError::ConsumingTooSlow, MethodId::NONE))
                 }
                 QueueReply::Consumed(Err(ConsumeRefused::ExclusiveInUse)) => {
                     self.forget_consumer(conn, number, consumer);
@@ -351,13 +353,12 @@ impl ConnSide<'_> {
                             queue: name.to_string(),
                             vhost: vhost_name.clone(),
                         },
-                        60,
-                        20,
+                        method_id!(BasicConsume),
                     ))
                 }
                 _ => {
                     self.forget_consumer(conn, number, consumer);
-                    Err((gone(&name), 60, 20))
+                    Err((gone(&name), method_id!(BasicConsume)))
                 }
             },
             Resolved::Cancelled { tag, nowait } => {
@@ -377,8 +378,7 @@ impl ConnSide<'_> {
                 })) => {
                     if !open {
                         if !no_ack {
-                            self.queues()
-                                .settle_to(shard, queue, SettleOp::Requeue(seq));
+                            self.queues().settle_to(shard, queue, QueueOp::Requeue(seq));
                         }
                         return;
                     }
@@ -404,8 +404,10 @@ impl ConnSide<'_> {
                 QueueReply::Got(None) => Ok(Some(Method::BasicGetEmpty(BasicGetEmpty {
                     cluster_id: ShortStr::default(),
                 }))),
-                QueueReply::SlowConsumerClosed => Err((ChannelError::ConsumingTooSlow, 0, 0)),
-                _ => Err((gone(&name), 60, 70)),
+                QueueReply::SlowConsumerClosed => {
+                    Err((ChannelError::ConsumingTooSlow, MethodId::NONE))
+                }
+                _ => Err((gone(&name), method_id!(BasicGet))),
             },
             Resolved::Purged { reply, nowait } => match reply {
                 QueueReply::Purged(n) => {
@@ -422,8 +424,8 @@ impl ConnSide<'_> {
         match result {
             Ok(Some(method)) => self.reply_now(conn, number, method),
             Ok(None) => {}
-            Err((e, class_id, method_id)) => {
-                self.close_channel(shard, conn, number, &e, class_id, method_id);
+            Err((e, cause)) => {
+                self.close_channel(shard, conn, number, &e, cause);
                 return;
             }
         }
@@ -444,19 +446,19 @@ impl ConnSide<'_> {
         conn: ConnId,
         number: u16,
         ok: ControlOk,
-        then: Then,
+        then: OkReply,
         stats: Option<QueueStats>,
     ) -> Option<Method> {
         match (ok, then) {
-            (_, Then::ExchangeDeclareOk { nowait }) => {
+            (_, OkReply::ExchangeDeclareOk { nowait }) => {
                 (!nowait).then_some(Method::ExchangeDeclareOk(ExchangeDeclareOk {}))
             }
-            (_, Then::ExchangeDeleteOk { nowait }) => {
+            (_, OkReply::ExchangeDeleteOk { nowait }) => {
                 (!nowait).then_some(Method::ExchangeDeleteOk(ExchangeDeleteOk {}))
             }
             (
                 _,
-                Then::QueueDeclareOk {
+                OkReply::QueueDeclareOk {
                     name,
                     nowait,
                     exclusive,
@@ -479,21 +481,21 @@ impl ConnSide<'_> {
                     })
                 })
             }
-            (ControlOk::QueueDeleted { messages }, Then::QueueDeleteOk { nowait }) => (!nowait)
+            (ControlOk::QueueDeleted { messages }, OkReply::QueueDeleteOk { nowait }) => (!nowait)
                 .then_some(Method::QueueDeleteOk(QueueDeleteOk {
                     message_count: messages,
                 })),
-            (_, Then::QueueDeleteOk { nowait }) => {
+            (_, OkReply::QueueDeleteOk { nowait }) => {
                 (!nowait).then_some(Method::QueueDeleteOk(QueueDeleteOk { message_count: 0 }))
             }
-            (_, Then::BindOk { nowait, unbind }) => {
+            (_, OkReply::BindOk { nowait, unbind }) => {
                 if unbind {
                     Some(Method::QueueUnbindOk(QueueUnbindOk {}))
                 } else {
                     (!nowait).then_some(Method::QueueBindOk(QueueBindOk {}))
                 }
             }
-            (_, Then::ExchangeBindOk { nowait, unbind }) => (!nowait).then(|| {
+            (_, OkReply::ExchangeBindOk { nowait, unbind }) => (!nowait).then(|| {
                 if unbind {
                     Method::ExchangeUnbindOk(ExchangeUnbindOk {})
                 } else {
@@ -536,15 +538,15 @@ impl ConnSide<'_> {
     }
 }
 
-fn then_ids(then: &Then) -> (u16, u16) {
+fn then_cause(then: &OkReply) -> MethodId {
     match then {
-        Then::ExchangeDeclareOk { .. } => (40, 10),
-        Then::ExchangeDeleteOk { .. } => (40, 20),
-        Then::QueueDeclareOk { .. } => (50, 10),
-        Then::QueueDeleteOk { .. } => (50, 40),
-        Then::BindOk { unbind: false, .. } => (50, 20),
-        Then::BindOk { unbind: true, .. } => (50, 50),
-        Then::ExchangeBindOk { unbind: false, .. } => (40, 30),
-        Then::ExchangeBindOk { unbind: true, .. } => (40, 40),
+        OkReply::ExchangeDeclareOk { .. } => method_id!(ExchangeDeclare),
+        OkReply::ExchangeDeleteOk { .. } => method_id!(ExchangeDelete),
+        OkReply::QueueDeclareOk { .. } => method_id!(QueueDeclare),
+        OkReply::QueueDeleteOk { .. } => method_id!(QueueDelete),
+        OkReply::BindOk { unbind: false, .. } => method_id!(QueueBind),
+        OkReply::BindOk { unbind: true, .. } => method_id!(QueueUnbind),
+        OkReply::ExchangeBindOk { unbind: false, .. } => method_id!(ExchangeBind),
+        OkReply::ExchangeBindOk { unbind: true, .. } => method_id!(ExchangeUnbind),
     }
 }

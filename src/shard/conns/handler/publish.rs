@@ -21,7 +21,7 @@ use crate::session::channel::TxOp;
 use crate::session::confirm::ConfirmReply;
 use crate::session::error::{ChannelError, ObjectKind};
 
-use super::channel::MethodError;
+use super::{MethodError, PUBLISH};
 use crate::shard::conns::ConnSide;
 use crate::shard::inbox::{ConfirmDone, Routed};
 use crate::shard::Shard;
@@ -39,7 +39,7 @@ impl ConnSide<'_> {
     ) {
         self.note_publish(shard, conn, number, header.body_size);
         if let Err(e) = self.authorize_publish(conn, number, &publish.exchange) {
-            return self.close_channel(shard, conn, number, &e, 60, 40);
+            return self.close_channel(shard, conn, number, &e, PUBLISH);
         }
         // rabbit_channel's check_expiration_header: an expiration that is not a TTL
         // closes the channel rather than being ignored.
@@ -52,13 +52,13 @@ impl ConnSide<'_> {
                         value: String::from_utf8_lossy(raw).into_owned(),
                         reason,
                     };
-                    self.close_channel(shard, conn, number, &e, 60, 40);
+                    self.close_channel(shard, conn, number, &e, PUBLISH);
                     return;
                 }
             },
         };
         if let Err(e) = self.check_user_id(shard, conn, &header.raw_properties) {
-            return self.close_channel(shard, conn, number, &e, 60, 40);
+            return self.close_channel(shard, conn, number, &e, PUBLISH);
         }
         let msg = Message::with_ttl(
             publish.exchange.clone(),
@@ -89,8 +89,8 @@ impl ConnSide<'_> {
         };
         match result {
             Ok(()) => {}
-            Err(MethodError::Channel(e)) => self.close_channel(shard, conn, number, &e, 60, 40),
-            Err(MethodError::Connection(e)) => self.close_connection(shard, conn, &e, 60, 40),
+            Err(MethodError::Channel(e)) => self.close_channel(shard, conn, number, &e, PUBLISH),
+            Err(MethodError::Connection(e)) => self.close_connection(shard, conn, &e.on(PUBLISH)),
         }
     }
 

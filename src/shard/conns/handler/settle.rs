@@ -7,16 +7,70 @@
 use smallvec::SmallVec;
 
 use crate::model::ids::{ConnId, QueueRef};
+use crate::protocol::method::{BasicAck, BasicNack, BasicReject};
 use crate::session::channel::TxOp;
 use crate::session::consumer::Credit;
 use crate::session::error::ChannelError;
 
-use super::channel::MethodError;
+use super::{AfterFrame, MethodError};
 use crate::shard::conns::ConnSide;
-use crate::shard::inbox::SettleOp;
+use crate::shard::inbox::QueueOp;
 use crate::shard::Shard;
 
 impl ConnSide<'_> {
+    /// `basic.ack`.
+    pub(super) fn basic_ack(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        ack: BasicAck,
+    ) -> Result<AfterFrame, MethodError> {
+        self.settle_client(
+            shard,
+            conn,
+            number,
+            ack.delivery_tag,
+            ack.multiple,
+            AckKind::Ack,
+        )?;
+        Ok(AfterFrame::Continue)
+    }
+
+    /// `basic.nack`.
+    pub(super) fn basic_nack(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        nack: BasicNack,
+    ) -> Result<AfterFrame, MethodError> {
+        let how = if nack.requeue {
+            AckKind::Requeue
+        } else {
+            AckKind::Discard
+        };
+        self.settle_client(shard, conn, number, nack.delivery_tag, nack.multiple, how)?;
+        Ok(AfterFrame::Continue)
+    }
+
+    /// `basic.reject`.
+    pub(super) fn basic_reject(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        reject: BasicReject,
+    ) -> Result<AfterFrame, MethodError> {
+        let how = if reject.requeue {
+            AckKind::Requeue
+        } else {
+            AckKind::Discard
+        };
+        self.settle_client(shard, conn, number, reject.delivery_tag, false, how)?;
+        Ok(AfterFrame::Continue)
+    }
+
     /// ack / nack / reject from the client; buffered in a transaction.
     pub(super) fn settle_client(
         &mut self,
@@ -25,7 +79,7 @@ impl ConnSide<'_> {
         number: u16,
         tag: u64,
         multiple: bool,
-        how: Settle,
+        how: AckKind,
     ) -> Result<(), MethodError> {
         let max_tx = shard.config.limits.max_tx_operations;
         let ch = self.channel_mut(conn, number)?;
@@ -36,11 +90,11 @@ impl ConnSide<'_> {
                 }));
             }
             tx.push(match how {
-                Settle::Ack => TxOp::Ack { tag, multiple },
-                Settle::Requeue | Settle::Discard => TxOp::Reject {
+                AckKind::Ack => TxOp::Ack { tag, multiple },
+                AckKind::Requeue | AckKind::Discard => TxOp::Reject {
                     tag,
                     multiple,
-                    requeue: how == Settle::Requeue,
+                    requeue: how == AckKind::Requeue,
                 },
             });
             return Ok(());
@@ -55,7 +109,7 @@ impl ConnSide<'_> {
         number: u16,
         tag: u64,
         multiple: bool,
-        how: Settle,
+        how: AckKind,
     ) -> Result<(), MethodError> {
         let ch = self.channel_mut(conn, number)?;
         let taken = ch
@@ -71,9 +125,9 @@ impl ConnSide<'_> {
         }
         for u in taken {
             let op = match how {
-                Settle::Ack => SettleOp::Ack(u.seq),
-                Settle::Requeue => SettleOp::Requeue(u.seq),
-                Settle::Discard => SettleOp::Discard(u.seq),
+                AckKind::Ack => QueueOp::Ack(u.seq),
+                AckKind::Requeue => QueueOp::Requeue(u.seq),
+                AckKind::Discard => QueueOp::Discard(u.seq),
             };
             self.queues().settle_to(shard, u.queue, op);
         }
@@ -93,7 +147,7 @@ impl ConnSide<'_> {
         let unacked = ch.take_all_unacked();
         for u in unacked {
             self.queues()
-                .settle_to(shard, u.queue, SettleOp::Requeue(u.seq));
+                .settle_to(shard, u.queue, QueueOp::Requeue(u.seq));
         }
         self.top_up(shard, conn, number, None);
     }
@@ -136,7 +190,7 @@ impl ConnSide<'_> {
             self.queues().settle_to(
                 shard,
                 queue,
-                SettleOp::Grant {
+                QueueOp::Grant {
                     key,
                     credit: n.messages,
                     bytes: n.bytes,
@@ -157,9 +211,10 @@ impl ConnSide<'_> {
     }
 }
 
-/// How a client settles a delivery.
+/// Which settlement a client asked for: `basic.ack`, or `basic.nack` / `basic.reject`
+/// with `requeue` set or not.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Settle {
+pub(super) enum AckKind {
     Ack,
     Requeue,
     Discard,
