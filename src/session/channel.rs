@@ -1,5 +1,5 @@
-//! Owns: one channel's state — open/closing, content assembly of a publish (method, then
-//! header, then body frames), delivery tags and the unacknowledged list, consumers, qos,
+//! Owns: one channel's state — open/closing, the publish it is assembling
+//! (`session::content`), delivery tags and the unacknowledged list, consumers, qos,
 //! confirm mode and the transaction buffer.
 //!
 //! Does not: route, enqueue or touch another shard's queues. The shard's handler drives
@@ -12,12 +12,12 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::model::ids::{IdMap, QueueRef};
-use crate::model::ledger::PartialBytes;
-use crate::model::message::{Message, ReceivedBody};
+use crate::model::message::Message;
 use crate::protocol::method::BasicPublish;
-use crate::protocol::{ContentHeader, ShortStr};
+use crate::protocol::ShortStr;
 use crate::session::confirm::ConfirmTracker;
 use crate::session::consumer::ChannelConsumer;
+use crate::session::content::Content;
 use crate::session::error::ChannelError;
 use crate::session::publisher::PublisherFlow;
 
@@ -27,23 +27,6 @@ pub enum ChannelPhase {
     Open,
     /// The broker sent `channel.close`; everything but close/close-ok is discarded.
     Closing,
-}
-
-/// Publish assembly.
-#[derive(Debug, Default)]
-pub enum Content {
-    #[default]
-    Idle,
-    AwaitHeader(BasicPublish),
-    AwaitBody {
-        publish: BasicPublish,
-        header: ContentHeader,
-        body: ReceivedBody,
-        received: u64,
-        /// The body bytes received so far, counted in the memory ledger until the
-        /// message is complete (or abandoned).
-        ledger: PartialBytes,
-    },
 }
 
 /// A delivery waiting for the client's acknowledgement.

@@ -72,7 +72,7 @@ pub struct Conn {
     /// Broker-wide serial for logs and consumer tags.
     pub serial: u64,
     pub peer: SocketAddr,
-    pub phase: Phase,
+    phase: Phase,
     pub user: String,
     pub vhost: VhostIdx,
     pub vhost_name: String,
@@ -114,6 +114,68 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Where the connection is in its life.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Whether frames from the client are still handled (not after close-ok to its
+    /// close, not once closed).
+    pub fn reading(&self) -> bool {
+        !matches!(self.phase, Phase::Lingering | Phase::Closed)
+    }
+
+    /// The protocol header was accepted and `connection.start` sent.
+    pub fn header_accepted(&mut self) {
+        self.advance(Phase::AwaitHeader, Phase::AwaitStartOk);
+    }
+
+    /// `connection.start-ok` was accepted and `connection.tune` sent.
+    pub fn start_ok_accepted(&mut self) {
+        self.advance(Phase::AwaitStartOk, Phase::AwaitTuneOk);
+    }
+
+    /// `connection.tune-ok` was accepted.
+    pub fn tune_ok_accepted(&mut self) {
+        self.advance(Phase::AwaitTuneOk, Phase::AwaitOpen);
+    }
+
+    /// `connection.open` was accepted and `open-ok` sent.
+    pub fn opened(&mut self) {
+        self.advance(Phase::AwaitOpen, Phase::Open);
+    }
+
+    /// The broker sent `connection.close`: from now on only the client's close-ok (or
+    /// its own close) counts. A connection already lingering or closed stays so.
+    pub fn close_sent(&mut self) {
+        if !matches!(self.phase, Phase::Lingering | Phase::Closed) {
+            self.phase = Phase::Closing;
+        }
+    }
+
+    /// The client's `connection.close` was answered with close-ok: the socket is left
+    /// for the client to close. A closed connection stays closed.
+    pub fn close_answered(&mut self) {
+        if self.phase != Phase::Closed {
+            self.phase = Phase::Lingering;
+        }
+    }
+
+    /// Done: the writer flushes and shuts the socket, and a reader waiting on the
+    /// connection (lingering, held, paused) is woken.
+    pub fn finish(&mut self) {
+        self.phase = Phase::Closed;
+        self.resume.notify();
+    }
+
+    /// Moves from `from` to `to`; from any other phase nothing changes (a handshake
+    /// step never reopens a closing connection).
+    fn advance(&mut self, from: Phase, to: Phase) {
+        if self.phase == from {
+            self.phase = to;
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: ConnId,
@@ -382,5 +444,71 @@ mod tests {
             })
         );
         assert_eq!(parse_sasl(b"EXTERNAL", &body), None);
+    }
+
+    fn conn() -> Conn {
+        Conn::new(
+            ConnId {
+                slot: 0,
+                generation: 1,
+            },
+            1,
+            "127.0.0.1:1".parse().expect("address"),
+            Instant::now(),
+            512,
+            131_072,
+            Rc::new(crate::session::signal::Signal::new()),
+        )
+    }
+
+    #[test]
+    fn the_handshake_moves_forward_one_step_at_a_time() {
+        let mut c = conn();
+        assert_eq!(c.phase(), Phase::AwaitHeader);
+        // Out of order, nothing changes.
+        c.opened();
+        c.tune_ok_accepted();
+        assert_eq!(c.phase(), Phase::AwaitHeader);
+        c.header_accepted();
+        c.start_ok_accepted();
+        c.tune_ok_accepted();
+        assert_eq!(c.phase(), Phase::AwaitOpen);
+        c.opened();
+        assert_eq!(c.phase(), Phase::Open);
+        assert!(c.reading());
+    }
+
+    #[test]
+    fn a_closing_connection_never_reopens() {
+        let mut c = conn();
+        c.header_accepted();
+        c.close_sent();
+        assert_eq!(c.phase(), Phase::Closing);
+        assert!(c.reading(), "close-ok must still be read");
+        c.start_ok_accepted();
+        assert_eq!(c.phase(), Phase::Closing);
+        c.finish();
+        assert_eq!(c.phase(), Phase::Closed);
+        c.close_sent();
+        c.close_answered();
+        assert_eq!(c.phase(), Phase::Closed);
+        assert!(!c.reading());
+    }
+
+    #[test]
+    fn after_close_ok_to_the_client_nothing_more_is_read() {
+        let mut c = conn();
+        c.header_accepted();
+        c.start_ok_accepted();
+        c.tune_ok_accepted();
+        c.opened();
+        c.close_answered();
+        assert_eq!(c.phase(), Phase::Lingering);
+        assert!(!c.reading());
+        // A broker-side close after that (shutdown) does not make it read again.
+        c.close_sent();
+        assert_eq!(c.phase(), Phase::Lingering);
+        c.finish();
+        assert_eq!(c.phase(), Phase::Closed);
     }
 }

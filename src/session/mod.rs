@@ -1,5 +1,5 @@
 //! Owns: per-connection protocol state — the connection (handshake, limits,
-//! capabilities, outbound buffer), its channels (publish assembly, delivery tags, unacked,
+//! capabilities, outbound buffer, its phase), its channels (publish assembly in `content`, delivery tags, unacked,
 //! qos, transactions), publisher confirms (`confirm`), a publisher's flow-control state
 //! (`publisher`), consumers and their credit rule — and the typed errors that close a
 //! channel or a connection.
@@ -10,6 +10,7 @@ pub mod channel;
 pub mod confirm;
 pub mod connection;
 pub mod consumer;
+pub mod content;
 pub mod error;
 pub mod limit;
 pub mod outbound;

@@ -206,7 +206,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
             peer: c.peer.to_string(),
             user: c.user.clone(),
             vhost: c.vhost_name.clone(),
-            state: phase_name(c.phase),
+            state: phase_name(c.phase()),
             channels: c.channels.len() as u64,
             frame_max: c.frame_max,
             channel_max: c.channel_max,

@@ -91,7 +91,7 @@ impl Shard {
     /// What the connection's reader may know of it; `None` once it is forgotten.
     pub fn reader_view(&self, conn: ConnId) -> Option<ReaderView> {
         self.state.borrow().conn(conn).map(|c| ReaderView {
-            phase: c.phase,
+            phase: c.phase(),
             frame_max: c.frame_max,
             queued_bytes: c.out.queued_bytes(),
             resume: Rc::clone(&c.resume),
@@ -99,7 +99,7 @@ impl Shard {
     }
 
     pub fn phase(&self, conn: ConnId) -> Option<Phase> {
-        self.state.borrow().conn(conn).map(|c| c.phase)
+        self.state.borrow().conn(conn).map(|c| c.phase())
     }
 
     /// The 8 bytes a client sends first.
@@ -142,7 +142,7 @@ impl Shard {
                     st.conn_side()
                         .close_connection(self, conn, &err.on(MethodId::NONE));
                     if let Some(c) = st.conn_mut(conn) {
-                        c.phase = Phase::Closed;
+                        c.finish();
                     }
                     return Step::Stop;
                 }
@@ -206,7 +206,7 @@ impl Shard {
     pub fn hold_state(&self, conn: ConnId) -> Option<(bool, bool)> {
         let st = self.state.borrow();
         st.conn(conn)
-            .filter(|c| c.phase == Phase::Open)
+            .filter(|c| c.phase() == Phase::Open)
             .map(|c| (st.conns.hold_wanted(self, conn), c.holds_unacked()))
     }
 
@@ -262,7 +262,7 @@ impl Shard {
     pub fn take_output(&self, conn: ConnId, max: usize) -> Option<(Vec<Bytes>, bool)> {
         let mut st = self.state.borrow_mut();
         let c = st.conn_mut(conn)?;
-        Some((c.out.take(max), c.phase == Phase::Closed))
+        Some((c.out.take(max), c.phase() == Phase::Closed))
     }
 
     /// The writer wrote `n` bytes: no-ack runs now on the wire stop counting against
@@ -294,8 +294,7 @@ impl Shard {
     /// full buffer) must not wait for it.
     pub fn writer_finished(&self, conn: ConnId) {
         if let Some(c) = self.state.borrow_mut().conn_mut(conn) {
-            c.phase = Phase::Closed;
-            c.resume.notify();
+            c.finish();
         }
     }
 }

@@ -232,7 +232,7 @@ impl ConnSide<'_> {
         let ids: Vec<(ConnId, usize)> = self
             .conns
             .iter()
-            .filter(|c| c.phase == Phase::Open)
+            .filter(|c| c.phase() == Phase::Open)
             .filter(|c| only_vhost.is_none_or(|v| v == c.vhost))
             .map(|c| (c.id, c.vhost))
             .collect();

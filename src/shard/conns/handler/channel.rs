@@ -1,5 +1,5 @@
-//! Owns: the frames of an open channel — content assembly (method, header and body
-//! frames become one publish, handed to `publish`) and the dispatch of its methods by
+//! Owns: the frames of an open channel — fed to its publish assembly
+//! (`session::content`; a complete publish goes to `publish`) — and the dispatch of its methods by
 //! family: `channel.*` and `access.request` here, `exchange.*` in `exchange`, `queue.*`
 //! in `queue`, consuming (`basic.qos`, `consume`, `cancel`, `get`, `recover`) in
 //! `consume`, ack / nack / reject in `settle`, `tx.*` and `confirm.select` in `modes` —
@@ -9,14 +9,12 @@
 //! [`Pending`] for the reader to await.
 
 use crate::model::ids::{ConnId, ConnOwner, QueueRef};
-use crate::model::ledger::PartialBytes;
-use crate::model::message::ReceivedBody;
-use crate::protocol::frame::{Frame, FrameKind};
+use crate::protocol::frame::Frame;
 use crate::protocol::method::{
     AccessRequestOk, BasicPublish, ChannelCloseOk, ChannelFlow, ChannelFlowOk,
 };
-use crate::protocol::{ContentHeader, Method, ShortStr};
-use crate::session::channel::Content;
+use crate::protocol::{Method, ShortStr};
+use crate::session::content::ContentStep;
 use crate::session::error::{ChannelError, ConnectionError, HardError, MethodId, ObjectKind};
 
 use super::pending::{Pending, PendingOp};
@@ -42,11 +40,9 @@ impl ConnSide<'_> {
         else {
             return Ok(AfterFrame::Stop);
         };
-        let unexpected =
-            |what: String| Err(ConnectionError::UnexpectedFrame(what).on(MethodId::NONE));
-        match (frame.kind, std::mem::take(&mut ch.content)) {
-            (FrameKind::Method, Content::Idle) => {
-                let method = Method::decode(frame.payload)
+        match ch.content.feed(frame, max_size, number)? {
+            ContentStep::Method(payload) => {
+                let method = Method::decode(payload)
                     .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
                 let cause = MethodId::of(&method);
                 match self.on_channel_method(shard, conn, number, method) {
@@ -58,82 +54,19 @@ impl ConnSide<'_> {
                     Err(MethodError::Connection(e)) => Err(e.on(cause)),
                 }
             }
-            (FrameKind::Header, Content::AwaitHeader(publish)) => {
-                let header = ContentHeader::decode(frame.payload)
-                    .map_err(|e| ConnectionError::Syntax(e.to_string()).on(PUBLISH))?;
-                if header.body_size > max_size {
-                    let e = ChannelError::MessageTooLarge {
-                        size: header.body_size,
-                        max: max_size,
-                    };
-                    self.close_channel(shard, conn, number, &e, PUBLISH);
-                    return Ok(AfterFrame::Continue);
-                }
-                if header.body_size == 0 {
-                    self.publish(
-                        shard,
-                        conn,
-                        number,
-                        publish,
-                        header,
-                        ReceivedBody::default(),
-                    );
-                } else {
-                    ch.content = Content::AwaitBody {
-                        publish,
-                        header,
-                        body: ReceivedBody::default(),
-                        received: 0,
-                        ledger: PartialBytes::default(),
-                    };
-                }
+            ContentStep::More => Ok(AfterFrame::Continue),
+            ContentStep::Complete {
+                publish,
+                header,
+                body,
+            } => {
+                self.publish(shard, conn, number, publish, header, body);
                 Ok(AfterFrame::Continue)
             }
-            (
-                FrameKind::Body,
-                Content::AwaitBody {
-                    publish,
-                    header,
-                    mut body,
-                    received,
-                    mut ledger,
-                },
-            ) => {
-                let received = received + frame.payload.len() as u64;
-                if received > header.body_size {
-                    return unexpected(format!(
-                        "body of {received} bytes exceeds the {} announced in the content header",
-                        header.body_size
-                    ));
-                }
-                if !frame.payload.is_empty() {
-                    ledger.add(frame.payload.len() as u64 + u64::from(frame.pinned));
-                    body.pinned += u64::from(frame.pinned);
-                    body.chunks.push(frame.payload);
-                }
-                if received == header.body_size {
-                    drop(ledger);
-                    self.publish(shard, conn, number, publish, header, body);
-                } else {
-                    ch.content = Content::AwaitBody {
-                        publish,
-                        header,
-                        body,
-                        received,
-                        ledger,
-                    };
-                }
+            ContentStep::Refused(e) => {
+                self.close_channel(shard, conn, number, &e, PUBLISH);
                 Ok(AfterFrame::Continue)
             }
-            (kind, Content::Idle) => unexpected(format!(
-                "{kind:?} frame on channel {number} without a preceding basic.publish"
-            )),
-            (kind, Content::AwaitHeader(_)) => unexpected(format!(
-                "expected a content header on channel {number}, got a {kind:?} frame"
-            )),
-            (kind, Content::AwaitBody { .. }) => unexpected(format!(
-                "expected a content body on channel {number}, got a {kind:?} frame"
-            )),
         }
     }
 
@@ -294,7 +227,7 @@ impl ConnSide<'_> {
             .conn_mut(conn)
             .and_then(|c| c.channels.get_mut(&number))
         {
-            ch.content = Content::AwaitHeader(publish);
+            ch.content.start(publish);
         }
         Ok(AfterFrame::Continue)
     }

@@ -29,7 +29,7 @@ impl ConnSide<'_> {
         };
         if header != PROTOCOL_HEADER {
             c.out.raw(&PROTOCOL_HEADER);
-            c.phase = Phase::Closed;
+            c.finish();
             self.mark_writer(conn);
             return HeaderCheck::Refused;
         }
@@ -43,7 +43,7 @@ impl ConnSide<'_> {
                 locales: LongStr::from(connection::LOCALES),
             }),
         );
-        c.phase = Phase::AwaitStartOk;
+        c.header_accepted();
         self.mark_writer(conn);
         HeaderCheck::Accepted
     }
@@ -54,7 +54,7 @@ impl ConnSide<'_> {
         conn: ConnId,
         frame: Frame,
     ) -> Result<AfterFrame, HardError> {
-        let phase = self.conn(conn).map(|c| c.phase);
+        let phase = self.conn(conn).map(|c| c.phase());
         if frame.kind == FrameKind::Heartbeat {
             if !frame.payload.is_empty() {
                 return Err(ConnectionError::heartbeat_payload(&frame.payload).on(MethodId::NONE));
@@ -123,7 +123,7 @@ impl ConnSide<'_> {
                 // A correct login is answered at once, whatever failed before.
                 c.user = user.name;
                 c.capabilities = connection::client_capabilities(&ok.client_properties);
-                c.phase = Phase::AwaitTuneOk;
+                c.start_ok_accepted();
                 self.send_login_outcome(shard, conn, Ok(()));
                 Ok(AfterFrame::Continue)
             }
@@ -163,7 +163,7 @@ impl ConnSide<'_> {
                 };
                 c.heartbeat = tune.heartbeat;
                 c.out.set_frame_max(c.frame_max);
-                c.phase = Phase::AwaitOpen;
+                c.tune_ok_accepted();
                 if c.heartbeat > 0 {
                     let at = now + heartbeat_period(c.heartbeat);
                     self.common.wheel.arm(at, TimerKey::Heartbeat(conn));
@@ -187,7 +187,7 @@ impl ConnSide<'_> {
                 }
                 c.vhost = vhost;
                 c.vhost_name = name;
-                c.phase = Phase::Open;
+                c.opened();
                 c.out.method(
                     0,
                     &Method::ConnectionOpenOk(ConnectionOpenOk {

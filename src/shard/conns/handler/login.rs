@@ -91,7 +91,7 @@ impl ConnSide<'_> {
                 let Some(c) = self.conn_mut(conn) else {
                     return;
                 };
-                if c.phase != Phase::AwaitTuneOk {
+                if c.phase() != Phase::AwaitTuneOk {
                     return;
                 }
                 c.out.method(

@@ -92,7 +92,7 @@ impl ConnSide<'_> {
             return AfterFrame::Stop;
         };
         c.last_recv = now;
-        let result = match c.phase {
+        let result = match c.phase() {
             Phase::AwaitHeader | Phase::Lingering | Phase::Closed => return AfterFrame::Stop,
             Phase::Closing => Ok(self.on_frame_while_closing(shard, conn, frame)),
             Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
@@ -382,10 +382,10 @@ impl ConnSide<'_> {
         let Some(c) = self.conn_mut(conn) else {
             return;
         };
-        if matches!(c.phase, Phase::Closing | Phase::Closed) {
+        if matches!(c.phase(), Phase::Closing | Phase::Closed) {
             return;
         }
-        let handshake_done = c.phase == Phase::Open;
+        let handshake_done = c.phase() == Phase::Open;
         let text = err.reply_text();
         if handshake_done {
             c.close_logged = true;
@@ -411,7 +411,7 @@ impl ConnSide<'_> {
                 method_id: cause.method_id,
             }),
         );
-        c.phase = Phase::Closing;
+        c.close_sent();
         let deadline = now + close_ok_timeout(c.heartbeat);
         let channels: Vec<u16> = c.channels.keys().copied().collect();
         for number in channels {
@@ -442,7 +442,7 @@ impl ConnSide<'_> {
         let exclusive = std::mem::take(&mut c.exclusive_queues);
         c.out
             .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
-        c.phase = Phase::Lingering;
+        c.close_answered();
         self.common
             .outbox
             .queue_deletes
@@ -457,7 +457,7 @@ impl ConnSide<'_> {
     /// not closed its socket after our close-ok, is cut off (the writer shuts the socket
     /// and the reader, whose read then ends, releases the connection).
     pub fn close_timeout(&mut self, conn: ConnId) {
-        let phase = self.conn(conn).map(|c| c.phase);
+        let phase = self.conn(conn).map(|c| c.phase());
         if matches!(phase, Some(Phase::Closing | Phase::Lingering)) {
             self.finish_connection(conn);
         }
@@ -467,9 +467,8 @@ impl ConnSide<'_> {
     /// after close-ok): the writer flushes and shuts the socket.
     pub fn finish_connection(&mut self, conn: ConnId) {
         if let Some(c) = self.conn_mut(conn) {
-            c.phase = Phase::Closed;
             // A lingering connection's reader side waits on it (`net::reader`).
-            c.resume.notify();
+            c.finish();
         }
         self.mark_writer(conn);
     }
@@ -480,7 +479,7 @@ impl ConnSide<'_> {
         let Some(c) = self.conn_mut(conn) else {
             return;
         };
-        if c.heartbeat == 0 || matches!(c.phase, Phase::Lingering | Phase::Closed) {
+        if c.heartbeat == 0 || matches!(c.phase(), Phase::Lingering | Phase::Closed) {
             return;
         }
         let period = heartbeat_period(c.heartbeat);
@@ -515,7 +514,7 @@ impl ConnSide<'_> {
         let Some(c) = self.conn(conn) else {
             return;
         };
-        match c.phase {
+        match c.phase() {
             Phase::Open | Phase::Closing | Phase::Lingering | Phase::Closed => {}
             Phase::AwaitHeader => self.finish_connection(conn),
             Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen => {
@@ -534,7 +533,7 @@ impl ConnSide<'_> {
         let err = ConnectionError::Forced(format!(
             "broker forced connection closure with reason '{reason}'"
         ));
-        let open = self.conn(conn).map(|c| c.phase);
+        let open = self.conn(conn).map(|c| c.phase());
         match open {
             Some(Phase::Closing | Phase::Lingering | Phase::Closed) | None => {}
             Some(_) => self.close_connection(shard, conn, &err.on(MethodId::NONE)),
@@ -546,7 +545,7 @@ impl ConnSide<'_> {
     /// (held and paused readers resume) until its client's close-ok; one still in its
     /// handshake, or already closing, is finished as [`ConnSide::force_close`] does.
     pub fn close_for_shutdown(&mut self, shard: &Shard, conn: ConnId) {
-        if self.conn(conn).map(|c| c.phase) != Some(Phase::Open) {
+        if self.conn(conn).map(|c| c.phase()) != Some(Phase::Open) {
             self.force_close(shard, conn, "shutdown");
             return;
         }
@@ -572,7 +571,7 @@ impl ConnSide<'_> {
         }
         let slot = conn.slot as usize;
         let removed = self.conns.slab.remove(slot);
-        if removed.phase != Phase::AwaitHeader
+        if removed.phase() != Phase::AwaitHeader
             && !removed.vhost_name.is_empty()
             && !removed.close_logged
         {
