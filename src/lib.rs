@@ -3,8 +3,11 @@
 //!
 //! # Layout
 //!
-//! Dependencies point one way: `protocol` ← `model`, `queue`, `policy`, `timer` ←
-//! `session` ← `shard` ← `net` ← `server`. `client` depends only on `protocol`.
+//! Dependencies point one way, from the leaves up: `protocol`, `timer`, `ops` ←
+//! `model`, `policy`, `auth` ← `queue`, `store`, `session` ← `config` ← `limits` ←
+//! `shard` ← `net`, `http` ← `server`; `cli` (beside `main`) uses `config`, `store` and
+//! `auth`; `client` depends only on `protocol`. ARCHITECTURE.md's "Layers" table is the
+//! exact list, and `tests/architecture.rs` holds the code to it.
 //!
 //! - [`protocol`]: the wire format — frames, methods (generated from the AMQP JSON spec
 //!   into `protocol/method/generated.rs`), content headers, field tables, reply codes.
@@ -18,15 +21,18 @@
 //!   consumption-rate estimation.
 //! - [`timer`]: the per-shard coarse clock and hashed timing wheel.
 //! - [`session`]: connection and channel state, consumers, typed protocol errors.
-//! - [`shard`]: one event loop's world — connections, home queues, directory replica,
-//!   timer wheel — plus the cross-shard inbox, placement, the control plane, publishes
-//!   arriving from other shards (`arrivals`), re-publishing dead-lettered messages
-//!   (`dead_letter`; their headers are built in `model::dead_letter`), giving memory back
-//!   (`reclaim`), and
-//!   performing the policies (`policy`, `flow`, `memory`).
+//! - [`shard`]: one event loop's world, in two rooms — the connection side
+//!   (`shard::conns`: connections, channels, the handler, deliveries into outbound
+//!   buffers, publisher flow) and the queue side (`shard::home`: home queues, dispatch,
+//!   policies, arrivals from other shards, dead letters, paging, persistence) — and what
+//!   both use (directory replica, timer wheel, `outbox`); the turn that socket tasks drive
+//!   (`turn`), the inbox loop (`mailbox`), the timers (`housekeeping`), placement, the
+//!   control plane, the memory board and giving memory back (`reclaim`).
 //! - [`net`]: per-connection reader and writer tasks over tokio-uring sockets, and the
-//!   read buffer that sizes itself to the traffic (`read_buf`).
-//! - [`server`]: starts N shards and the management listener, coordinates shutdown.
+//!   read buffer that sizes itself to the traffic (`read_buf`); they hand what happens
+//!   on the socket to `shard::turn`.
+//! - [`server`]: starts N shards (each thread composed in `server::shard_thread`) and the
+//!   management listener, coordinates shutdown and reload.
 //! - [`http`]: the management listener on its own thread (hyper): Prometheus
 //!   `/metrics`, the RabbitMQ-style management API, basic auth; every figure is asked of
 //!   the shards through their inboxes (`shard::observe`).
@@ -41,8 +47,9 @@
 //! # Data path
 //!
 //! socket → `net::reader` (frames split from the read buffer, zero copy) →
-//! `shard::handler` (methods, publish assembly) → `model::routing` (the local directory
-//! replica) → home queue (`shard::queues`, directly or through the destination shard's
+//! `shard::turn` → `shard::conns::handler` (methods; publish assembly in
+//! `session::content`) → `model::routing` (the local directory
+//! replica) → home queue (`shard::home::queues`, directly or through the destination shard's
 //! inbox) → dispatch against consumer credit → `session::outbound` (deliveries encoded, bodies
 //! shared) → `net::writer` (`writev`) → socket.
 

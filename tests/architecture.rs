@@ -73,35 +73,112 @@ fn check_layer(module: &str, allowed: &[&str]) {
     }
 }
 
+/// The rows of ARCHITECTURE.md's "Layers" table: each module and the modules it may use.
+fn drawn_layers() -> Vec<(String, Vec<String>)> {
+    let doc = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md"))
+        .unwrap_or_default();
+    let Some(start) = doc.find("## Layers") else {
+        return Vec::new();
+    };
+    let names = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    };
+    doc[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| {
+            let mut cells = l.split('|').skip(1);
+            let module = names(cells.next()?).into_iter().next()?;
+            Some((module, names(cells.next()?)))
+        })
+        .collect()
+}
+
+/// Every top-level module of `src/` (a folder or a file), but the binary's entry points.
+fn top_modules() -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(src()).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let module = path.is_dir() || path.extension().is_some_and(|e| e == "rs");
+        if module && !["lib", "main", "bin"].contains(&name.as_str()) {
+            out.push(name);
+        }
+    }
+    out.sort();
+    out
+}
+
 #[test]
 fn dependencies_point_one_way() {
-    check_layer("protocol", &[]);
-    check_layer("timer", &[]);
-    check_layer("policy", &["timer", "protocol"]);
-    check_layer("model", &["protocol"]);
-    check_layer("queue", &["protocol", "model", "policy"]);
-    check_layer("ops", &[]);
-    // The store gets its options from the caller (`store::StoreOptions`), not `Config`.
-    check_layer("store", &["protocol", "model", "ops"]);
-    check_layer(
-        "session",
-        &["protocol", "model", "queue", "policy", "timer", "auth"],
+    let layers = drawn_layers();
+    assert!(
+        layers.len() >= 10,
+        "ARCHITECTURE.md has no Layers table (found {} rows)",
+        layers.len()
     );
-    // The management listener reaches the broker only through shard inboxes and the
-    // boards: never a connection, a queue or a socket of a shard. From `limits` it takes
-    // the login throttle's table and the log rate limit (plain values it owns); from
-    // `timer` the OS clock's one function (it has no shard clock).
-    check_layer(
-        "http",
-        &[
-            "config", "shard", "store", "ops", "protocol", "model", "limits", "timer",
-        ],
-    );
-    // Users and permissions: a leaf the handler and the configuration ask. Its file
-    // section is `config::auth`'s, the tools that use it are `cli`'s.
-    check_layer("auth", &["protocol"]);
-    if src().join("client").is_dir() {
-        check_layer("client", &["protocol"]);
+    for module in top_modules() {
+        let Some((_, allowed)) = layers.iter().find(|(m, _)| *m == module) else {
+            panic!("src/{module} has no row in ARCHITECTURE.md's Layers table");
+        };
+        let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+        check_layer(&module, &allowed);
+    }
+}
+
+#[test]
+fn the_layers_drawn_have_no_cycle() {
+    // A module may only use modules drawn in rows above its own.
+    let layers = drawn_layers();
+    for (i, (module, allowed)) in layers.iter().enumerate() {
+        for dep in allowed {
+            assert!(
+                layers[..i].iter().any(|(m, _)| m == dep),
+                "ARCHITECTURE.md: {module} may use {dep}, which is not drawn below it"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_queue_side_does_not_reach_connections() {
+    for file in rust_files(&src().join("shard").join("home")) {
+        for (i, line) in code_lines(&file).iter().enumerate() {
+            for forbidden in ["conns::", "ConnSide"] {
+                assert!(
+                    !line.contains(forbidden),
+                    "{}:{}: the queue side names the connection side ('{forbidden}'); hand \
+                     it data instead (home::ForConnections, the outbox)",
+                    file.display(),
+                    i + 1
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn net_hands_over_to_the_shard_and_returns() {
+    for file in rust_files(&src().join("net")) {
+        for (i, line) in code_lines(&file).iter().enumerate() {
+            for forbidden in [".state.borrow", ".flush()", "wheel", "TimerKey"] {
+                assert!(
+                    !line.contains(forbidden),
+                    "{}:{}: '{forbidden}' in net; the shard owns its turn (shard::turn)",
+                    file.display(),
+                    i + 1
+                );
+            }
+        }
     }
 }
 

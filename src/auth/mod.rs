@@ -4,7 +4,7 @@
 //! Does not: parse the `[auth]` section of the configuration file (`config::auth` does,
 //! into these types), run the `hash-password` / `import-definitions` commands
 //! (`crate::cli`), speak AMQP or close anything. The shard's handler asks [`permissions::Access`]
-//! and turns a refusal into RabbitMQ's 403 / 530 (`shard::handler::access`).
+//! and turns a refusal into RabbitMQ's 403 / 530 (`shard::conns::handler::access`).
 
 pub mod password;
 pub mod permissions;

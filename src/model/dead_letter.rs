@@ -6,7 +6,7 @@
 //! per-message `expiration` removed (kept in the entry as
 //! `original-expiration`) — and RabbitMQ's cycle detection on the updated `x-death`.
 //!
-//! Does not: route, enqueue or decide which queues dead-letter (`shard::dead_letter` and
+//! Does not: route, enqueue or decide which queues dead-letter (`shard::home::dead_letter` and
 //! the queue do); copy the body (only the property list is re-encoded).
 
 use bytes::Bytes;

@@ -20,7 +20,7 @@ use super::Transport;
 use crate::model::ids::ConnId;
 use crate::session::connection::Phase;
 use crate::session::signal::Signal;
-use crate::shard::handler::HeaderCheck;
+use crate::shard::conns::handler::HeaderCheck;
 use crate::shard::turn::{AfterReading, Step};
 use crate::shard::Shard;
 

@@ -2,7 +2,7 @@
 //! codes, Qpid's message-store codes), rendered and emitted under `sluice::ops` like
 //! every [`super::event::OpsEvent`]. Documented in `config/log-codes.md`.
 //!
-//! Does not: decide when they happen (`store` and `shard::persist` do).
+//! Does not: decide when they happen (`store` and `shard::home::persist` do).
 
 use std::fmt;
 

@@ -501,7 +501,7 @@ impl Queue {
             self.note_getter(channel, now);
         }
         // An evicted head is never handed out (`pop_ready` stops at it; the shard reads
-        // it back before it asks, `shard::paging`).
+        // it back before it asks, `shard::home::paging`).
         let entry = self.pop_ready(now)?;
         if no_ack {
             self.counters.consumed += 1;

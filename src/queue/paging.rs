@@ -3,7 +3,7 @@
 //! shared placeholder for its message), which evicted entries to read back next, and
 //! putting read-back messages in place.
 //!
-//! Does not: read or write files (the shard does, `shard::persist`), or decide when
+//! Does not: read or write files (the shard does, `shard::home::persist`), or decide when
 //! memory is short.
 //!
 //! Only plain stored queues evict (one FIFO, no dead-letter exchange: a dead-lettered

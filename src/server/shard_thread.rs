@@ -12,9 +12,9 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::model::ids::ShardId;
 use crate::ops::event::OpsEvent;
+use crate::shard::home::persist::Persistence;
 use crate::shard::inbox::{Inbox, Peers};
 use crate::shard::memory::MemoryBoard;
-use crate::shard::persist::Persistence;
 use crate::shard::{housekeeping, mailbox, Shard};
 
 /// Everything a shard thread needs.
@@ -106,7 +106,7 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
         let persistence =
             Persistence::recovered(&config, id, &mut recovered_shard, definitions_bytes, disk);
         let shard = Rc::new(Shard::new(id, config, peers, memory, persistence, limits));
-        crate::shard::persist::restore(
+        crate::shard::home::persist::restore(
             &mut shard.state.borrow_mut(),
             &shard,
             &changes,

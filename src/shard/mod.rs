@@ -23,9 +23,7 @@ pub mod placement;
 pub mod reclaim;
 pub mod turn;
 
-pub use conns::handler;
-pub use home::{arrivals, dead_letter, paging, persist, policy};
-pub use outbox::{push_confirm, Outbox};
+pub use outbox::Outbox;
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -196,7 +194,7 @@ impl Shard {
         config: Arc<Config>,
         peers: Peers,
         memory: Arc<MemoryBoard>,
-        persistence: persist::Persistence,
+        persistence: home::persist::Persistence,
         counts: Arc<crate::limits::ConnectionCounts>,
     ) -> Shard {
         let now = Instant::now();

@@ -21,7 +21,7 @@ use crate::session::connection::{Conn, Phase, TlsPeer};
 use crate::session::error::{ConnectionError, MethodId};
 use crate::session::signal::Signal;
 
-use super::handler::{pending, AfterFrame, HeaderCheck, Pending};
+use super::conns::handler::{pending, AfterFrame, HeaderCheck, Pending};
 use super::{Shard, TimerKey};
 
 /// What the reader does after handing over a batch of frames.

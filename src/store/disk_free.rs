@@ -7,7 +7,7 @@
 //! MST-1014.
 //!
 //! Does not: block anyone (each shard applies the alarm to its own publishers, see
-//! `shard::flow`) or write (`shard::persist` retries a failed group once
+//! `shard::conns::flow`) or write (`shard::home::persist` retries a failed group once
 //! [`DiskFree::room_for`] says the space is back).
 //!
 //! # Invariants

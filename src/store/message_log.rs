@@ -15,7 +15,7 @@
 //!   record ([`super::record::reframe`]) so that every reader steps over it; it means
 //!   nothing.
 //! - withdrawn: `5`, then a message record's bytes — a message whose write failed and
-//!   whose publish was nacked (`shard::persist`): the group is written again with the
+//!   whose publish was nacked (`shard::home::persist`): the group is written again with the
 //!   same bytes and offsets, this one type byte changed, and recovery skips it.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};

@@ -5,7 +5,7 @@
 //! lowers below `store_underfull_size`, logging MST-1008 / MST-1009.
 //!
 //! Does not: block anyone (each shard applies the alarm to its own publishers, with the
-//! memory alarm's machinery, see `shard::flow`).
+//! memory alarm's machinery, see `shard::conns::flow`).
 //!
 //! The board also carries the broker-wide disk alarm ([`DiskFree`], `disk_free_limit`),
 //! so every holder of the board sees both.

@@ -6,7 +6,7 @@
 //! and segment garbage collection.
 //!
 //! Does not: decide what is durable (queues say so when they are created), read
-//! segments back (`recovery`), do the I/O or hold confirms (`shard::persist` does both:
+//! segments back (`recovery`), do the I/O or hold confirms (`shard::home::persist` does both:
 //! the confirms held during a turn belong to the group sealed at its end).
 //!
 //! # Invariants
@@ -166,7 +166,7 @@ pub struct ShardStore {
     pub spare: Spare,
     /// The active segment is a recycled file: groups end with an end mark.
     recycled_active: bool,
-    /// No compaction is tried before this (see `shard::persist`).
+    /// No compaction is tried before this (see `shard::home::persist`).
     pub compact_after: Option<std::time::Instant>,
     pub stats: StoreStats,
     /// The group whose write failed, waiting to be written again (`in_flight` stays

@@ -15,10 +15,10 @@
 //!   and [`Clock::new`];
 //! - [`os_now`]: the management thread (`http`: the login throttle and the connection
 //!   cap's log limit), the start (`server::start`, the epoch of `limits::ceiling`), and
-//!   the permission-refusal log limit (`shard::handler::access`, whose checks are not
+//!   the permission-refusal log limit (`shard::conns::handler::access`, whose checks are not
 //!   given the shard);
 //! - directly, still: `Shard::new` (the start of its clock and wheel) and
-//!   `shard::persist` (a failed store write's retry deadline and MST-1015's log
+//!   `shard::home::persist` (a failed store write's retry deadline and MST-1015's log
 //!   limit);
 //!   `store::open`, timing the recovery it logs (MST-1006) once, before any shard
 //!   exists (the store does not depend on `timer`); the management thread's uptime

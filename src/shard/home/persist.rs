@@ -168,7 +168,7 @@ impl QueueSide<'_> {
             last: seq,
             rejected: !ok,
         };
-        crate::shard::push_confirm(&mut self.home.held_confirms, done);
+        crate::shard::outbox::push_confirm(&mut self.home.held_confirms, done);
     }
 }
 
