@@ -214,7 +214,7 @@ async fn broadcast(shard: &Rc<Shard>, changes: Vec<DirectoryChange>) {
     }
     // Durable changes are on disk before anyone applies them, so nothing can be
     // confirmed into a queue the definitions do not have yet.
-    shard.persist_definitions(&changes).await;
+    super::home::persist::persist_definitions(shard, &changes).await;
     let changes = Arc::new(changes);
     {
         let mut st = shard.state.borrow_mut();

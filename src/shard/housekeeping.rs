@@ -88,7 +88,7 @@ pub async fn housekeeping_loop(shard: Rc<Shard>) {
             }
             reclaim.tick(&mut st, now);
         }
-        shard.store_tick();
+        super::home::persist::store_tick(&shard);
         shard.flush();
     }
 }

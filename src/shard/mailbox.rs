@@ -249,6 +249,6 @@ async fn shutdown(shard: Rc<Shard>) {
     }
     // Give writers a moment to shut their sockets after the last write.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    shard.close_store().await;
+    super::home::persist::close_store(&shard).await;
     shard.stopped.notify();
 }

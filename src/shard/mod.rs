@@ -300,7 +300,7 @@ impl Shard {
         }
         st.conns.wake_writers();
         drop(st);
-        self.commit_store();
+        home::persist::commit_store(self);
     }
 
     /// Takes this turn's publish batches for other shards, each with the units of the

@@ -45,63 +45,61 @@ pub fn placeholder() -> LocalMessage {
     ))
 }
 
-impl Shard {
-    /// Each tick: an eviction pass when memory is short (at most every second), and
-    /// read-backs for queues whose head comes near their evicted entries.
-    pub fn paging_tick(self: &Rc<Self>, now: Instant) {
-        let fraction = self.config.store.page_out_fraction;
-        let limit = (self.memory.high as f64 * fraction) as u64;
-        if fraction > 0.0 && self.memory.used() > limit && self.next_eviction.get() <= now {
-            self.next_eviction.set(now + PASS_GAP);
-            self.evict_pass();
-        }
-        let wanted: Vec<(QueueId, Vec<u64>)> = {
-            let mut st = self.state.borrow_mut();
-            let st = &mut *st;
-            st.home
-                .evicting
-                .retain(|q| st.home.queues.get(q).is_some_and(|q| q.evicted_count() > 0));
-            st.home
-                .evicting
-                .iter()
-                .filter(|q| !st.home.paging_in.contains(q))
-                .filter_map(|q| {
-                    let plan = st.home.queues.get(q)?.page_in_plan(LOW, BATCH);
-                    (!plan.is_empty()).then_some((*q, plan))
-                })
-                .collect()
-        };
-        for (queue, seqs) in wanted {
-            self.state.borrow_mut().home.paging_in.push(queue);
-            tokio_uring::spawn(read_back(Rc::clone(self), queue, seqs));
-        }
+/// Each tick: an eviction pass when memory is short (at most every second), and
+/// read-backs for queues whose head comes near their evicted entries.
+pub fn paging_tick(shard: &Rc<Shard>, now: Instant) {
+    let fraction = shard.config.store.page_out_fraction;
+    let limit = (shard.memory.high as f64 * fraction) as u64;
+    if fraction > 0.0 && shard.memory.used() > limit && shard.next_eviction.get() <= now {
+        shard.next_eviction.set(now + PASS_GAP);
+        evict_pass(shard);
     }
-
-    fn evict_pass(&self) {
-        let mut st = self.state.borrow_mut();
+    let wanted: Vec<(QueueId, Vec<u64>)> = {
+        let mut st = shard.state.borrow_mut();
         let st = &mut *st;
-        let store = self.store.borrow();
-        for (id, q) in st.home.queues.iter_mut() {
-            if !q.can_evict() || q.ready_count() <= KEEP {
-                continue;
+        st.home
+            .evicting
+            .retain(|q| st.home.queues.get(q).is_some_and(|q| q.evicted_count() > 0));
+        st.home
+            .evicting
+            .iter()
+            .filter(|q| !st.home.paging_in.contains(q))
+            .filter_map(|q| {
+                let plan = st.home.queues.get(q)?.page_in_plan(LOW, BATCH);
+                (!plan.is_empty()).then_some((*q, plan))
+            })
+            .collect()
+    };
+    for (queue, seqs) in wanted {
+        shard.state.borrow_mut().home.paging_in.push(queue);
+        tokio_uring::spawn(read_back(Rc::clone(shard), queue, seqs));
+    }
+}
+
+fn evict_pass(shard: &Shard) {
+    let mut st = shard.state.borrow_mut();
+    let st = &mut *st;
+    let store = shard.store.borrow();
+    for (id, q) in st.home.queues.iter_mut() {
+        if !q.can_evict() || q.ready_count() <= KEEP {
+            continue;
+        }
+        let committed = store.committed_seq(*id);
+        let placeholder = shard.placeholder.get_or_init(placeholder);
+        let (n, bytes) = q.evict(KEEP, committed, placeholder, |seq| {
+            !store.is_relocated(*id, seq) && !store.is_withdrawn(*id, seq)
+        });
+        if n > 0 {
+            StoreEvent::Evicted {
+                vhost: q.vhost.clone(),
+                queue: q.name.to_string(),
+                messages: n,
+                bytes,
+                on_disk_only: q.evicted_count(),
             }
-            let committed = store.committed_seq(*id);
-            let placeholder = self.placeholder.get_or_init(placeholder);
-            let (n, bytes) = q.evict(KEEP, committed, placeholder, |seq| {
-                !store.is_relocated(*id, seq) && !store.is_withdrawn(*id, seq)
-            });
-            if n > 0 {
-                StoreEvent::Evicted {
-                    vhost: q.vhost.clone(),
-                    queue: q.name.to_string(),
-                    messages: n,
-                    bytes,
-                    on_disk_only: q.evicted_count(),
-                }
-                .emit();
-                if !st.home.evicting.contains(id) {
-                    st.home.evicting.push(*id);
-                }
+            .emit();
+            if !st.home.evicting.contains(id) {
+                st.home.evicting.push(*id);
             }
         }
     }

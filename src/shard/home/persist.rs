@@ -172,263 +172,266 @@ impl QueueSide<'_> {
     }
 }
 
-impl Shard {
-    /// Starts writing what this turn staged, unless a group is being written (its end
-    /// starts the next one).
-    pub fn commit_store(self: &Rc<Self>) {
-        let group = self.store.borrow_mut().seal();
-        if let Some(group) = group {
-            let confirms = std::mem::take(&mut self.state.borrow_mut().home.held_confirms);
-            tokio_uring::spawn(write_group(Rc::clone(self), group, confirms));
-            return;
-        }
-        // Confirms held with nothing left to write (a parked publish whose message was
-        // staged in an earlier turn): once no group is being written, every earlier
-        // group is on disk, so they may go.
-        if self.store.borrow().in_flight {
-            return;
-        }
-        let mut st = self.state.borrow_mut();
-        if st.home.held_confirms.is_empty() {
-            return;
-        }
-        for done in std::mem::take(&mut st.home.held_confirms) {
-            st.common.outbox.confirm(done.channel.shard, done);
-        }
-        drop(st);
-        self.flush_soon();
+/// Starts writing what this turn staged, unless a group is being written (its end
+/// starts the next one).
+pub fn commit_store(shard: &Rc<Shard>) {
+    let group = shard.store.borrow_mut().seal();
+    if let Some(group) = group {
+        let confirms = std::mem::take(&mut shard.state.borrow_mut().home.held_confirms);
+        tokio_uring::spawn(write_group(Rc::clone(shard), group, confirms));
+        return;
     }
+    // Confirms held with nothing left to write (a parked publish whose message was
+    // staged in an earlier turn): once no group is being written, every earlier
+    // group is on disk, so they may go.
+    if shard.store.borrow().in_flight {
+        return;
+    }
+    let mut st = shard.state.borrow_mut();
+    if st.home.held_confirms.is_empty() {
+        return;
+    }
+    for done in std::mem::take(&mut st.home.held_confirms) {
+        st.common.outbox.confirm(done.channel.shard, done);
+    }
+    drop(st);
+    shard.flush_soon();
+}
 
-    /// Records the durable ones among `changes` (judged before they are applied) and
-    /// returns once they are synced. Coordinator only.
-    pub async fn persist_definitions(self: &Rc<Self>, changes: &[DirectoryChange]) {
-        let waiter = {
-            let st = self.state.borrow();
-            let mut writer = self.definitions.borrow_mut();
-            let Some(writer) = writer.as_mut() else {
-                return;
-            };
-            for change in changes {
-                if definitions::is_durable(&st.common.directory, change) {
-                    let vhost = change_vhost(change);
-                    let name = st.common.directory.vhost(vhost).map(|v| v.name.clone());
-                    writer.append(name.as_deref().unwrap_or("/"), change);
-                }
-            }
-            writer.has_pending().then(|| writer.waiter())
-        };
-        let Some(waiter) = waiter else {
+/// Records the durable ones among `changes` (judged before they are applied) and
+/// returns once they are synced. Coordinator only.
+pub async fn persist_definitions(shard: &Rc<Shard>, changes: &[DirectoryChange]) {
+    let waiter = {
+        let st = shard.state.borrow();
+        let mut writer = shard.definitions.borrow_mut();
+        let Some(writer) = writer.as_mut() else {
             return;
         };
-        self.commit_definitions();
-        let _ = waiter.await;
-    }
-
-    fn commit_definitions(self: &Rc<Self>) {
-        let path = self.config.data_dir.join(definitions::FILE);
-        let slot = self.shards;
-        let group = {
-            let mut writer = self.definitions.borrow_mut();
-            let Some(writer) = writer.as_mut() else {
-                return;
-            };
-            writer.take_group()
-        };
-        let group = match group {
-            Ok(Some(g)) => g,
-            Ok(None) => return,
-            Err(e) => {
-                // The log could not be opened: its waiters wait, and it is tried again.
-                log_failure(&path, &e, 0);
-                self.disk.free.write_failed(slot, 1);
-                let shard = Rc::clone(self);
-                tokio_uring::spawn(async move {
-                    tokio::time::sleep(RETRY_GAP).await;
-                    shard.commit_definitions();
-                });
-                return;
+        for change in changes {
+            if definitions::is_durable(&st.common.directory, change) {
+                let vhost = change_vhost(change);
+                let name = st.common.directory.vhost(vhost).map(|v| v.name.clone());
+                writer.append(name.as_deref().unwrap_or("/"), change);
             }
+        }
+        writer.has_pending().then(|| writer.waiter())
+    };
+    let Some(waiter) = waiter else {
+        return;
+    };
+    commit_definitions(shard);
+    let _ = waiter.await;
+}
+
+fn commit_definitions(shard: &Rc<Shard>) {
+    let path = shard.config.data_dir.join(definitions::FILE);
+    let slot = shard.shards;
+    let group = {
+        let mut writer = shard.definitions.borrow_mut();
+        let Some(writer) = writer.as_mut() else {
+            return;
         };
-        let shard = Rc::clone(self);
-        tokio_uring::spawn(async move {
-            // Declare-ok and the others wait until their records are on disk: a failed
-            // write is cut back and written again once there is room.
-            while let Err(e) = definitions_writer::write_group(&group).await {
-                log_failure(&path, &e, 0);
-                cut_back(&group.file, group.offset);
-                let bytes = group.data.len() as u64;
-                shard.disk.free.write_failed(slot, bytes);
+        writer.take_group()
+    };
+    let group = match group {
+        Ok(Some(g)) => g,
+        Ok(None) => return,
+        Err(e) => {
+            // The log could not be opened: its waiters wait, and it is tried again.
+            log_failure(&path, &e, 0);
+            shard.disk.free.write_failed(slot, 1);
+            let shard = Rc::clone(shard);
+            tokio_uring::spawn(async move {
                 tokio::time::sleep(RETRY_GAP).await;
-                while !shard.disk.free.room_for(bytes) {
-                    tokio::time::sleep(RETRY_GAP).await;
-                }
+                commit_definitions(&shard);
+            });
+            return;
+        }
+    };
+    let shard = Rc::clone(shard);
+    tokio_uring::spawn(async move {
+        // Declare-ok and the others wait until their records are on disk: a failed
+        // write is cut back and written again once there is room.
+        while let Err(e) = definitions_writer::write_group(&group).await {
+            log_failure(&path, &e, 0);
+            cut_back(&group.file, group.offset);
+            let bytes = group.data.len() as u64;
+            shard.disk.free.write_failed(slot, bytes);
+            tokio::time::sleep(RETRY_GAP).await;
+            while !shard.disk.free.room_for(bytes) {
+                tokio::time::sleep(RETRY_GAP).await;
             }
-            shard.disk.free.write_done(slot);
-            for waiter in group.waiters {
-                let _ = waiter.send(());
-            }
-            let size = {
-                let mut writer = shard.definitions.borrow_mut();
-                writer.as_mut().map(|w| {
-                    w.done();
-                    w.size()
-                })
-            };
-            if let Some(size) = size {
-                shard.disk.post_definitions(size);
-            }
-            shard.commit_definitions();
-        });
-    }
-
-    /// Copies the few live entries of the oldest segment forward when they pin newer
-    /// segments (a durable subscription holding an old message would otherwise keep
-    /// every segment after it), in the group sealed right after, so the segment is
-    /// deleted once the copies are on disk.
-    fn compact_store(self: &Rc<Self>, now: std::time::Instant) {
-        let segment = {
-            let store = self.store.borrow();
-            if store.compact_after.is_some_and(|at| now < at) {
-                return;
-            }
-            match store.compaction_candidate() {
-                Some(s) => s,
-                None => return,
-            }
+        }
+        shard.disk.free.write_done(slot);
+        for waiter in group.waiters {
+            let _ = waiter.send(());
+        }
+        let size = {
+            let mut writer = shard.definitions.borrow_mut();
+            writer.as_mut().map(|w| {
+                w.done();
+                w.size()
+            })
         };
-        let ranges = self.store.borrow().ranges_in(segment);
-        let mut found = Vec::new();
-        let mut copied = 0;
-        {
-            let st = self.state.borrow();
-            let mut store = self.store.borrow_mut();
-            for (queue, range) in ranges {
-                let Some(q) = st.home.queues.get(&queue) else {
-                    continue;
-                };
-                found.clear();
-                q.persistent_in(range, COMPACT_MAX_LIVE as usize, &mut found);
-                for (seq, msg, delivered) in &found {
-                    if store.relocate(queue, *seq, msg, segment) {
-                        copied += 1;
-                        if *delivered {
-                            // The delivered mark may be in the segment that goes.
-                            crate::model::journal::delivered(queue, *seq);
-                        }
+        if let Some(size) = size {
+            shard.disk.post_definitions(size);
+        }
+        commit_definitions(&shard);
+    });
+}
+
+/// Copies the few live entries of the oldest segment forward when they pin newer
+/// segments (a durable subscription holding an old message would otherwise keep
+/// every segment after it), in the group sealed right after, so the segment is
+/// deleted once the copies are on disk.
+fn compact_store(shard: &Rc<Shard>, now: std::time::Instant) {
+    let segment = {
+        let store = shard.store.borrow();
+        if store.compact_after.is_some_and(|at| now < at) {
+            return;
+        }
+        match store.compaction_candidate() {
+            Some(s) => s,
+            None => return,
+        }
+    };
+    let ranges = shard.store.borrow().ranges_in(segment);
+    let mut found = Vec::new();
+    let mut copied = 0;
+    {
+        let st = shard.state.borrow();
+        let mut store = shard.store.borrow_mut();
+        for (queue, range) in ranges {
+            let Some(q) = st.home.queues.get(&queue) else {
+                continue;
+            };
+            found.clear();
+            q.persistent_in(range, COMPACT_MAX_LIVE as usize, &mut found);
+            for (seq, msg, delivered) in &found {
+                if store.relocate(queue, *seq, msg, segment) {
+                    copied += 1;
+                    if *delivered {
+                        // The delivered mark may be in the segment that goes.
+                        crate::model::journal::delivered(queue, *seq);
                     }
                 }
             }
-            // Entries the queues no longer hold are gone records not yet sealed: try
-            // again a little later rather than at every tick.
-            let pause = if copied > 0 { 10 } else { 1000 };
-            store.compact_after = Some(now + std::time::Duration::from_millis(pause));
         }
-        if copied > 0 {
-            self.commit_store();
-        }
+        // Entries the queues no longer hold are gone records not yet sealed: try
+        // again a little later rather than at every tick.
+        let pause = if copied > 0 { 10 } else { 1000 };
+        store.compact_after = Some(now + std::time::Duration::from_millis(pause));
     }
-
-    /// Posts this shard's store size, evaluates the quota (shard 0) and applies the
-    /// vhosts' store alarms to this shard's publishers. Each tick.
-    pub fn store_tick(self: &Rc<Self>) {
-        self.compact_store(self.clock.now());
-        self.paging_tick(self.clock.now());
-        let bytes = self.store.borrow().disk_bytes();
-        self.disk.post(usize::from(self.id), bytes);
-        if self.id == 0 {
-            self.disk.evaluate();
-            self.disk.free.check();
-        }
-        if self.disk.has_quotas() {
-            self.state.borrow_mut().conn_side().apply_store_alarms(self);
-        }
-        let alarm = self.disk.free.alarm();
-        if alarm != self.state.borrow().conns.disk_alarm() {
-            self.state
-                .borrow_mut()
-                .conn_side()
-                .apply_disk_alarm(self, alarm);
-        }
-        self.retry_failed(Instant::now());
+    if copied > 0 {
+        commit_store(shard);
     }
+}
 
-    /// Writes the failed group again once the last check saw room for it (and not
-    /// sooner than [`RETRY_GAP`] after the last try).
-    fn retry_failed(self: &Rc<Self>, now: Instant) {
-        let group = {
-            let mut store = self.store.borrow_mut();
-            let Some(bytes) = store.failed.as_ref().map(|g| g.data.len() as u64) else {
-                return;
-            };
-            if store.retry_at.is_some_and(|at| now < at) || !self.disk.free.room_for(bytes) {
-                return;
-            }
-            store.failed.take()
+/// Posts this shard's store size, evaluates the quota (shard 0) and applies the
+/// vhosts' store alarms to this shard's publishers. Each tick.
+pub fn store_tick(shard: &Rc<Shard>) {
+    compact_store(shard, shard.clock.now());
+    super::paging::paging_tick(shard, shard.clock.now());
+    let bytes = shard.store.borrow().disk_bytes();
+    shard.disk.post(usize::from(shard.id), bytes);
+    if shard.id == 0 {
+        shard.disk.evaluate();
+        shard.disk.free.check();
+    }
+    if shard.disk.has_quotas() {
+        shard
+            .state
+            .borrow_mut()
+            .conn_side()
+            .apply_store_alarms(shard);
+    }
+    let alarm = shard.disk.free.alarm();
+    if alarm != shard.state.borrow().conns.disk_alarm() {
+        shard
+            .state
+            .borrow_mut()
+            .conn_side()
+            .apply_disk_alarm(shard, alarm);
+    }
+    retry_failed(shard, Instant::now());
+}
+
+/// Writes the failed group again once the last check saw room for it (and not
+/// sooner than [`RETRY_GAP`] after the last try).
+fn retry_failed(shard: &Rc<Shard>, now: Instant) {
+    let group = {
+        let mut store = shard.store.borrow_mut();
+        let Some(bytes) = store.failed.as_ref().map(|g| g.data.len() as u64) else {
+            return;
         };
-        if let Some(group) = group {
-            tokio_uring::spawn(write_group(Rc::clone(self), group, Vec::new()));
+        if store.retry_at.is_some_and(|at| now < at) || !shard.disk.free.room_for(bytes) {
+            return;
+        }
+        store.failed.take()
+    };
+    if let Some(group) = group {
+        tokio_uring::spawn(write_group(Rc::clone(shard), group, Vec::new()));
+    }
+}
+
+/// A group's write or fsync failed (its file already cut back): the publishes
+/// whose confirms waited for it are nacked, its new messages stay in their queues
+/// in memory only (withdrawn from the group, which is written again later: the
+/// compaction copies and gone records in it must reach the disk), the disk alarm
+/// goes up, and the segments the group emptied are deleted (which frees space).
+async fn group_failed(
+    shard: &Rc<Shard>,
+    group: Group,
+    confirms: Vec<ConfirmDone>,
+    path: &Path,
+    error: &std::io::Error,
+) {
+    let bytes = group.data.len() as u64;
+    let dead = {
+        let mut store = shard.store.borrow_mut();
+        store.withdraw(group);
+        store.retry_at = Some(Instant::now() + RETRY_GAP);
+        store.dead_segments()
+    };
+    shard.disk.free.write_failed(usize::from(shard.id), bytes);
+    let mut nacked = 0;
+    {
+        let mut st = shard.state.borrow_mut();
+        for mut done in confirms {
+            nacked += done.last - done.first + 1;
+            done.rejected = true;
+            st.common.outbox.confirm(done.channel.shard, done);
         }
     }
+    log_failure(path, error, nacked);
+    shard.flush();
+    for (number, bytes) in dead {
+        retire_segment(shard, number, bytes).await;
+    }
+}
 
-    /// A group's write or fsync failed (its file already cut back): the publishes
-    /// whose confirms waited for it are nacked, its new messages stay in their queues
-    /// in memory only (withdrawn from the group, which is written again later: the
-    /// compaction copies and gone records in it must reach the disk), the disk alarm
-    /// goes up, and the segments the group emptied are deleted (which frees space).
-    async fn group_failed(
-        self: &Rc<Self>,
-        group: Group,
-        confirms: Vec<ConfirmDone>,
-        path: &Path,
-        error: &std::io::Error,
-    ) {
-        let bytes = group.data.len() as u64;
-        let dead = {
-            let mut store = self.store.borrow_mut();
-            store.withdraw(group);
-            store.retry_at = Some(Instant::now() + RETRY_GAP);
-            store.dead_segments()
+/// Writes everything still staged and waits for it (shutdown), then logs what the
+/// store wrote.
+pub async fn close_store(shard: &Rc<Shard>) {
+    for _ in 0..1000 {
+        commit_store(shard);
+        let done = {
+            let store = shard.store.borrow();
+            !store.in_flight && !store.has_work()
         };
-        self.disk.free.write_failed(usize::from(self.id), bytes);
-        let mut nacked = 0;
-        {
-            let mut st = self.state.borrow_mut();
-            for mut done in confirms {
-                nacked += done.last - done.first + 1;
-                done.rejected = true;
-                st.common.outbox.confirm(done.channel.shard, done);
-            }
+        if done {
+            break;
         }
-        log_failure(path, error, nacked);
-        self.flush();
-        for (number, bytes) in dead {
-            retire_segment(self, number, bytes).await;
-        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
-
-    /// Writes everything still staged and waits for it (shutdown), then logs what the
-    /// store wrote.
-    pub async fn close_store(self: &Rc<Self>) {
-        for _ in 0..1000 {
-            self.commit_store();
-            let done = {
-                let store = self.store.borrow();
-                !store.in_flight && !store.has_work()
-            };
-            if done {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
-        let stats = self.store.borrow().stats;
-        StoreEvent::Closed {
-            shard: self.id,
-            commits: stats.commits,
-            fsyncs: stats.fsyncs,
-            bytes: stats.bytes,
-        }
-        .emit();
+    let stats = shard.store.borrow().stats;
+    StoreEvent::Closed {
+        shard: shard.id,
+        commits: stats.commits,
+        fsyncs: stats.fsyncs,
+        bytes: stats.bytes,
     }
+    .emit();
 }
 
 fn change_vhost(change: &DirectoryChange) -> usize {
@@ -521,10 +524,10 @@ async fn retire_segment(shard: &Shard, number: u32, bytes: u64) {
 }
 
 /// Writes and syncs one group, then releases its confirms, lets the next group go and
-/// deletes the segments it freed. A failure is [`Shard::group_failed`]'s.
+/// deletes the segments it freed. A failure is [`group_failed`]'s.
 async fn write_group(shard: Rc<Shard>, mut group: Group, confirms: Vec<ConfirmDone>) {
     if let Err((path, e)) = write_and_sync(&shard, &mut group).await {
-        shard.group_failed(group, confirms, &path, &e).await;
+        group_failed(&shard, group, confirms, &path, &e).await;
         return;
     }
     shard.disk.free.write_done(usize::from(shard.id));
