@@ -11,15 +11,13 @@
 //! counters of `limits`) takes `now` as a parameter and reads no clock.
 //!
 //! Where the OS clock is read (`Instant::now()`, or an `elapsed()`), and why:
-//! - [`Clock::refresh`], once per turn of a shard (`net::reader`, `shard::runtime`),
-//!   and [`Clock::new`];
+//! - [`Clock::refresh`], once per turn of a shard (`net::reader`, `shard::mailbox`,
+//!   `shard::housekeeping`, `shard::turn`), and [`Clock::new`];
 //! - [`os_now`]: the management thread (`http`: the login throttle and the connection
 //!   cap's log limit), the start (`server::start`, the epoch of `limits::ceiling`), and
 //!   the permission-refusal log limit (`shard::conns::handler::access`, whose checks are not
 //!   given the shard);
-//! - directly, still: `Shard::new` (the start of its clock and wheel) and
-//!   `shard::home::persist` (a failed store write's retry deadline and MST-1015's log
-//!   limit);
+//! - directly, still: `Shard::new` (the start of its clock and wheel);
 //!   `store::open`, timing the recovery it logs (MST-1006) once, before any shard
 //!   exists (the store does not depend on `timer`); the management thread's uptime
 //!   (`elapsed()` of the start) and its deadlines (a connection's idle timeout, an

@@ -10,13 +10,13 @@
 //! Does not: encode records or track live entries (`store::shard_store`), or decide
 //! durability (queues are `stored` from their declaration).
 
-use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
+use crate::limits::report::Reporter;
 use crate::model::ids::{ChannelRef, ShardId};
 use crate::model::message::LocalMessage;
 use crate::model::routing::DirectoryChange;
@@ -94,24 +94,22 @@ const FAILURE_LOG_GAP: Duration = Duration::from_secs(10);
 const RETRY_GAP: Duration = Duration::from_secs(1);
 
 thread_local! {
-    /// When this shard last logged MST-1015, and the failures since.
-    static FAILURE_LOG: Cell<(Option<Instant>, u64)> = const { Cell::new((None, 0)) };
+    /// MST-1015's rate limit on this shard.
+    static FAILURE_LOG: Reporter = const { Reporter::new(FAILURE_LOG_GAP, 1) };
 }
 
-/// Logs MST-1015, at most once per [`FAILURE_LOG_GAP`] on this thread.
-fn log_failure(path: &Path, error: &std::io::Error, nacked: u64) {
-    let now = Instant::now();
-    let (last, suppressed) = FAILURE_LOG.with(Cell::get);
-    if last.is_some_and(|at| now.duration_since(at) < FAILURE_LOG_GAP) {
-        FAILURE_LOG.with(|c| c.set((last, suppressed + 1)));
+/// Logs MST-1015, at most once per [`FAILURE_LOG_GAP`] on this thread (the line after a
+/// quiet gap counts the failures not logged).
+fn log_failure(shard: &Shard, path: &Path, error: &std::io::Error, nacked: u64) {
+    let now = shard.clock.now();
+    let Some(count) = FAILURE_LOG.with(|r| r.note(now)) else {
         return;
-    }
-    FAILURE_LOG.with(|c| c.set((Some(now), 0)));
+    };
     StoreEvent::WriteFailed {
         path: path.display().to_string(),
         error: error.to_string(),
         nacked,
-        suppressed,
+        suppressed: count - 1,
     }
     .emit();
 }
@@ -238,7 +236,7 @@ fn commit_definitions(shard: &Rc<Shard>) {
         Ok(None) => return,
         Err(e) => {
             // The log could not be opened: its waiters wait, and it is tried again.
-            log_failure(&path, &e, 0);
+            log_failure(shard, &path, &e, 0);
             shard.disk.free.write_failed(slot, 1);
             let shard = Rc::clone(shard);
             tokio_uring::spawn(async move {
@@ -253,7 +251,7 @@ fn commit_definitions(shard: &Rc<Shard>) {
         // Declare-ok and the others wait until their records are on disk: a failed
         // write is cut back and written again once there is room.
         while let Err(e) = definitions_writer::write_group(&group).await {
-            log_failure(&path, &e, 0);
+            log_failure(&shard, &path, &e, 0);
             cut_back(&group.file, group.offset);
             let bytes = group.data.len() as u64;
             shard.disk.free.write_failed(slot, bytes);
@@ -353,7 +351,7 @@ pub fn store_tick(shard: &Rc<Shard>) {
             .conn_side()
             .apply_disk_alarm(shard, alarm);
     }
-    retry_failed(shard, Instant::now());
+    retry_failed(shard, shard.clock.now());
 }
 
 /// Writes the failed group again once the last check saw room for it (and not
@@ -390,7 +388,7 @@ async fn group_failed(
     let dead = {
         let mut store = shard.store.borrow_mut();
         store.withdraw(group);
-        store.retry_at = Some(Instant::now() + RETRY_GAP);
+        store.retry_at = Some(shard.clock.now() + RETRY_GAP);
         store.dead_segments()
     };
     shard.disk.free.write_failed(usize::from(shard.id), bytes);
@@ -403,7 +401,7 @@ async fn group_failed(
             st.common.outbox.confirm(done.channel.shard, done);
         }
     }
-    log_failure(path, error, nacked);
+    log_failure(shard, path, error, nacked);
     shard.flush();
     for (number, bytes) in dead {
         retire_segment(shard, number, bytes).await;
