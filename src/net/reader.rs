@@ -93,20 +93,17 @@ pub async fn serve_transport(
     shard.release_connection(conn);
 }
 
-/// Whether frames are still read from this connection.
-fn reading(phase: Option<Phase>) -> bool {
-    !matches!(phase, None | Some(Phase::Lingering | Phase::Closed))
-}
-
 /// While a connection lingers after close-ok, shuts its socket as soon as the
 /// connection is `Closed` (close timeout, broker shutdown, the peer gone). The writer
 /// would shut it too, but not while it is stuck writing to a peer that neither reads nor
 /// closes; shutting the socket ends that write and the pending linger read.
 async fn cut_off_when_closed(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: ConnId) {
     loop {
-        let resume = match shard.reader_view(conn) {
-            Some(v) if v.phase == Phase::Lingering => v.resume,
-            _ => break,
+        if shard.phase(conn) != Some(Phase::Lingering) {
+            break;
+        }
+        let Some(resume) = shard.resume_signal(conn) else {
+            break;
         };
         resume.wait().await;
     }
@@ -191,11 +188,10 @@ async fn read_loop(
         };
         crate::shard::ShardCounters::add(&shard.counters.bytes_read, n);
         shard.clock.refresh();
-        let current = shard.phase(conn);
-        if !reading(current) {
+        if !shard.reading(conn) {
             return;
         }
-        if current == Some(Phase::AwaitHeader) {
+        if shard.phase(conn) == Some(Phase::AwaitHeader) {
             let buf = rb.bytes();
             if buf.len() < 8 {
                 continue;
@@ -224,7 +220,7 @@ async fn process_frames(
         let step = shard.frames(conn, |frame_max| rb.next_frame(frame_max));
         shard.end_of_batch(conn).await;
         match step {
-            Step::NeedMore => return reading(shard.phase(conn)),
+            Step::NeedMore => return shard.reading(conn),
             Step::Stop => return false,
             Step::Hold => {
                 if !hold(shard, stream, conn).await {
@@ -255,7 +251,7 @@ async fn hold(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) -> bool {
         let Some((wanted, unacked)) = shard.hold_state(conn) else {
             break;
         };
-        let Some(resume) = shard.reader_view(conn).map(|v| v.resume) else {
+        let Some(resume) = shard.resume_signal(conn) else {
             break;
         };
         if !wanted {
@@ -292,7 +288,7 @@ async fn until_closed<T>(
     conn: ConnId,
     read: impl std::future::Future<Output = T>,
 ) -> Option<T> {
-    let resume = shard.reader_view(conn).map(|v| v.resume)?;
+    let resume = shard.resume_signal(conn)?;
     let mut read = std::pin::pin!(read);
     let mut woken = false;
     let out = loop {

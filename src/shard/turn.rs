@@ -36,14 +36,13 @@ pub enum Step {
     Await(Pending),
 }
 
-/// What a connection's reader may know of it.
+/// What a connection's reader may know of it (plain values, read once per socket read).
+#[derive(Clone, Copy)]
 pub struct ReaderView {
     pub phase: Phase,
     pub frame_max: u32,
     /// Bytes waiting in its outbound buffer.
     pub queued_bytes: usize,
-    /// Raised when the connection closes, or flow control releases it.
-    pub resume: Rc<Signal>,
 }
 
 /// What the reader does once its socket has nothing more for it.
@@ -94,12 +93,22 @@ impl Shard {
             phase: c.phase(),
             frame_max: c.frame_max,
             queued_bytes: c.out.queued_bytes(),
-            resume: Rc::clone(&c.resume),
         })
+    }
+
+    /// The signal raised when the connection closes, or flow control releases it (for a
+    /// reader that waits without reading).
+    pub fn resume_signal(&self, conn: ConnId) -> Option<Rc<Signal>> {
+        self.state.borrow().conn(conn).map(|c| Rc::clone(&c.resume))
     }
 
     pub fn phase(&self, conn: ConnId) -> Option<Phase> {
         self.state.borrow().conn(conn).map(|c| c.phase())
+    }
+
+    /// Whether the connection's frames are still handled (see `Conn::reading`).
+    pub fn reading(&self, conn: ConnId) -> bool {
+        self.state.borrow().conn(conn).is_some_and(|c| c.reading())
     }
 
     /// The 8 bytes a client sends first.

@@ -75,10 +75,6 @@ impl HomeQueues {
         self.queues.get(&id)
     }
 
-    pub fn contains(&self, id: QueueId) -> bool {
-        self.queues.contains_key(&id)
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = &Queue> {
         self.queues.values()
     }
@@ -156,10 +152,6 @@ pub struct QueueSide<'a> {
 impl<'a> QueueSide<'a> {
     pub fn new(home: &'a mut HomeQueues, common: &'a mut Common) -> QueueSide<'a> {
         QueueSide { home, common }
-    }
-
-    pub fn home(&mut self) -> &mut HomeQueues {
-        self.home
     }
 }
 

@@ -8,7 +8,7 @@ use crate::auth::permissions::Perm::Configure;
 use crate::model::exchange::{ExchangeDef, ExchangeKind};
 use crate::model::ids::ConnId;
 use crate::protocol::method::{ExchangeBind, ExchangeDeclare, ExchangeDelete, ExchangeUnbind};
-use crate::protocol::{Method, ShortStr};
+use crate::protocol::{FieldTable, Method, ShortStr};
 use crate::session::error::{ChannelError, ObjectKind};
 
 use super::channel::{check_name_characters, wait_for};
@@ -105,27 +105,13 @@ impl ConnSide<'_> {
         number: u16,
         bind: ExchangeBind,
     ) -> Result<AfterFrame, MethodError> {
-        let vhost = self.vhost_index(conn);
-        let (s, d) = (&bind.source, &bind.destination);
-        self.authorize_bind(conn, number, s, ObjectKind::Exchange, d)?;
-        wait_for(
-            conn,
-            number,
-            PendingOp::Control {
-                req: ControlRequest::BindExchange {
-                    vhost,
-                    source: bind.source,
-                    destination: bind.destination,
-                    routing_key: bind.routing_key,
-                    arguments: bind.arguments,
-                    unbind: false,
-                },
-                then: OkReply::ExchangeBindOk {
-                    nowait: bind.nowait,
-                    unbind: false,
-                },
-            },
-        )
+        let binding = ExchangeBinding {
+            source: bind.source,
+            destination: bind.destination,
+            routing_key: bind.routing_key,
+            arguments: bind.arguments,
+        };
+        self.bind_exchanges(conn, number, binding, bind.nowait, false)
     }
 
     /// `exchange.unbind`.
@@ -135,25 +121,45 @@ impl ConnSide<'_> {
         number: u16,
         unbind: ExchangeUnbind,
     ) -> Result<AfterFrame, MethodError> {
+        let binding = ExchangeBinding {
+            source: unbind.source,
+            destination: unbind.destination,
+            routing_key: unbind.routing_key,
+            arguments: unbind.arguments,
+        };
+        self.bind_exchanges(conn, number, binding, unbind.nowait, true)
+    }
+
+    /// Binds (or unbinds) one exchange to another through the coordinator.
+    fn bind_exchanges(
+        &mut self,
+        conn: ConnId,
+        number: u16,
+        b: ExchangeBinding,
+        nowait: bool,
+        unbind: bool,
+    ) -> Result<AfterFrame, MethodError> {
         let vhost = self.vhost_index(conn);
-        let (s, d) = (&unbind.source, &unbind.destination);
-        self.authorize_bind(conn, number, s, ObjectKind::Exchange, d)?;
+        self.authorize_bind(
+            conn,
+            number,
+            &b.source,
+            ObjectKind::Exchange,
+            &b.destination,
+        )?;
         wait_for(
             conn,
             number,
             PendingOp::Control {
                 req: ControlRequest::BindExchange {
                     vhost,
-                    source: unbind.source,
-                    destination: unbind.destination,
-                    routing_key: unbind.routing_key,
-                    arguments: unbind.arguments,
-                    unbind: true,
+                    source: b.source,
+                    destination: b.destination,
+                    routing_key: b.routing_key,
+                    arguments: b.arguments,
+                    unbind,
                 },
-                then: OkReply::ExchangeBindOk {
-                    nowait: unbind.nowait,
-                    unbind: true,
-                },
+                then: OkReply::ExchangeBindOk { nowait, unbind },
             },
         )
     }
@@ -174,4 +180,12 @@ impl ConnSide<'_> {
             vhost: dir.name.clone(),
         })
     }
+}
+
+/// The fields `exchange.bind` and `exchange.unbind` share.
+struct ExchangeBinding {
+    source: ShortStr,
+    destination: ShortStr,
+    routing_key: ShortStr,
+    arguments: FieldTable,
 }
