@@ -67,6 +67,11 @@ pub struct Cli {
     #[arg(long = "http-listen", value_name = "ADDR|off")]
     pub http_listen: Option<String>,
 
+    /// This node's name in federation (loop detection, link and queue names); unique
+    /// in a topology [default: the host name].
+    #[arg(long = "node-name", value_name = "NAME")]
+    pub node_name: Option<String>,
+
     #[command(flatten)]
     pub tls: super::tls::TlsFlags,
 }
@@ -126,6 +131,9 @@ impl Cli {
                 })?;
         }
         self.tls.apply(&mut config.tls);
+        if let Some(name) = &self.node_name {
+            config.node_name = name.clone();
+        }
         if let Some(text) = &self.memory_low_watermark {
             config.policies.memory.low_watermark = Some(limit("--memory-low-watermark", text)?);
         }

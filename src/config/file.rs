@@ -35,6 +35,7 @@ struct FileConfig {
     queue: Option<Vec<QueueSection>>,
     http: Option<HttpSection>,
     tls: Option<super::tls::TlsSection>,
+    federation: Option<super::federation::FederationSection>,
 }
 
 #[derive(Deserialize)]
@@ -188,6 +189,7 @@ struct BrokerSection {
     data_dir: Option<String>,
     log_level: Option<String>,
     log_format: Option<String>,
+    node_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -296,6 +298,7 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         }
         set(&mut config.data_dir, b.data_dir.map(Into::into));
         set(&mut config.log_level, b.log_level);
+        set(&mut config.node_name, b.node_name);
         if let Some(format) = b.log_format {
             config.log_format =
                 super::LogFormat::parse(&format).map_err(|e| format!("broker.log_format: {e}"))?;
@@ -327,6 +330,9 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
             config.http.idle_timeout = optional_ms(ms);
         }
         set(&mut config.http.max_connections, h.max_connections);
+    }
+    if let Some(f) = file.federation {
+        config.federation = f.parse()?;
     }
     if let Some(t) = file.tls {
         t.apply(&mut config.tls);

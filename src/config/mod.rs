@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod cli;
+pub mod federation;
 pub mod file;
 pub mod limits;
 pub mod policy;
@@ -168,6 +169,11 @@ pub struct Config {
     pub permissions: crate::auth::permissions::Permissions,
     /// TLS (amqps) listeners.
     pub tls: tls::TlsConfig,
+    /// `[broker] node_name`: this node in federation loop detection and link names
+    /// (RabbitMQ's cluster name); unique in a topology. Default: the host name.
+    pub node_name: String,
+    /// `[[federation.upstream]]` and `[[federation.exchange]]`.
+    pub federation: federation::FederationConfig,
 }
 
 /// `[store]`: the persistent message store under `data_dir`.
@@ -331,6 +337,8 @@ impl Default for Config {
             http: HttpConfig::default(),
             permissions: crate::auth::permissions::Permissions::default(),
             tls: tls::TlsConfig::default(),
+            node_name: federation::default_node_name(),
+            federation: federation::FederationConfig::default(),
         }
     }
 }
@@ -386,6 +394,27 @@ impl Config {
                 "broker.listen",
                 "at least one address is needed (here or in tls.listen)".into(),
             );
+        }
+        if self.node_name.trim().is_empty() {
+            return invalid("broker.node_name", "must not be empty".into());
+        }
+        if self.federation.is_enabled() {
+            if self.listen.is_empty() {
+                return invalid(
+                    "broker.listen",
+                    "federation links publish into this broker over a plain AMQP listener; \
+                     listen on at least one address (127.0.0.1:5672 will do)"
+                        .into(),
+                );
+            }
+            for (i, x) in self.federation.exchanges.iter().enumerate() {
+                if !self.vhosts.contains(&x.vhost) {
+                    return invalid(
+                        &format!("federation.exchange[{i}].vhost"),
+                        format!("\"{}\" is not in vhosts.names", x.vhost),
+                    );
+                }
+            }
         }
         if self.shards == 0 || self.shards > 256 {
             return invalid(

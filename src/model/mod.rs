@@ -9,6 +9,7 @@
 
 pub mod dead_letter;
 pub mod exchange;
+pub mod hops;
 pub mod ids;
 pub mod journal;
 pub mod ledger;
