@@ -97,7 +97,8 @@ pub enum ChannelError {
     UpstreamArgument {
         exchange: String,
         vhost: String,
-        error: UpstreamArgError,
+        /// Boxed: the inequivalence evidence would make every `ChannelError` larger.
+        error: Box<UpstreamArgError>,
     },
     /// A published `expiration` property that is not a TTL: RabbitMQ's
     /// `check_expiration_header` text, with its reason term.
@@ -296,7 +297,7 @@ impl fmt::Display for ChannelError {
                 exchange,
                 vhost,
                 error,
-            } => match error {
+            } => match error.as_ref() {
                 UpstreamArgError::Missing => write!(f, "Argument {MAX_HOPS_ARG} missing"),
                 UpstreamArgError::NotLong => {
                     write!(f, "Argument {MAX_HOPS_ARG} must be of type long")
@@ -680,7 +681,7 @@ mod tests {
         let e = |error| ChannelError::UpstreamArgument {
             exchange: "federation: x -> a".into(),
             vhost: "/".into(),
-            error,
+            error: Box::new(error),
         };
         assert_eq!(
             e(UpstreamArgError::Missing).reply_text(),

@@ -389,7 +389,7 @@ fn upstream_error(def: &ExchangeDef, vhost: &str, error: UpstreamArgError) -> Ch
     ChannelError::UpstreamArgument {
         exchange: def.name.to_string(),
         vhost: vhost.to_owned(),
-        error,
+        error: Box::new(error),
     }
 }
 
