@@ -469,3 +469,28 @@ async fn mutual(max_hops: u16) {
 async fn unroutable_at_root_of(conn: &Connection, key: &str) -> bool {
     unroutable_at_root(conn, key).await
 }
+
+/// The links' own login is not a way in: the reserved user with any other password is
+/// refused as a wrong password is (403), even when a configured user has that name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_link_credential_cannot_be_guessed() {
+    let root = sluice::server::start(config("root", FederationConfig::default())).expect("root");
+    let mut relay_config = config("relay", relay_of(root.addresses[0].port(), AckMode::OnConfirm));
+    relay_config.users.push(sluice::config::User {
+        name: sluice::auth::local_link::LINK_USER.into(),
+        password: sluice::auth::password::Password::Plain("known".into()),
+        tags: vec![],
+    });
+    let relay = sluice::server::start(relay_config).expect("relay");
+    for password in ["known", "guest", ""] {
+        let url = format!(
+            "amqp://{}:{password}@{}/",
+            sluice::auth::local_link::LINK_USER,
+            relay.addresses[0]
+        );
+        let refused = Connection::connect(&url).await.err().expect("refused");
+        assert_eq!(refused.reply_code(), Some(403), "{password:?}: {refused}");
+    }
+    relay.shutdown();
+    root.shutdown();
+}
