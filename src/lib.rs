@@ -59,6 +59,7 @@ pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod federation;
 pub mod http;
 pub mod limits;
 pub mod model;

@@ -6,5 +6,6 @@
 //! (`crate::cli`), speak AMQP or close anything. The shard's handler asks [`permissions::Access`]
 //! and turns a refusal into RabbitMQ's 403 / 530 (`shard::conns::handler::access`).
 
+pub mod local_link;
 pub mod password;
 pub mod permissions;

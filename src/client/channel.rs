@@ -100,6 +100,17 @@ pub struct Confirmation {
     conn: Arc<ConnShared>,
 }
 
+impl Confirmation {
+    /// The outcome if the broker has already answered, without waiting.
+    pub fn try_result(&mut self) -> Option<Result<bool, ClientError>> {
+        match self.rx.try_recv() {
+            Ok(r) => Some(r),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(self.chan.gone(&self.conn))),
+        }
+    }
+}
+
 impl Future for Confirmation {
     type Output = Result<bool, ClientError>;
 

@@ -246,7 +246,7 @@ impl UpstreamSection {
         };
         let reconnect_delay = match self.reconnect_delay {
             None => Duration::from_secs(5),
-            Some(s) if s.is_finite() && s >= 0.0 && s < 86_400.0 => Duration::from_secs_f64(s),
+            Some(s) if (0.0..86_400.0).contains(&s) => Duration::from_secs_f64(s),
             Some(s) => {
                 return Err(format!(
                     "{key}.reconnect_delay: expected seconds between 0 and 86400, got {s}"

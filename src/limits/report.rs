@@ -50,7 +50,12 @@ impl Reporter {
     /// Notes one occurrence at `now`. Returns the number of occurrences the line to
     /// write now stands for (this one included), or `None` to write nothing.
     pub fn note(&self, now: Instant) -> Option<u64> {
-        let count = self.pending.get() + 1;
+        self.note_many(now, 1)
+    }
+
+    /// Notes `n` occurrences at once (a batch); as [`Reporter::note`].
+    pub fn note_many(&self, now: Instant, n: u64) -> Option<u64> {
+        let count = self.pending.get() + n;
         let new_window = self
             .window_start
             .get()

@@ -7,6 +7,7 @@
 pub mod config_event;
 pub mod escape;
 pub mod event;
+pub mod federation_event;
 pub mod fields;
 pub mod limit_event;
 pub mod log;

@@ -63,6 +63,8 @@ pub struct Broker {
     config: Arc<Config>,
     /// Hands the configuration in force to the management thread.
     live: tokio::sync::watch::Sender<Arc<Config>>,
+    /// The federation links' thread, when `[[federation.exchange]]` is configured.
+    federation: Option<crate::federation::Federation>,
 }
 
 /// Checks the core list against the cores this process may use.
@@ -229,6 +231,18 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     let limits = Arc::new(crate::limits::ConnectionCounts::new(
         &config.limits.resources,
     ));
+    let link_credential = if config.federation.is_enabled() {
+        Some(Arc::new(
+            crate::auth::local_link::LinkCredential::generate().ok_or_else(|| {
+                StartError::Config(ConfigError::Invalid {
+                    key: "federation".into(),
+                    reason: "the OS gave no randomness for the links' local credential".into(),
+                })
+            })?,
+        ))
+    } else {
+        None
+    };
     let mut recovered_shards = recovered.shards.into_iter();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::with_capacity(config.shards);
@@ -253,6 +267,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
                 disk: Arc::clone(&disk),
             },
             limits: Arc::clone(&limits),
+            link_credential: link_credential.clone(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("sluice-shard-{i}"))
@@ -272,6 +287,27 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     for addr in &tls_addresses {
         OpsEvent::TlsListening { addr: *addr }.emit();
     }
+    // Federation links publish through this broker's own plain listener, on loopback.
+    let federation = match (&link_credential, addresses.first()) {
+        (Some(credential), Some(addr)) => {
+            let local = std::net::SocketAddr::new(
+                match addr.ip() {
+                    ip if !ip.is_unspecified() => ip,
+                    std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                },
+                addr.port(),
+            );
+            let seed = crate::federation::FederationSeed {
+                config: Arc::clone(&config),
+                peers: peers.clone(),
+                local,
+                credential: Arc::clone(credential),
+            };
+            Some(crate::federation::Federation::start(seed).map_err(StartError::Thread)?)
+        }
+        _ => None,
+    };
     // The management listener starts once every shard answers its inbox.
     let http = match config.http.listen {
         Some(addr) => {
@@ -312,6 +348,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         http,
         config,
         live,
+        federation,
     })
 }
 
@@ -368,6 +405,9 @@ impl Broker {
         notify::stopping("shutting down: closing connections (320 CONNECTION_FORCED)");
         if let Some(http) = self.http.take() {
             http.stop();
+        }
+        if let Some(federation) = self.federation.take() {
+            federation.shutdown();
         }
         for shard in 0..self.peers.len() {
             self.peers.send(shard as u16, ShardMsg::Shutdown);

@@ -35,6 +35,8 @@ pub struct ShardSeed {
     pub recovered: RecoveredSeed,
     /// The connection counts every shard shares (`crate::limits`).
     pub limits: Arc<crate::limits::ConnectionCounts>,
+    /// The credential of this broker's federation links, if federation runs.
+    pub link_credential: Option<Arc<crate::auth::local_link::LinkCredential>>,
 }
 
 /// The store's part of a shard's start.
@@ -94,6 +96,7 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
         ready,
         recovered,
         limits,
+        link_credential,
     } = seed;
     tokio_uring::start(async move {
         let RecoveredSeed {
@@ -105,7 +108,15 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
         } = recovered;
         let persistence =
             Persistence::recovered(&config, id, &mut recovered_shard, definitions_bytes, disk);
-        let shard = Rc::new(Shard::new(id, config, peers, memory, persistence, limits));
+        let shard = Rc::new(Shard::new(
+            id,
+            config,
+            peers,
+            memory,
+            persistence,
+            limits,
+            link_credential,
+        ));
         crate::shard::home::persist::restore(
             &mut shard.state.borrow_mut(),
             &shard,

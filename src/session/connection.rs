@@ -74,6 +74,9 @@ pub struct Conn {
     pub peer: SocketAddr,
     phase: Phase,
     pub user: String,
+    /// Logged in with this broker's own federation-link credential
+    /// (`auth::local_link`): every permission on every vhost.
+    pub federation_link: bool,
     pub vhost: VhostIdx,
     pub vhost_name: String,
     pub channel_max: u16,
@@ -192,6 +195,7 @@ impl Conn {
             peer,
             phase: Phase::AwaitHeader,
             user: String::new(),
+            federation_link: false,
             vhost: 0,
             vhost_name: String::new(),
             channel_max: 0,

@@ -239,7 +239,11 @@ async fn broadcast(shard: &Rc<Shard>, changes: Vec<DirectoryChange>) {
 /// Applies one directory change to this shard's replica and to its home queues.
 pub fn apply_change(st: &mut State, shard: &Shard, change: &DirectoryChange, now: Instant) {
     let topic = topic_bindings_changed_by(&st.common.directory, shard, change);
+    let watched = shard.binding_watch.events_of(&st.common.directory, change);
     st.common.directory.apply(change);
+    if let Some(events) = watched {
+        shard.binding_watch.send(events);
+    }
     let mut queues = st.queue_side();
     match change {
         DirectoryChange::DeclareQueue { vhost, meta } => {

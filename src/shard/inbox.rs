@@ -303,6 +303,12 @@ pub enum ShardMsg {
         observe::ObserveRequest,
         oneshot::Sender<observe::ObserveReply>,
     ),
+    /// The coordinator (shard 0) only: send the federated exchanges and their bindings,
+    /// then every change to them, on this channel (`shard::binding_watch`).
+    WatchBindings(
+        super::binding_watch::WatchSender,
+        super::binding_watch::Watched,
+    ),
 }
 
 /// The sending halves of every shard's two inboxes, indexed by shard, and each shard's

@@ -194,6 +194,10 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
         ShardMsg::Observe(req, reply) => {
             let _ = reply.send(super::observe::answer(shard, req));
         }
+        ShardMsg::WatchBindings(tx, watched) => {
+            let st = shard.state.borrow();
+            shard.binding_watch.start(&st.common.directory, tx, watched);
+        }
         ShardMsg::ConsumerGone(target) => {
             shard.state.borrow_mut().conn_side().consumer_gone(target);
         }

@@ -9,6 +9,7 @@
 //! The per-connection protocol handling lives in `handler`, the queue side in `queues`, the
 //! control-plane coordinator in `control`, the thread and listener in `runtime`.
 
+pub mod binding_watch;
 pub mod cgroup;
 pub mod conns;
 pub mod control;
@@ -171,6 +172,11 @@ pub struct Shard {
     /// Connection limits (shared counts, this shard's unauthenticated sockets) and
     /// login throttling.
     pub limits: crate::limits::ShardLimits,
+    /// The credential of this broker's own federation links (`None` without
+    /// federation): accepted at login from loopback, with every permission.
+    pub link_credential: Option<Arc<crate::auth::local_link::LinkCredential>>,
+    /// The coordinator's watcher of federated exchanges (`shard::binding_watch`).
+    pub binding_watch: binding_watch::BindingWatch,
 }
 
 /// Per-shard counters that must be cheap on the hot path: plain cells, read when asked.
@@ -196,6 +202,7 @@ impl Shard {
         memory: Arc<MemoryBoard>,
         persistence: home::persist::Persistence,
         counts: Arc<crate::limits::ConnectionCounts>,
+        link_credential: Option<Arc<crate::auth::local_link::LinkCredential>>,
     ) -> Shard {
         let now = Instant::now();
         let shards = config.shards;
@@ -227,6 +234,8 @@ impl Shard {
             next_eviction: Cell::new(now),
             counters: ShardCounters::default(),
             limits: crate::limits::ShardLimits::new(id, &config, counts),
+            link_credential,
+            binding_watch: binding_watch::BindingWatch::default(),
             live: RefCell::new(Arc::clone(&config)),
             config,
         }

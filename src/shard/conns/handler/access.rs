@@ -48,7 +48,12 @@ impl ConnSide<'_> {
         let Some(c) = self.conn_mut(conn) else {
             return Ok(());
         };
-        match shard.live().permissions.grant(&c.user, vhost) {
+        let grant = if c.federation_link {
+            Some(crate::auth::permissions::Grant::full())
+        } else {
+            shard.live().permissions.grant(&c.user, vhost)
+        };
+        match grant {
             Some(grant) => {
                 c.access = Access::new(grant);
                 Ok(())

@@ -94,6 +94,29 @@ impl ConnSide<'_> {
                     user.ok_or_else(|| cn.unwrap_or_default().to_owned())
                 } else {
                     let name = creds.as_ref().map(|c| c.user.clone()).unwrap_or_default();
+                    let from_loopback = self.conn(conn).is_some_and(|c| c.peer.ip().is_loopback());
+                    if let (Some(link), Some(creds)) = (&shard.link_credential, &creds) {
+                        if creds.user == crate::auth::local_link::LINK_USER {
+                            // Only this broker's own links use this name, from loopback.
+                            if from_loopback && link.accepts(&creds.user, creds.password.as_bytes())
+                            {
+                                if let Some(c) = self.conn_mut(conn) {
+                                    c.user = creds.user.clone();
+                                    c.federation_link = true;
+                                    c.capabilities =
+                                        connection::client_capabilities(&ok.client_properties);
+                                    c.start_ok_accepted();
+                                }
+                                self.send_login_outcome(shard, conn, Ok(()));
+                                return Ok(AfterFrame::Continue);
+                            }
+                            let refused = ConnectionError::LoginRefused {
+                                mechanism: mechanism.clone(),
+                            }
+                            .on(START_OK);
+                            return Ok(self.refuse_login(shard, conn, &name, &mechanism, refused));
+                        }
+                    }
                     creds
                         .and_then(|creds| {
                             config
