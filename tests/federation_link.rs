@@ -237,3 +237,187 @@ async fn root_to_relay_on_publish() {
 async fn root_to_relay_no_ack() {
     run_tree(AckMode::NoAck).await;
 }
+
+/// Whether a mandatory publish on `exchange` with `key` comes back unroutable from the
+/// root, i.e. whether the root has no binding for it (the link's included).
+async fn unroutable_at_root(root: &Connection, key: &str) -> bool {
+    let mut ch = root.open_channel().await.unwrap();
+    let mut returns = ch.take_returns().unwrap();
+    ch.confirm_select().await.unwrap();
+    ch.basic_publish("amq.topic", key, true, NO_PROPERTIES, "probe".into())
+        .await
+        .unwrap();
+    assert!(ch.wait_for_confirms().await.unwrap());
+    // A return precedes the confirm of the message it returns.
+    returns.try_recv().is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bindings_coalesce_and_unbind_upstream() {
+    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info").try_init();
+    let root = sluice::server::start(config("root", FederationConfig::default())).expect("root");
+    let relay = sluice::server::start(config(
+        "relay",
+        relay_of(root.addresses[0].port(), AckMode::OnConfirm),
+    ))
+    .expect("relay");
+    let root_conn = connect(&root).await;
+    let relay_conn = connect(&relay).await;
+    eventually("the link's upstream queue", || async {
+        upstream_queue_depth(&root_conn).await.is_some()
+    })
+    .await;
+    assert!(unroutable_at_root(&root_conn, "k.1").await, "no interest yet");
+    let ch = relay_conn.open_channel().await.unwrap();
+    let mut names = Vec::new();
+    for _ in 0..2 {
+        let q = ch.queue_declare("", QueueDeclareOptions::default()).await.unwrap();
+        ch.queue_bind(&q.name.to_string(), "amq.topic", "k.1", FieldTable::new())
+            .await
+            .unwrap();
+        names.push(q.name.to_string());
+    }
+    eventually("k.1 bound upstream", || async {
+        !unroutable_at_root(&root_conn, "k.1").await
+    })
+    .await;
+    // One of the two unbinds: the other still wants k.1, so it stays bound upstream.
+    ch.queue_unbind(&names[0], "amq.topic", "k.1", FieldTable::new())
+        .await
+        .unwrap();
+    // A later binding is a fence: once it routes, the unbind before it was handled.
+    ch.queue_bind(&names[1], "amq.topic", "fence.1", FieldTable::new())
+        .await
+        .unwrap();
+    eventually("the fence", || async {
+        !unroutable_at_root(&root_conn, "fence.1").await
+    })
+    .await;
+    assert!(!unroutable_at_root(&root_conn, "k.1").await, "still bound: q2 wants it");
+    // Deleting the second queue removes its bindings: the last k.1 goes upstream too.
+    ch.queue_delete(&names[1], false, false).await.unwrap();
+    eventually("k.1 unbound upstream", || async {
+        unroutable_at_root(&root_conn, "k.1").await
+    })
+    .await;
+    assert!(unroutable_at_root(&root_conn, "fence.1").await);
+    relay.shutdown();
+    root.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_exchange_removes_the_upstream_side() {
+    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info").try_init();
+    let root = sluice::server::start(config("root", FederationConfig::default())).expect("root");
+    let mut fed = relay_of(root.addresses[0].port(), AckMode::OnConfirm);
+    fed.exchanges[0].exchange = ExchangeMatch::Name("prices".into());
+    let relay = sluice::server::start(config("relay", fed)).expect("relay");
+    let root_conn = connect(&root).await;
+    let relay_conn = connect(&relay).await;
+    let ch = relay_conn.open_channel().await.unwrap();
+    ch.exchange_declare("prices", "topic", Default::default()).await.unwrap();
+    let queue_exists = |name: &'static str| {
+        let root_conn = &root_conn;
+        async move {
+            let ch = root_conn.open_channel().await.unwrap();
+            let opts = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            ch.queue_declare(name, opts).await.is_ok()
+        }
+    };
+    eventually("the link's upstream queue", || queue_exists("federation: prices -> relay")).await;
+    ch.exchange_delete("prices", false).await.unwrap();
+    eventually("the upstream queue to go", || async {
+        !queue_exists("federation: prices -> relay").await
+    })
+    .await;
+    let probe = root_conn.open_channel().await.unwrap();
+    let passive = sluice::client::ExchangeDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let gone = probe
+        .exchange_declare("federation: prices -> relay A", "fanout", passive)
+        .await
+        .unwrap_err();
+    assert_eq!(gone.reply_code(), Some(404), "{gone}");
+    relay.shutdown();
+    root.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_federating_each_other_do_not_loop() {
+    mutual(1).await;
+}
+
+/// With two hops allowed a message could go a → b → a: only the node names in
+/// `x-received-from` stop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_federating_each_other_do_not_loop_with_two_hops() {
+    mutual(2).await;
+}
+
+async fn mutual(max_hops: u16) {
+    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info").try_init();
+    // Ports first: each broker names the other as its upstream.
+    let probe_a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let probe_b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (pa, pb) = (probe_a.local_addr().unwrap(), probe_b.local_addr().unwrap());
+    drop((probe_a, probe_b));
+    let mut ca = config("a", relay_of(pb.port(), AckMode::OnConfirm));
+    ca.listen = vec![pa];
+    ca.federation.upstreams[0].max_hops = max_hops;
+    let mut cb = config("b", relay_of(pa.port(), AckMode::OnConfirm));
+    cb.listen = vec![pb];
+    cb.federation.upstreams[0].max_hops = max_hops;
+    let a = sluice::server::start(ca).expect("a");
+    let b = sluice::server::start(cb).expect("b");
+    let (ca, cb) = (connect(&a).await, connect(&b).await);
+    let mut consumers = Vec::new();
+    for conn in [&ca, &cb] {
+        let ch = conn.open_channel().await.unwrap();
+        let q = ch.queue_declare("", QueueDeclareOptions::default()).await.unwrap();
+        ch.queue_bind(&q.name.to_string(), "amq.topic", "m.#", FieldTable::new())
+            .await
+            .unwrap();
+        let c = ch
+            .basic_consume(&q.name.to_string(), ConsumeOptions { no_ack: true, ..Default::default() })
+            .await
+            .unwrap();
+        consumers.push((ch, c));
+    }
+    // Both directions carry m.# once each side's binding reached the other.
+    let pa_ch = ca.open_channel().await.unwrap();
+    eventually("b's binding at a", || async { !unroutable_at_root_of(&ca, "m.x").await }).await;
+    eventually("a's binding at b", || async { !unroutable_at_root_of(&cb, "m.x").await }).await;
+    // Let the probes of unroutable_at_root_of drain.
+    for (_, c) in &mut consumers {
+        while let Ok(Ok(_)) = timeout(Duration::from_millis(300), c.recv()).await {}
+    }
+    const N: usize = 100;
+    for i in 0..N {
+        pa_ch
+            .basic_publish("amq.topic", "m.x", false, NO_PROPERTIES, format!("a{i}").into_bytes().into())
+            .await
+            .unwrap();
+    }
+    for (side, (_, c)) in consumers.iter_mut().enumerate() {
+        for i in 0..N {
+            let d = timeout(LIMIT, c.recv()).await.expect("delivery").unwrap();
+            assert_eq!(d.body, format!("a{i}").into_bytes(), "side {side}: once, in order");
+        }
+        assert!(
+            timeout(Duration::from_millis(700), c.recv()).await.is_err(),
+            "side {side}: nothing bounced back"
+        );
+    }
+    b.shutdown();
+    a.shutdown();
+}
+
+/// As [`unroutable_at_root`], on any broker's `amq.topic`.
+async fn unroutable_at_root_of(conn: &Connection, key: &str) -> bool {
+    unroutable_at_root(conn, key).await
+}

@@ -99,6 +99,9 @@ pub struct Opts {
     pub topics: usize,
     /// The client subscribers connect with.
     pub subscriber_client: SubscriberClient,
+    /// `--subscriber-url`: where subscribers connect (empty: the broker under test).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub subscriber_urls: Vec<String>,
     /// Subscriber (and idle connection) set-ups in flight at most.
     pub setup_concurrency: usize,
     /// Seconds between the last disconnect and the after-disconnect RSS sample

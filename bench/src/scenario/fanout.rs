@@ -124,6 +124,12 @@ impl Args {
         declare_exchange(&broker.url, EXCHANGE, "topic", opts.durable)
             .await
             .map_err(|e| format!("declare exchange: {e}"))?;
+        // Subscribers on other brokers (--subscriber-url) bind there.
+        for url in &opts.subscriber_urls {
+            declare_exchange(url, EXCHANGE, "topic", opts.durable)
+                .await
+                .map_err(|e| format!("declare exchange at a subscriber URL: {e}"))?;
+        }
         let prefix = opts.durable.then_some("sluice.bench.fanout.sub");
         let plan = |o: &Opts| plan(o, EXCHANGE, o.slow, prefix);
         let nothing = || async { Ok(()) };

@@ -38,6 +38,11 @@ pub struct CommonArgs {
     /// only). There is no option to skip verification.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// Where subscribers connect instead of --url (repeatable: subscriber i uses the
+    /// i-th modulo their number), e.g. the relays of a federation tree whose root is
+    /// --url. Publishers, set-up and the broker's figures stay with --url.
+    #[arg(long = "subscriber-url", value_name = "URL")]
+    pub subscriber_urls: Vec<String>,
     /// PID of an external broker, to report its CPU per message and RSS.
     #[arg(long)]
     pub broker_pid: Option<u32>,
@@ -353,6 +358,7 @@ pub fn resolve(
         ignore_flow: load.ignore_flow,
         publisher_queue: load.publisher_queue.unwrap_or(0),
         broker_args: common.broker_args.clone(),
+        subscriber_urls: common.subscriber_urls.clone(),
         quiet: common.quiet,
     }
 }

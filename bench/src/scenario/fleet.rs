@@ -127,7 +127,7 @@ impl Fleet {
     /// starts them all receiving. The first failure fails the run (connections
     /// already made are dropped).
     pub async fn start(
-        url: &str,
+        urls: &[String],
         specs: Vec<SubSpec>,
         client: SubscriberClient,
         concurrency: usize,
@@ -135,7 +135,13 @@ impl Fleet {
         pacer: &Arc<Pacer>,
         quiet: bool,
     ) -> Result<Fleet, String> {
-        let parsed = Arc::new(AmqpUrl::parse(url).map_err(|e| e.to_string())?);
+        let parsed = urls
+            .iter()
+            .map(|u| AmqpUrl::parse(u).map(Arc::new).map_err(|e| format!("{u}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if parsed.is_empty() {
+            return Err("no subscriber URL".into());
+        }
         let wire = client == SubscriberClient::Wire;
         if !wire && !quiet && specs.len() > FULL_CLIENT_WARN {
             eprintln!(
@@ -151,8 +157,12 @@ impl Fleet {
         let n = specs.len();
         let mut set = JoinSet::new();
         for (slot, spec) in specs.into_iter().enumerate() {
-            let (url, parsed, permits) =
-                (url.to_string(), Arc::clone(&parsed), Arc::clone(&permits));
+            let which = slot % urls.len();
+            let (url, parsed, permits) = (
+                urls[which].clone(),
+                Arc::clone(&parsed[which]),
+                Arc::clone(&permits),
+            );
             set.spawn(async move {
                 let _permit = permits.acquire_owned().await;
                 let r = prepare(&url, &parsed, &spec, wire).await;

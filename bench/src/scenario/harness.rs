@@ -113,8 +113,13 @@ pub async fn execute(
     let rss_baseline = rss_now();
     // Subscribers first, so no message is published before every queue is bound.
     let concurrency = opts.setup_concurrency;
+    let sub_urls = if opts.subscriber_urls.is_empty() {
+        vec![url.clone()]
+    } else {
+        opts.subscriber_urls.clone()
+    };
     let fleet = Fleet::start(
-        &url,
+        &sub_urls,
         plan.subs,
         client,
         concurrency,
