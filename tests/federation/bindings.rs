@@ -1,7 +1,7 @@
 //! Binding propagation: a relay's bindings reach the upstream, coalesced per key, and
 //! 10,000 of them propagate.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::cluster::{
     bind, exchange_toml, propagated_keys, publish_numbered, queue_json, unbind, upstream_queue,
@@ -133,6 +133,9 @@ async fn bind_unbind_coalesce() {
 /// Distinct binding keys bound at the relay.
 const MANY: usize = 10_000;
 
+/// Channels the relay's bindings are made on, concurrently.
+const BINDERS: usize = 4;
+
 async fn ten_thousand_bindings() {
     let root = Node::start("bulk-root", "");
     let relay = Node::start("bulk-relay", &relay_of(&root));
@@ -141,27 +144,38 @@ async fn ten_thousand_bindings() {
     let ch = conn.channel().await;
     let queue = ch.declare_server_named().await;
     let start = Instant::now();
-    for i in 0..MANY {
-        bind(&ch, &queue, X, &format!("bulk.{i}")).await;
+    let mut binders = Vec::new();
+    for b in 0..BINDERS {
+        let ch = conn.channel().await;
+        let queue = queue.clone();
+        binders.push(tokio::spawn(async move {
+            for i in (b..MANY).step_by(BINDERS) {
+                bind(&ch, &queue, X, &format!("bulk.{i}")).await;
+            }
+        }));
+    }
+    for b in binders {
+        b.await.expect("binder task");
     }
     let bound = start.elapsed();
     let http = root.http_port();
-    wait_keys(
-        http,
-        X,
-        &relay.name,
-        std::time::Duration::from_secs(60),
-        "all 10,000 keys",
-        |k| k.len() >= MANY,
-    );
+    // Polled gently: each poll lists every binding of the root.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let keys = loop {
+        let keys = propagated_keys(http, X, &relay.name);
+        if keys.len() >= MANY || Instant::now() >= deadline {
+            break keys;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
     let total = start.elapsed();
-    let keys = propagated_keys(http, X, &relay.name);
     let want: std::collections::BTreeSet<String> = (0..MANY).map(|i| format!("bulk.{i}")).collect();
-    assert_eq!(keys.len(), MANY, "upstream binding count");
+    assert_eq!(keys.len(), MANY, "upstream binding count after {total:?}");
     assert_eq!(keys, want, "upstream binding keys");
     println!(
-        "{MANY} bindings: bound locally in {bound:?}, all at the upstream {total:?} after \
-         the first bind"
+        "{MANY} bindings: bind-ok for all at the relay after {bound:?}, all at the upstream \
+         after {total:?} ({:?} after the last bind-ok; debug build, polled every 250 ms)",
+        total - bound
     );
     conn.close().await;
     for mut node in [relay, root] {
