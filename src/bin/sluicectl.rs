@@ -1,6 +1,7 @@
 //! `sluicectl`: a command-line tool on sluice's management API (`[http] listen`). Lists
-//! queues, connections, channels, consumers, exchanges and bindings as aligned tables (or
-//! the API's JSON with `--json`), and closes connections, purges and deletes queues.
+//! queues, connections, channels, consumers, exchanges, bindings and federation links as
+//! aligned tables (or the API's JSON with `--json`), and closes connections, purges and
+//! deletes queues.
 //!
 //! It speaks plain HTTP/1.1 over a blocking `TcpStream`, one request per connection
 //! (`Connection: close`), with basic auth.
@@ -20,7 +21,7 @@ use serde_json::Value;
 #[command(
     name = "sluicectl",
     version,
-    about = "sluice's management tool: lists queues, connections, channels, consumers, exchanges and bindings from the management API; closes connections, purges and deletes queues"
+    about = "sluice's management tool: lists queues, connections, channels, consumers, exchanges, bindings and federation links from the management API; closes connections, purges and deletes queues"
 )]
 struct Args {
     /// The management listener's address.
@@ -50,6 +51,13 @@ enum Command {
     Consumers,
     Exchanges,
     Bindings,
+    /// Federation links: upstream, status, URI, messages forwarded and dropped, lag,
+    /// last change, and why a link is down.
+    Federation {
+        /// Only this vhost's links.
+        #[arg(long)]
+        vhost: Option<String>,
+    },
     /// Close a connection (320 CONNECTION_FORCED); NAME as listed by `connections`.
     CloseConnection {
         name: String,
@@ -262,6 +270,18 @@ fn columns(command: &Command) -> &'static [(&'static str, &'static str)] {
             ("type", "destination_type"),
             ("routing_key", "routing_key"),
         ],
+        Command::Federation { .. } => &[
+            ("upstream", "upstream"),
+            ("vhost", "vhost"),
+            ("exchange", "exchange"),
+            ("status", "status"),
+            ("uri", "uri"),
+            ("forwarded", "forwarded"),
+            ("dropped", "dropped"),
+            ("lag", "lag"),
+            ("since", "timestamp"),
+            ("error", "error"),
+        ],
         _ => &[],
     }
 }
@@ -280,6 +300,10 @@ fn run(args: &Args) -> Result<String, String> {
         Command::Consumers => ("GET", "/api/consumers".to_owned()),
         Command::Exchanges => ("GET", "/api/exchanges".to_owned()),
         Command::Bindings => ("GET", "/api/bindings".to_owned()),
+        Command::Federation { vhost: None } => ("GET", "/api/federation-links".to_owned()),
+        Command::Federation { vhost: Some(v) } => {
+            ("GET", format!("/api/federation-links/{}", enc(v)))
+        }
         Command::CloseConnection { name } => ("DELETE", format!("/api/connections/{}", enc(name))),
         Command::Purge { queue, vhost } => (
             "DELETE",

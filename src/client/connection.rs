@@ -1,5 +1,5 @@
 //! Owns: [`Connection`] — opening the socket, the AMQP handshake (protocol header,
-//! `start`/`start-ok` with PLAIN, `tune`/`tune-ok`, `open`/`open-ok`), announcing the
+//! `start`/`start-ok` with PLAIN or EXTERNAL, `tune`/`tune-ok`, `open`/`open-ok`), announcing the
 //! client's capabilities (`connection.blocked`, `consumer_cancel_notify`,
 //! `publisher_confirms`, …), spawning the connection task, opening channels and
 //! closing.
@@ -59,6 +59,45 @@ pub struct ConnectionOptions {
     /// Trust roots (and client certificate) for `amqps://` URLs; an `amqps://` URL
     /// without them is refused.
     pub tls: Option<super::tls::TlsOptions>,
+    /// How the client authenticates (default PLAIN, with the URL's user and password).
+    pub mechanism: SaslMechanism,
+}
+
+/// The SASL mechanism `connection.start-ok` names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SaslMechanism {
+    /// The URL's user and password (`\0user\0password`).
+    #[default]
+    Plain,
+    /// An empty response: the broker takes the user from the TLS client certificate
+    /// (give one in [`ConnectionOptions::tls`]); the URL's user and password are not
+    /// sent.
+    External,
+}
+
+impl SaslMechanism {
+    /// The name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::External => "EXTERNAL",
+        }
+    }
+
+    /// The `start-ok` response for `url`.
+    fn response(self, url: &AmqpUrl) -> Vec<u8> {
+        match self {
+            SaslMechanism::Plain => {
+                let mut response = Vec::with_capacity(url.user.len() + url.password.len() + 2);
+                response.push(0);
+                response.extend_from_slice(url.user.as_bytes());
+                response.push(0);
+                response.extend_from_slice(url.password.as_bytes());
+                response
+            }
+            SaslMechanism::External => Vec::new(),
+        }
+    }
 }
 
 impl Default for ConnectionOptions {
@@ -73,6 +112,7 @@ impl Default for ConnectionOptions {
             connect_timeout: Duration::from_secs(30),
             nodelay: true,
             tls: None,
+            mechanism: SaslMechanism::Plain,
         }
     }
 }
@@ -238,23 +278,20 @@ impl Connection {
             }
         };
         let mechanisms = start.mechanisms.as_str_lossy().to_string();
-        if !mechanisms.split(' ').any(|m| m == "PLAIN") {
+        let mechanism = opts.mechanism;
+        if !mechanisms.split(' ').any(|m| m == mechanism.name()) {
             return Err(ClientError::UnsupportedMechanism {
+                wanted: mechanism.name(),
                 offered: mechanisms,
             });
         }
-        let mut response = Vec::with_capacity(url.user.len() + url.password.len() + 2);
-        response.push(0);
-        response.extend_from_slice(url.user.as_bytes());
-        response.push(0);
-        response.extend_from_slice(url.password.as_bytes());
         encode_method(
             &mut out,
             0,
             &Method::ConnectionStartOk(ConnectionStartOk {
                 client_properties: client_properties(opts.name.as_deref()),
-                mechanism: ShortStr::from_static("PLAIN"),
-                response: LongStr::from(bytes::Bytes::from(response)),
+                mechanism: ShortStr::from_static(mechanism.name()),
+                response: LongStr::from(bytes::Bytes::from(mechanism.response(&url))),
                 locale: ShortStr::from_static("en_US"),
             }),
         );

@@ -27,8 +27,11 @@ pub enum ClientError {
     Io(Arc<io::Error>),
     /// The connection handshake did not finish within the connect timeout.
     HandshakeTimeout(Duration),
-    /// The server offers no mechanism this client speaks (only `PLAIN`).
+    /// The server does not offer the mechanism the options chose
+    /// ([`super::connection::SaslMechanism`]).
     UnsupportedMechanism {
+        /// The mechanism asked for (`PLAIN` or `EXTERNAL`).
+        wanted: &'static str,
         /// The mechanisms the server offered.
         offered: String,
     },
@@ -140,10 +143,10 @@ impl fmt::Display for ClientError {
             ClientError::HandshakeTimeout(d) => {
                 write!(f, "connection handshake did not finish within {d:?}")
             }
-            ClientError::UnsupportedMechanism { offered } => {
+            ClientError::UnsupportedMechanism { wanted, offered } => {
                 write!(
                     f,
-                    "server offers no PLAIN authentication (offered: {offered})"
+                    "server offers no {wanted} authentication (offered: {offered})"
                 )
             }
             ClientError::Decode(e) => write!(f, "undecodable data from server: {e}"),

@@ -1,6 +1,6 @@
 //! sluice's own asynchronous AMQP 0-9-1 client, built on [`crate::protocol`] and tokio.
 //!
-//! Owns: connecting (PLAIN, vhost, heartbeats, frame-max), channels, declare/bind,
+//! Owns: connecting (PLAIN or EXTERNAL, vhost, heartbeats, frame-max), channels, declare/bind,
 //! publish (mandatory, confirms, transactions, producer flow control as seed 001's
 //! client does it), consume (no-ack or manual ack, prefetch), `basic.get`,
 //! ack/nack/reject, cancel, returns; the typed [`ClientError`].
@@ -63,7 +63,7 @@ mod url;
 pub use channel::{
     Channel, Confirmation, ConsumeOptions, ExchangeDeclareOptions, QueueDeclareOptions, QueueInfo,
 };
-pub use connection::{Connection, ConnectionOptions};
+pub use connection::{Connection, ConnectionOptions, SaslMechanism};
 pub use consumer::Consumer;
 pub use error::ClientError;
 pub use io::Tuning;

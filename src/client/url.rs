@@ -1,7 +1,11 @@
-//! Owns: parsing `amqp://user:pass@host:port/vhost` (or `amqps://`, TLS) into
-//! [`AmqpUrl`], with the defaults guest/guest, 127.0.0.1, 5672 (5671 for amqps) and `/`, and percent-decoding of user,
-//! password and vhost (`%2f` is `/`).
-//! Does not: resolve names or open sockets.
+//! Owns: parsing `amqp://user:pass@host:port/vhost?key=value&…` (or `amqps://`, TLS)
+//! into [`AmqpUrl`], with the defaults guest/guest, 127.0.0.1, 5672 (5671 for amqps) and
+//! `/`, percent-decoding of user, password, vhost (`%2f` is `/`) and the query's keys
+//! and values, which are kept in order as RabbitMQ's URI parser splits them (the
+//! authority ends at the first `/`, `?` or `#`; a fragment is dropped).
+//! Does not: resolve names, open sockets, or give query parameters a meaning (a caller
+//! such as the federation link reads `cacertfile`, `certfile`, `keyfile` and
+//! `auth_mechanism` from [`AmqpUrl::query`] and builds its options itself).
 
 use super::error::ClientError;
 
@@ -20,6 +24,9 @@ pub struct AmqpUrl {
     pub vhost: String,
     /// `amqps://`: the connection runs over TLS (default port 5671).
     pub tls: bool,
+    /// The query's parameters in order, percent-decoded: `?a=b&c` is `[("a", "b"),
+    /// ("c", "")]`; a key may repeat (RabbitMQ allows `auth_mechanism` more than once).
+    pub query: Vec<(String, String)>,
 }
 
 impl Default for AmqpUrl {
@@ -31,6 +38,7 @@ impl Default for AmqpUrl {
             port: 5672,
             vhost: "/".into(),
             tls: false,
+            query: Vec::new(),
         }
     }
 }
@@ -78,10 +86,13 @@ impl AmqpUrl {
             port: if tls { 5671 } else { 5672 },
             ..AmqpUrl::default()
         };
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], Some(&rest[i + 1..])),
-            None => (rest, None),
+        let (authority, after) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+        let after = after.split('#').next().unwrap_or("");
+        let (path, query) = match after.split_once('?') {
+            Some((path, query)) => (path, query),
+            None => (after, ""),
         };
+        let path = path.strip_prefix('/');
         let hostport = match authority.rfind('@') {
             Some(i) => {
                 let userinfo = &authority[..i];
@@ -114,10 +125,23 @@ impl AmqpUrl {
             parsed.port = p.parse().map_err(|_| invalid("port is not a number"))?;
         }
         if let Some(p) = path.filter(|p| !p.is_empty()) {
-            let p = p.split('?').next().unwrap_or("");
             parsed.vhost = percent_decode(p, url)?;
         }
+        for param in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = param.split_once('=').unwrap_or((param, ""));
+            parsed
+                .query
+                .push((percent_decode(key, url)?, percent_decode(value, url)?));
+        }
         Ok(parsed)
+    }
+
+    /// The value of the first query parameter named `key`.
+    pub fn query_value(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -150,5 +174,61 @@ mod tests {
         assert_eq!((u.tls, u.port), (true, 5671));
         let u = AmqpUrl::parse("amqps://h:6000/").unwrap();
         assert_eq!((u.tls, u.port), (true, 6000));
+        assert!(u.query.is_empty());
+    }
+
+    fn pairs(u: &AmqpUrl) -> Vec<(&str, &str)> {
+        u.query
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn query_parameters_are_kept_in_order_and_decoded() {
+        let u = AmqpUrl::parse(
+            "amqps://relay@root.example:5671/%2f?cacertfile=/etc/ca.pem&certfile=%2Fetc%2Fcert.pem\
+             &keyfile=/etc/key.pem&auth_mechanism=external&auth_mechanism=plain&verify",
+        )
+        .unwrap();
+        assert_eq!(
+            (u.user.as_str(), u.host.as_str(), u.port, u.vhost.as_str()),
+            ("relay", "root.example", 5671, "/")
+        );
+        assert_eq!(
+            pairs(&u),
+            vec![
+                ("cacertfile", "/etc/ca.pem"),
+                ("certfile", "/etc/cert.pem"),
+                ("keyfile", "/etc/key.pem"),
+                ("auth_mechanism", "external"),
+                ("auth_mechanism", "plain"),
+                ("verify", ""),
+            ]
+        );
+        assert_eq!(u.query_value("auth_mechanism"), Some("external"));
+        assert_eq!(u.query_value("heartbeat"), None);
+        assert_eq!(u.password, "guest", "no password in the URL: the default");
+    }
+
+    #[test]
+    fn the_authority_ends_at_a_query_or_fragment() {
+        // No path: the query follows the authority, and a `/` inside it is not a path.
+        let u = AmqpUrl::parse("amqp://h:5673?cacertfile=/a/b.pem").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.vhost.as_str()),
+            ("h", 5673, "/")
+        );
+        assert_eq!(pairs(&u), vec![("cacertfile", "/a/b.pem")]);
+        let u = AmqpUrl::parse("amqp://h/prod?heartbeat=5#frag").unwrap();
+        assert_eq!(u.vhost, "prod");
+        assert_eq!(pairs(&u), vec![("heartbeat", "5")]);
+        let u = AmqpUrl::parse("amqp://h/v#x?y=z").unwrap();
+        assert_eq!((u.vhost.as_str(), u.query.len()), ("v", 0));
+        let u = AmqpUrl::parse("amqp://h/?a=1&&b=%3D").unwrap();
+        assert_eq!(u.vhost, "/");
+        assert_eq!(pairs(&u), vec![("a", "1"), ("b", "=")]);
+        assert!(AmqpUrl::parse("amqp://h/?a=%zz").is_err());
+        assert!(AmqpUrl::parse("amqp://h/?%g0=1").is_err());
     }
 }

@@ -66,8 +66,10 @@ pub fn plan(running: &Config, loaded: Config) -> Reload {
             restart.push("vhost (store_overfull_size, store_underfull_size)");
         }
     }
-    let fixed: [(&'static str, bool); 17] = [
+    let fixed: [(&'static str, bool); 19] = [
         ("broker.listen", loaded.listen != running.listen),
+        ("broker.node_name", loaded.node_name != running.node_name),
+        ("federation", loaded.federation != running.federation),
         ("broker.shards", loaded.shards != running.shards),
         ("broker.pin_cores", loaded.pin_cores != running.pin_cores),
         ("broker.data_dir", loaded.data_dir != running.data_dir),

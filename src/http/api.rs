@@ -1,6 +1,6 @@
 //! Owns: the management API's JSON under `/api/` — RabbitMQ's paths and field names for
 //! the subset served (overview, queues, exchanges, bindings, connections, channels,
-//! consumers), with sluice's own fields beside them (home shard, flow state,
+//! consumers; the federation links are `super::federation`'s), with sluice's own fields beside them (home shard, flow state,
 //! slow-consumer policy, headroom and prediction) — and its actions: closing a
 //! connection (320 CONNECTION_FORCED), purging and deleting a queue, each sent to the
 //! shard that owns the object.
@@ -76,6 +76,7 @@ pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>
             })
             .await
         }
+        ["federation-links", rest @ ..] => super::federation::get(ctx, rest, viewer).await,
         _ => not_found("object"),
     }
 }

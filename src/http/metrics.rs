@@ -1,9 +1,11 @@
 //! Owns: `GET /metrics` — the Prometheus/OpenMetrics text exposition, encoded by the
 //! `prometheus-client` crate under the `sluice_` prefix, built afresh for each scrape
 //! from the shards' snapshots: per queue (or per vhost with
-//! `http.per_queue_metrics = false`), per shard, and broker-wide.
+//! `http.per_queue_metrics = false`), per shard, broker-wide, and per federation link
+//! (from the federation thread's copy of its links).
 //!
-//! Does not: keep metric state between scrapes; every figure is the shards' own.
+//! Does not: keep metric state between scrapes; every figure is the shards' own (or the
+//! links').
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
@@ -17,6 +19,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
+use crate::federation::{LinkState, LinkStatus};
 use crate::shard::inbox::observe::{QueueView, ShardView, Want};
 
 use super::{respond, unavailable, Context, HttpResponse};
@@ -62,7 +65,13 @@ pub async fn scrape(ctx: &Context) -> HttpResponse {
     let Some(shards) = ctx.snapshots(want).await else {
         return unavailable();
     };
-    match render(ctx, &shards) {
+    let Some(links) = super::federation::links(ctx).await else {
+        return super::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the federation thread did not answer",
+        );
+    };
+    match render(ctx, &shards, &links) {
         Ok(text) => respond(StatusCode::OK, CONTENT_TYPE, Bytes::from(text)),
         Err(_) => super::error(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed"),
     }
@@ -224,7 +233,11 @@ struct VhostTotals {
     slow: u64,
 }
 
-fn render(ctx: &Context, shards: &[ShardView]) -> Result<String, std::fmt::Error> {
+fn render(
+    ctx: &Context,
+    shards: &[ShardView],
+    links: &[LinkStatus],
+) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("sluice");
     reg.register(
         "build",
@@ -244,6 +257,9 @@ fn render(ctx: &Context, shards: &[ShardView]) -> Result<String, std::fmt::Error
     }
     shard_metrics(ctx, &mut reg, shards);
     broker_metrics(ctx, &mut reg);
+    if ctx.federation.is_some() {
+        link_metrics(&mut reg, links);
+    }
     let mut out = String::new();
     encode(&mut out, &reg)?;
     Ok(out)
@@ -418,4 +434,72 @@ fn broker_metrics(ctx: &Context, reg: &mut Registry) {
         "Shards (event loops)",
         ctx.peers.len() as f64,
     );
+}
+
+/// Per federation link (labels `vhost`, `exchange`, `upstream`).
+fn link_metrics(reg: &mut Registry, links: &[LinkStatus]) {
+    let up = gauge(
+        reg,
+        "federation_link_up",
+        "1 while the federation link is running, 0 while it starts or is down",
+    );
+    let forwarded = counter(
+        reg,
+        "federation_link_messages_forwarded",
+        "Messages the link republished into the local exchange",
+    );
+    let dropped = counter(
+        reg,
+        "federation_link_messages_dropped",
+        "Messages the link dropped by the loop and max-hops checks (acknowledged upstream)",
+    );
+    let redelivered = counter(
+        reg,
+        "federation_link_redelivered",
+        "Deliveries the upstream marked redelivered: possible duplicates after a reconnect",
+    );
+    let reconnects = counter(
+        reg,
+        "federation_link_reconnects",
+        "Times the link went down and started again",
+    );
+    let bindings = gauge(
+        reg,
+        "federation_link_bindings",
+        "Bindings the link has in place on the upstream",
+    );
+    let binding_changes = counter(
+        reg,
+        "federation_link_binding_changes",
+        "Bindings the link propagated (bound or unbound) on the upstream",
+    );
+    let lag = gauge(
+        reg,
+        "federation_link_lag_messages",
+        "Messages in the link's upstream queue at the last check (absent before the first)",
+    );
+    let unconfirmed = gauge(
+        reg,
+        "federation_link_unconfirmed",
+        "Local publishes of the link not yet confirmed",
+    );
+    for link in links {
+        let l = vec![
+            ("vhost", link.vhost.clone()),
+            ("exchange", link.exchange.clone()),
+            ("upstream", link.upstream.clone()),
+        ];
+        let running = matches!(link.state, LinkState::Running);
+        set(&up, &l, f64::from(u8::from(running)));
+        add(&forwarded, &l, link.forwarded);
+        add(&dropped, &l, link.dropped);
+        add(&redelivered, &l, link.redelivered);
+        add(&reconnects, &l, link.reconnects);
+        set(&bindings, &l, link.bindings as f64);
+        add(&binding_changes, &l, link.binding_changes);
+        if let Some(messages) = link.lag {
+            set(&lag, &l, messages as f64);
+        }
+        set(&unconfirmed, &l, link.unconfirmed as f64);
+    }
 }

@@ -1,6 +1,7 @@
 //! Owns: the management listener — its own OS thread with a current-thread tokio runtime
 //! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
-//! (`metrics`), the management API under `/api/` (`api`), HTTP basic auth (`auth`);
+//! (`metrics`), the management API under `/api/` (`api`; its federation links,
+//! `federation`), HTTP basic auth (`auth`);
 //! what one connection may hold (`conn`: the connection cap, the header-read and idle
 //! timeouts).
 //!
@@ -9,13 +10,15 @@
 //! a shard answers from its own state in one turn and the reply is owned data, so a slow
 //! HTTP client only ever waits on this thread. Broker-wide figures that are already
 //! posted for the watermark and the disk quota (`MemoryBoard`, `DiskBoard`) are read from
-//! there.
+//! there. The federation links' status comes from the federation thread the same way
+//! (`FederationHandle::links`, a request with a oneshot reply).
 //!
 //! Does not: parse HTTP (hyper does), hold a lock, or touch any shard's state.
 
 pub mod api;
 pub mod auth;
 mod conn;
+pub mod federation;
 pub mod metrics;
 
 use std::net::SocketAddr;
@@ -58,6 +61,9 @@ pub struct Context {
     pub amqps: Vec<SocketAddr>,
     /// The counts the shards share; basic auth uses its ceiling on failed logins.
     pub limits: Arc<crate::limits::ConnectionCounts>,
+    /// The federation thread's handle, when federation is configured (its links for
+    /// `/api/federation-links`, /metrics and `sluicectl federation`).
+    pub federation: Option<crate::federation::FederationHandle>,
 }
 
 /// The service's error: the connection is closed without an answer (hyper drops it).

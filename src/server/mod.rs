@@ -321,6 +321,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
                 amqp: addresses.clone(),
                 amqps: tls_addresses.clone(),
                 limits: Arc::clone(&limits),
+                federation: federation.as_ref().map(|f| f.handle()),
             };
             match crate::http::start(addr, ctx) {
                 Ok(server) => Some(server),

@@ -250,8 +250,10 @@ impl Conn {
 }
 
 /// The `server-properties` table of `connection.start`, advertising exactly the RabbitMQ
-/// extensions sluice implements.
-pub fn server_properties() -> FieldTable {
+/// extensions sluice implements, and `cluster_name` = this node's name
+/// (`[broker] node_name`), where RabbitMQ sends its cluster name: a federation
+/// downstream records it as the `cluster-name` of its `x-received-from` hops.
+pub fn server_properties(node_name: &str) -> FieldTable {
     let mut caps = FieldTable::default();
     for cap in [
         "publisher_confirms",
@@ -274,6 +276,7 @@ pub fn server_properties() -> FieldTable {
         text("AMQP 0-9-1 broker for heavy topic fan-out"),
     );
     props.insert("capabilities", FieldValue::Table(caps));
+    props.insert("cluster_name", text(node_name));
     props
 }
 

@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use crate::model::exchange::upstream::{ArgShown, UpstreamArgError};
+use crate::model::hops::MAX_HOPS_ARG;
 use crate::policy::queue_args::QueueArgError;
 use crate::protocol::reply::{erlang_term, ErlangShape};
 use crate::protocol::{Method, ReplyCode};
@@ -91,6 +93,13 @@ pub enum ChannelError {
         error: QueueArgError,
     },
     UnknownExchangeType(String),
+    /// An `x-federation-upstream` declaration RabbitMQ refuses, in RabbitMQ's words.
+    UpstreamArgument {
+        exchange: String,
+        vhost: String,
+        /// Boxed: the inequivalence evidence would make every `ChannelError` larger.
+        error: Box<UpstreamArgError>,
+    },
     /// A published `expiration` property that is not a TTL: RabbitMQ's
     /// `check_expiration_header` text, with its reason term.
     InvalidExpiration {
@@ -152,6 +161,7 @@ impl ChannelError {
             | ChannelError::ConfirmInTx
             | ChannelError::TxInConfirm
             | ChannelError::UnknownExchangeType(_)
+            | ChannelError::UpstreamArgument { .. }
             | ChannelError::InvalidExpiration { .. }
             | ChannelError::UserIdMismatch { .. }
             | ChannelError::ControlCharacter { .. } => ReplyCode::PreconditionFailed,
@@ -201,6 +211,12 @@ impl ChannelError {
             _ => format!("{} - {}", self.code().name(), self),
         }
     }
+}
+
+/// An argument's value as `rabbit_misc:assert_args_equivalence` prints it: `none` when
+/// absent, else "the value 'V' of type 'T'".
+fn shown(value: Option<&ArgShown>) -> String {
+    value.map_or_else(|| "none".to_owned(), ToString::to_string)
 }
 
 impl fmt::Display for ChannelError {
@@ -277,6 +293,22 @@ impl fmt::Display for ChannelError {
             ChannelError::UnknownExchangeType(kind) => {
                 write!(f, "unknown exchange type '{kind}'")
             }
+            ChannelError::UpstreamArgument {
+                exchange,
+                vhost,
+                error,
+            } => match error.as_ref() {
+                UpstreamArgError::Missing => write!(f, "Argument {MAX_HOPS_ARG} missing"),
+                UpstreamArgError::NotLong => {
+                    write!(f, "Argument {MAX_HOPS_ARG} must be of type long")
+                }
+                UpstreamArgError::Inequivalent { received, current } => write!(
+                    f,
+                    "inequivalent arg '{MAX_HOPS_ARG}' for exchange '{exchange}' in vhost '{vhost}': received {} but current is {}",
+                    shown(received.as_ref()),
+                    shown(current.as_ref()),
+                ),
+            },
             ChannelError::MessageTooLarge { size, max } => write!(
                 f,
                 "message size {size} is larger than configured max size {max}"
@@ -640,6 +672,41 @@ mod tests {
         assert_eq!(
             e.reply_text(),
             "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'q' in vhost '/': {value_negative,-1}"
+        );
+    }
+
+    #[test]
+    fn federation_upstream_argument_texts_are_rabbitmqs() {
+        use crate::protocol::{FieldValue, LongStr};
+        let e = |error| ChannelError::UpstreamArgument {
+            exchange: "federation: x -> a".into(),
+            vhost: "/".into(),
+            error: Box::new(error),
+        };
+        assert_eq!(
+            e(UpstreamArgError::Missing).reply_text(),
+            "PRECONDITION_FAILED - Argument x-max-hops missing"
+        );
+        assert_eq!(
+            e(UpstreamArgError::NotLong).reply_text(),
+            "PRECONDITION_FAILED - Argument x-max-hops must be of type long"
+        );
+        let inequivalent = e(UpstreamArgError::Inequivalent {
+            received: Some(ArgShown::of(&FieldValue::I32(2))),
+            current: Some(ArgShown::of(&FieldValue::I64(1))),
+        });
+        assert_eq!(inequivalent.code(), ReplyCode::PreconditionFailed);
+        assert_eq!(
+            inequivalent.reply_text(),
+            "PRECONDITION_FAILED - inequivalent arg 'x-max-hops' for exchange 'federation: x -> a' in vhost '/': received the value '2' of type 'signedint' but current is the value '1' of type 'long'"
+        );
+        assert_eq!(
+            e(UpstreamArgError::Inequivalent {
+                received: None,
+                current: Some(ArgShown::of(&FieldValue::LongStr(LongStr::from("two")))),
+            })
+            .reply_text(),
+            "PRECONDITION_FAILED - inequivalent arg 'x-max-hops' for exchange 'federation: x -> a' in vhost '/': received none but current is the value 'two' of type 'longstr'"
         );
     }
 }

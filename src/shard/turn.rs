@@ -113,11 +113,11 @@ impl Shard {
 
     /// The 8 bytes a client sends first.
     pub fn protocol_header(self: &Rc<Self>, conn: ConnId, header: &[u8]) -> HeaderCheck {
-        let check = self
-            .state
-            .borrow_mut()
-            .conn_side()
-            .on_protocol_header(conn, header);
+        let check = self.state.borrow_mut().conn_side().on_protocol_header(
+            conn,
+            header,
+            &self.config.node_name,
+        );
         self.flush();
         check
     }

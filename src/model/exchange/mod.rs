@@ -1,6 +1,7 @@
 //! Owns: an exchange's definition, its bindings — to queues, and to other exchanges
 //! (RabbitMQ's exchange-to-exchange bindings, where this exchange is the source) — the
-//! per-type match structures over them (`routes`), and which exchanges are bound to it.
+//! per-type match structures over them (`routes`; the `x-federation-upstream` type's
+//! arguments and hop filter in `upstream`), and which exchanges are bound to it.
 //!
 //! Does not: know queues' contents, sockets or shards beyond the `QueueRef` it returns,
 //! or follow a chain of exchanges (`model::routing` does, on the whole virtual host).
@@ -18,6 +19,7 @@
 pub mod dest;
 pub mod headers;
 pub mod routes;
+pub mod upstream;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -33,13 +35,16 @@ use routes::{BindingKey, Routes};
 /// Queues one publish routes to, inline up to a 16-way fan-out.
 pub type Targets = SmallVec<[QueueRef; 16]>;
 
-/// The four AMQP 0-9-1 exchange types.
+/// The four AMQP 0-9-1 exchange types, and RabbitMQ federation's helper type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExchangeKind {
     Direct,
     Fanout,
     Topic,
     Headers,
+    /// `x-federation-upstream`: fanout to every destination, for the messages its
+    /// arguments' hop rule lets through (`upstream`).
+    FederationUpstream,
 }
 
 impl ExchangeKind {
@@ -49,6 +54,7 @@ impl ExchangeKind {
             b"fanout" => Some(ExchangeKind::Fanout),
             b"topic" => Some(ExchangeKind::Topic),
             b"headers" => Some(ExchangeKind::Headers),
+            b"x-federation-upstream" => Some(ExchangeKind::FederationUpstream),
             _ => None,
         }
     }
@@ -59,6 +65,7 @@ impl ExchangeKind {
             ExchangeKind::Fanout => "fanout",
             ExchangeKind::Topic => "topic",
             ExchangeKind::Headers => "headers",
+            ExchangeKind::FederationUpstream => upstream::TYPE_NAME,
         }
     }
 }
@@ -131,7 +138,7 @@ pub struct Exchange {
 
 impl Exchange {
     pub fn new(def: ExchangeDef) -> Exchange {
-        let queues = Routes::new(def.kind);
+        let queues = Routes::for_exchange(&def);
         Exchange {
             def,
             queues,
@@ -211,9 +218,9 @@ impl Exchange {
     /// Adds a binding to the exchange in slot `dest`. Returns whether it was new (the
     /// caller then counts this exchange among `dest`'s sources).
     pub fn bind_exchange(&mut self, dest: ExchangeId, binding: ExchangeBinding) -> bool {
-        let kind = self.def.kind;
+        let def = &self.def;
         self.exchanges
-            .get_or_insert_with(|| Box::new(Routes::new(kind)))
+            .get_or_insert_with(|| Box::new(Routes::for_exchange(def)))
             .bind(dest, binding)
     }
 

@@ -1,7 +1,9 @@
 //! Owns: one exchange's bindings to one kind of destination — queues, or other exchanges
 //! (RabbitMQ's exchange-to-exchange bindings) — grouped by destination, and the per-type
 //! match structure built from them that turns a routing key (and, for headers exchanges,
-//! the message headers) into destinations.
+//! the message headers) into destinations. An `x-federation-upstream` exchange's matcher
+//! is a fanout list behind its hop filter (`upstream::HopFilter`), so the other types'
+//! routes do no work for it.
 //!
 //! Does not: know what a destination is beyond a small `Copy` id, or follow a destination
 //! exchange's own bindings (`model::routing` does).
@@ -31,7 +33,8 @@ use crate::protocol::{FieldTable, ShortStr};
 
 use super::dest::DestBindings;
 use super::headers::{HeadersRule, LazyHeaders};
-use super::ExchangeKind;
+use super::upstream::HopFilter;
+use super::{ExchangeDef, ExchangeKind};
 
 /// What a binding is matched on.
 pub trait BindingKey: PartialEq {
@@ -45,6 +48,9 @@ enum Matcher<T: Copy + Eq + Hash> {
     Fanout(Vec<T>, HashMap<T, usize>),
     Topic(TopicTrie<T>),
     Headers(Vec<(HeadersRule, T)>),
+    /// `x-federation-upstream`: a fanout list behind its hop filter, so that only this
+    /// type's routes look at a message's headers.
+    Upstream(Vec<T>, HashMap<T, usize>, HopFilter),
 }
 
 /// One exchange's bindings to destinations of type `T` (a `QueueRef`, or an exchange's
@@ -56,12 +62,19 @@ pub struct Routes<T: Copy + Eq + Hash, B> {
 }
 
 impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
-    pub fn new(kind: ExchangeKind) -> Self {
-        let matcher = match kind {
+    /// The routes of an exchange declared as `def` (its type, and for
+    /// `x-federation-upstream` its arguments).
+    pub fn for_exchange(def: &ExchangeDef) -> Self {
+        let matcher = match def.kind {
             ExchangeKind::Direct => Matcher::Direct(HashMap::new()),
             ExchangeKind::Fanout => Matcher::Fanout(Vec::new(), HashMap::new()),
             ExchangeKind::Topic => Matcher::Topic(TopicTrie::new()),
             ExchangeKind::Headers => Matcher::Headers(Vec::new()),
+            ExchangeKind::FederationUpstream => Matcher::Upstream(
+                Vec::new(),
+                HashMap::new(),
+                HopFilter::from_arguments(&def.arguments),
+            ),
         };
         Routes {
             bindings: HashMap::new(),
@@ -82,7 +95,7 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
                     map.shrink_to_fit();
                 }
             }
-            Matcher::Fanout(list, at) => {
+            Matcher::Fanout(list, at) | Matcher::Upstream(list, at, _) => {
                 if worth_shrinking(list.len(), list.capacity()) {
                     list.shrink_to_fit();
                     at.shrink_to_fit();
@@ -142,7 +155,7 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
                     entry.push(dest);
                 }
             }
-            Matcher::Fanout(list, at) => {
+            Matcher::Fanout(list, at) | Matcher::Upstream(list, at, _) => {
                 at.entry(dest).or_insert_with(|| {
                     list.push(dest);
                     list.len() - 1
@@ -206,7 +219,7 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
                     }
                 }
             }
-            Matcher::Fanout(list, at) => {
+            Matcher::Fanout(list, at) | Matcher::Upstream(list, at, _) => {
                 if remaining.is_none_or(|bs| bs.is_empty()) {
                     if let Some(pos) = at.remove(&dest) {
                         list.swap_remove(pos);
@@ -246,6 +259,11 @@ impl<T: Copy + Eq + Hash, B: BindingKey> Routes<T, B> {
             }
             Matcher::Fanout(list, _) => out.append_slice(list),
             Matcher::Topic(trie) => trie.match_into(routing_key, out),
+            Matcher::Upstream(list, _, filter) => {
+                if !list.is_empty() && filter.allows(headers.get()) {
+                    out.append_slice(list);
+                }
+            }
             Matcher::Headers(rules) => {
                 if rules.is_empty() {
                     return;

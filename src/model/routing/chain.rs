@@ -229,6 +229,52 @@ mod tests {
     }
 
     #[test]
+    fn federation_upstream_exchange_filters_what_reaches_its_queue() {
+        use crate::model::hops::{self, ReceivedFrom};
+        let mut dir = Directory::new(&["/".to_owned()]);
+        declare(&mut dir, "x", ExchangeKind::Topic);
+        let mut args = FieldTable::default();
+        args.insert(hops::MAX_HOPS_ARG, FieldValue::I64(1));
+        args.insert(hops::DOWNSTREAM_NAME_ARG, FieldValue::LongStr("b".into()));
+        args.insert(hops::DOWNSTREAM_VHOST_ARG, FieldValue::LongStr("/".into()));
+        dir.apply(&DirectoryChange::DeclareExchange {
+            vhost: 0,
+            def: ExchangeDef {
+                name: "federation: x -> b".into(),
+                kind: ExchangeKind::FederationUpstream,
+                durable: true,
+                auto_delete: true,
+                internal: true,
+                arguments: args,
+            },
+        });
+        link(&mut dir, "x", "federation: x -> b", "a.*", true);
+        bind_queue(&mut dir, "federation: x -> b", 1, "");
+        bind_queue(&mut dir, "x", 2, "#");
+        assert_eq!(route(&dir, "x", "a.b"), vec![1, 2]);
+        assert_eq!(
+            route(&dir, "x", "c"),
+            vec![2],
+            "the binding key still applies"
+        );
+        let once = hops::prepend_received_from(
+            None,
+            &ReceivedFrom {
+                uri: "amqp://c",
+                exchange: "x",
+                redelivered: false,
+                cluster_name: Some("c"),
+                vhost: "/",
+            },
+        );
+        assert_eq!(
+            route_with(&dir, "x", "a.b", Some(once)),
+            vec![2],
+            "hops == max"
+        );
+    }
+
+    #[test]
     fn deleting_an_exchange_removes_bindings_both_ways() {
         let mut dir = Directory::new(&["/".to_owned()]);
         for name in ["a", "b", "c"] {

@@ -8,6 +8,7 @@
 //! queue deletion (which asks the queue's home shard first: `control::delete_queue`).
 
 use crate::model::exchange::headers::HeadersRule;
+use crate::model::exchange::upstream::{self, UpstreamArgError};
 use crate::model::exchange::{Binding, ExchangeBinding, ExchangeDef, ExchangeKind};
 use crate::model::ids::{ConnOwner, QueueId, QueueRef};
 use crate::model::routing::{DirectoryChange, QueueMeta, Removal, VhostDirectory, VhostIdx};
@@ -127,6 +128,10 @@ impl Planner<'_> {
             if cur.internal != def.internal {
                 return ie("internal", &def.internal, &cur.internal);
             }
+            if cur.kind == ExchangeKind::FederationUpstream {
+                upstream::check_equivalent(&cur.arguments, &def.arguments)
+                    .map_err(|e| upstream_error(&def, &dir.name, e))?;
+            }
             return Ok((Vec::new(), ControlOk::ExchangeDeclared));
         }
         if def.name.as_bytes().starts_with(b"amq.") {
@@ -134,6 +139,9 @@ impl Planner<'_> {
                 kind: ObjectKind::Exchange,
                 name: def.name.to_string(),
             });
+        }
+        if def.kind == ExchangeKind::FederationUpstream {
+            upstream::validate(&def.arguments).map_err(|e| upstream_error(&def, &dir.name, e))?;
         }
         OpsEvent::ExchangeCreate {
             vhost: dir.name.clone(),
@@ -372,6 +380,16 @@ impl Planner<'_> {
             arguments,
             unbind,
         )
+    }
+}
+
+/// An `x-federation-upstream` declaration's refusal (RabbitMQ's `validate` and
+/// `assert_args_equivalence` of that type).
+fn upstream_error(def: &ExchangeDef, vhost: &str, error: UpstreamArgError) -> ChannelError {
+    ChannelError::UpstreamArgument {
+        exchange: def.name.to_string(),
+        vhost: vhost.to_owned(),
+        error: Box::new(error),
     }
 }
 

@@ -22,8 +22,14 @@ use crate::shard::conns::ConnSide;
 use crate::shard::{Shard, TimerKey};
 
 impl ConnSide<'_> {
-    /// Checks the 8-byte protocol header and starts the handshake.
-    pub fn on_protocol_header(&mut self, conn: ConnId, header: &[u8]) -> HeaderCheck {
+    /// Checks the 8-byte protocol header and starts the handshake (`connection.start`
+    /// names this node: `node_name`).
+    pub fn on_protocol_header(
+        &mut self,
+        conn: ConnId,
+        header: &[u8],
+        node_name: &str,
+    ) -> HeaderCheck {
         let Some(c) = self.conn_mut(conn) else {
             return HeaderCheck::Refused;
         };
@@ -38,7 +44,7 @@ impl ConnSide<'_> {
             &Method::ConnectionStart(ConnectionStart {
                 version_major: 0,
                 version_minor: 9,
-                server_properties: connection::server_properties(),
+                server_properties: connection::server_properties(node_name),
                 mechanisms: LongStr::from(connection::offered_mechanisms(c.tls.as_ref())),
                 locales: LongStr::from(connection::LOCALES),
             }),
