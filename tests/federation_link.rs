@@ -254,7 +254,10 @@ async fn unroutable_at_root(root: &Connection, key: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bindings_coalesce_and_unbind_upstream() {
-    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info").try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter("info")
+        .try_init();
     let root = sluice::server::start(config("root", FederationConfig::default())).expect("root");
     let relay = sluice::server::start(config(
         "relay",
@@ -267,11 +270,17 @@ async fn bindings_coalesce_and_unbind_upstream() {
         upstream_queue_depth(&root_conn).await.is_some()
     })
     .await;
-    assert!(unroutable_at_root(&root_conn, "k.1").await, "no interest yet");
+    assert!(
+        unroutable_at_root(&root_conn, "k.1").await,
+        "no interest yet"
+    );
     let ch = relay_conn.open_channel().await.unwrap();
     let mut names = Vec::new();
     for _ in 0..2 {
-        let q = ch.queue_declare("", QueueDeclareOptions::default()).await.unwrap();
+        let q = ch
+            .queue_declare("", QueueDeclareOptions::default())
+            .await
+            .unwrap();
         ch.queue_bind(&q.name.to_string(), "amq.topic", "k.1", FieldTable::new())
             .await
             .unwrap();
@@ -293,7 +302,10 @@ async fn bindings_coalesce_and_unbind_upstream() {
         !unroutable_at_root(&root_conn, "fence.1").await
     })
     .await;
-    assert!(!unroutable_at_root(&root_conn, "k.1").await, "still bound: q2 wants it");
+    assert!(
+        !unroutable_at_root(&root_conn, "k.1").await,
+        "still bound: q2 wants it"
+    );
     // Deleting the second queue removes its bindings: the last k.1 goes upstream too.
     ch.queue_delete(&names[1], false, false).await.unwrap();
     eventually("k.1 unbound upstream", || async {
@@ -307,7 +319,10 @@ async fn bindings_coalesce_and_unbind_upstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_exchange_removes_the_upstream_side() {
-    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info").try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter("info")
+        .try_init();
     let root = sluice::server::start(config("root", FederationConfig::default())).expect("root");
     let mut fed = relay_of(root.addresses[0].port(), AckMode::OnConfirm);
     fed.exchanges[0].exchange = ExchangeMatch::Name("prices".into());
@@ -315,7 +330,9 @@ async fn deleting_the_exchange_removes_the_upstream_side() {
     let root_conn = connect(&root).await;
     let relay_conn = connect(&relay).await;
     let ch = relay_conn.open_channel().await.unwrap();
-    ch.exchange_declare("prices", "topic", Default::default()).await.unwrap();
+    ch.exchange_declare("prices", "topic", Default::default())
+        .await
+        .unwrap();
     let queue_exists = |name: &'static str| {
         let root_conn = &root_conn;
         async move {
@@ -327,7 +344,10 @@ async fn deleting_the_exchange_removes_the_upstream_side() {
             ch.queue_declare(name, opts).await.is_ok()
         }
     };
-    eventually("the link's upstream queue", || queue_exists("federation: prices -> relay")).await;
+    eventually("the link's upstream queue", || {
+        queue_exists("federation: prices -> relay")
+    })
+    .await;
     ch.exchange_delete("prices", false).await.unwrap();
     eventually("the upstream queue to go", || async {
         !queue_exists("federation: prices -> relay").await
@@ -360,7 +380,10 @@ async fn two_brokers_federating_each_other_do_not_loop_with_two_hops() {
 }
 
 async fn mutual(max_hops: u16) {
-    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info").try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter("info")
+        .try_init();
     // Ports first: each broker names the other as its upstream.
     let probe_a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let probe_b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -378,20 +401,35 @@ async fn mutual(max_hops: u16) {
     let mut consumers = Vec::new();
     for conn in [&ca, &cb] {
         let ch = conn.open_channel().await.unwrap();
-        let q = ch.queue_declare("", QueueDeclareOptions::default()).await.unwrap();
+        let q = ch
+            .queue_declare("", QueueDeclareOptions::default())
+            .await
+            .unwrap();
         ch.queue_bind(&q.name.to_string(), "amq.topic", "m.#", FieldTable::new())
             .await
             .unwrap();
         let c = ch
-            .basic_consume(&q.name.to_string(), ConsumeOptions { no_ack: true, ..Default::default() })
+            .basic_consume(
+                &q.name.to_string(),
+                ConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+            )
             .await
             .unwrap();
         consumers.push((ch, c));
     }
     // Both directions carry m.# once each side's binding reached the other.
     let pa_ch = ca.open_channel().await.unwrap();
-    eventually("b's binding at a", || async { !unroutable_at_root_of(&ca, "m.x").await }).await;
-    eventually("a's binding at b", || async { !unroutable_at_root_of(&cb, "m.x").await }).await;
+    eventually("b's binding at a", || async {
+        !unroutable_at_root_of(&ca, "m.x").await
+    })
+    .await;
+    eventually("a's binding at b", || async {
+        !unroutable_at_root_of(&cb, "m.x").await
+    })
+    .await;
     // Let the probes of unroutable_at_root_of drain.
     for (_, c) in &mut consumers {
         while let Ok(Ok(_)) = timeout(Duration::from_millis(300), c.recv()).await {}
@@ -399,14 +437,24 @@ async fn mutual(max_hops: u16) {
     const N: usize = 100;
     for i in 0..N {
         pa_ch
-            .basic_publish("amq.topic", "m.x", false, NO_PROPERTIES, format!("a{i}").into_bytes().into())
+            .basic_publish(
+                "amq.topic",
+                "m.x",
+                false,
+                NO_PROPERTIES,
+                format!("a{i}").into_bytes().into(),
+            )
             .await
             .unwrap();
     }
     for (side, (_, c)) in consumers.iter_mut().enumerate() {
         for i in 0..N {
             let d = timeout(LIMIT, c.recv()).await.expect("delivery").unwrap();
-            assert_eq!(d.body, format!("a{i}").into_bytes(), "side {side}: once, in order");
+            assert_eq!(
+                d.body,
+                format!("a{i}").into_bytes(),
+                "side {side}: once, in order"
+            );
         }
         assert!(
             timeout(Duration::from_millis(700), c.recv()).await.is_err(),

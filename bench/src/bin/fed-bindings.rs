@@ -15,7 +15,10 @@ use sluice::client::{Connection, ConsumeOptions, QueueDeclareOptions, NO_PROPERT
 use sluice::protocol::FieldTable;
 
 #[derive(Parser, Debug)]
-#[command(name = "fed-bindings", about = "Time binding propagation over a federation link")]
+#[command(
+    name = "fed-bindings",
+    about = "Time binding propagation over a federation link"
+)]
 struct Args {
     /// The upstream (root) broker.
     #[arg(long)]
@@ -46,9 +49,15 @@ async fn wait_for(
         if start.elapsed() > limit {
             return Err(format!("no delivery for {key} within {limit:?}"));
         }
-        root.basic_publish(exchange, key, false, NO_PROPERTIES, key.as_bytes().to_vec().into())
-            .await
-            .map_err(|e| e.to_string())?;
+        root.basic_publish(
+            exchange,
+            key,
+            false,
+            NO_PROPERTIES,
+            key.as_bytes().to_vec().into(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         match tokio::time::timeout(Duration::from_millis(20), consumer.recv()).await {
             Ok(Ok(d)) if d.routing_key.as_bytes() == key.as_bytes() => return Ok(start.elapsed()),
             Ok(Ok(_)) | Err(_) => {}
@@ -68,7 +77,13 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(e)?;
     let queue = q.name.to_string();
     let mut consumer = sub
-        .basic_consume(&queue, ConsumeOptions { no_ack: true, ..Default::default() })
+        .basic_consume(
+            &queue,
+            ConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+        )
         .await
         .map_err(e)?;
     let publisher = root.open_channel().await.map_err(e)?;
@@ -84,16 +99,20 @@ async fn run(args: Args) -> Result<(), String> {
         }
         v
     };
-    let binds = keys.chunks(keys.len().div_ceil(8).max(1)).zip(&chans).map(|(chunk, ch)| {
-        let queue = queue.clone();
-        let exchange = args.exchange.clone();
-        async move {
-            for k in chunk {
-                ch.queue_bind(&queue, &exchange, k, FieldTable::new()).await?;
+    let binds = keys
+        .chunks(keys.len().div_ceil(8).max(1))
+        .zip(&chans)
+        .map(|(chunk, ch)| {
+            let queue = queue.clone();
+            let exchange = args.exchange.clone();
+            async move {
+                for k in chunk {
+                    ch.queue_bind(&queue, &exchange, k, FieldTable::new())
+                        .await?;
+                }
+                Ok::<(), sluice::client::ClientError>(())
             }
-            Ok::<(), sluice::client::ClientError>(())
-        }
-    });
+        });
     for r in join_all(binds).await {
         r.map_err(e)?;
     }
@@ -117,7 +136,8 @@ async fn run(args: Args) -> Result<(), String> {
             let exchange = args.exchange.clone();
             async move {
                 for k in chunk {
-                    ch.queue_unbind(&queue, &exchange, k, FieldTable::new()).await?;
+                    ch.queue_unbind(&queue, &exchange, k, FieldTable::new())
+                        .await?;
                 }
                 Ok::<(), sluice::client::ClientError>(())
             }
@@ -139,7 +159,13 @@ async fn run(args: Args) -> Result<(), String> {
     );
     let unbound = keys.first().cloned().unwrap_or_default();
     publisher
-        .basic_publish(&args.exchange, &unbound, false, NO_PROPERTIES, "late".into())
+        .basic_publish(
+            &args.exchange,
+            &unbound,
+            false,
+            NO_PROPERTIES,
+            "late".into(),
+        )
         .await
         .map_err(e)?;
     let mut leaked = 0;

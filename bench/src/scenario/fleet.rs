@@ -137,7 +137,11 @@ impl Fleet {
     ) -> Result<Fleet, String> {
         let parsed = urls
             .iter()
-            .map(|u| AmqpUrl::parse(u).map(Arc::new).map_err(|e| format!("{u}: {e}")))
+            .map(|u| {
+                AmqpUrl::parse(u)
+                    .map(Arc::new)
+                    .map_err(|e| format!("{u}: {e}"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         if parsed.is_empty() {
             return Err("no subscriber URL".into());

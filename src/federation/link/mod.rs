@@ -210,8 +210,11 @@ async fn connect_upstream(ctx: &LinkContext) -> Result<(Connection, String), End
         }
         .emit();
         let mut opts = options(ctx, ctx.id.connection_name());
-        match upstream::tls_options(&uri) {
-            Ok(tls) => opts.tls = tls,
+        match upstream::security(&uri) {
+            Ok((tls, mechanism)) => {
+                opts.tls = tls;
+                opts.mechanism = mechanism;
+            }
             Err(e) => {
                 last = format!("{safe}: {e}");
                 continue;

@@ -21,7 +21,7 @@ use super::forward::Forwarder;
 use super::{Ended, LinkCmd, LinkContext};
 use crate::client::{
     Channel, ClientError, Connection, ConsumeOptions, ExchangeDeclareOptions, QueueDeclareOptions,
-    TlsOptions,
+    SaslMechanism, TlsOptions,
 };
 use crate::config::federation::{AckMode, ArgValue};
 use crate::model::hops;
@@ -33,43 +33,31 @@ const LAG_CHECK: Duration = Duration::from_secs(5);
 /// Deliveries taken from the consumer per turn.
 const BATCH: usize = 256;
 
-/// RabbitMQ's URI query keys (`cacertfile`, `certfile`, `keyfile`), percent-decoded.
-fn query(uri: &str) -> Vec<(String, String)> {
-    let Some((_, q)) = uri.split_once('?') else {
-        return Vec::new();
+/// The TLS options and SASL mechanism an upstream URI asks for: `amqps://` with
+/// RabbitMQ's query keys `cacertfile` (required), `certfile` and `keyfile` (a client
+/// certificate), and `auth_mechanism=external` (log in as the certificate's name).
+pub(super) fn security(uri: &str) -> Result<(Option<TlsOptions>, SaslMechanism), ClientError> {
+    let url = crate::client::AmqpUrl::parse(uri)?;
+    let mechanism = match url.query_value("auth_mechanism") {
+        Some(m) if m.eq_ignore_ascii_case("external") => SaslMechanism::External,
+        _ => SaslMechanism::Plain,
     };
-    q.split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| {
-            let decode = |s: &str| {
-                percent_encoding::percent_decode_str(s)
-                    .decode_utf8_lossy()
-                    .into_owned()
-            };
-            (decode(k), decode(v))
-        })
-        .collect()
-}
-
-/// The TLS options an `amqps://` URI asks for.
-pub(super) fn tls_options(uri: &str) -> Result<Option<TlsOptions>, ClientError> {
-    if !uri.starts_with("amqps://") {
-        return Ok(None);
+    if !url.tls {
+        return Ok((None, mechanism));
     }
-    let q = query(uri);
-    let get = |k: &str| q.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
-    let Some(ca) = get("cacertfile") else {
+    let Some(ca) = url.query_value("cacertfile") else {
         return Err(ClientError::io(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "an amqps:// upstream needs ?cacertfile=… (the CA that signed the upstream's certificate)",
         )));
     };
-    match (get("certfile"), get("keyfile")) {
+    let tls = match (url.query_value("certfile"), url.query_value("keyfile")) {
         (Some(cert), Some(key)) => {
-            TlsOptions::with_client_cert(Path::new(ca), Path::new(cert), Path::new(key)).map(Some)
+            TlsOptions::with_client_cert(Path::new(ca), Path::new(cert), Path::new(key))?
         }
-        _ => TlsOptions::from_ca_file(Path::new(ca)).map(Some),
-    }
+        _ => TlsOptions::from_ca_file(Path::new(ca))?,
+    };
+    Ok((Some(tls), mechanism))
 }
 
 fn long_str(v: &str) -> FieldValue {
