@@ -63,6 +63,18 @@ impl Broker {
     /// what the broker stores there) and passed as `--config`. Waits for
     /// `BRK-1004 : Ready` as [`Broker::start`] does.
     pub fn start_in(dir: &Path, shards: usize, toml: Option<&str>) -> Broker {
+        Self::start_in_prepared(dir, shards, toml, |_| {})
+    }
+
+    /// As [`Broker::start_in`], with `prepare` applied to the command before it is
+    /// spawned (extra `--listen` addresses, a `pre_exec` hook), as
+    /// [`Broker::start_prepared`] does.
+    pub fn start_in_prepared(
+        dir: &Path,
+        shards: usize,
+        toml: Option<&str>,
+        prepare: impl FnOnce(&mut Command),
+    ) -> Broker {
         std::fs::create_dir_all(dir).expect("create data dir");
         let config = toml.map(|toml| {
             let mut path = dir.as_os_str().to_owned();
@@ -71,7 +83,14 @@ impl Broker {
             std::fs::write(&path, toml).expect("write config");
             path
         });
-        Self::launch(shards, dir, config.as_deref(), dir.to_path_buf(), true)
+        Self::launch_prepared(
+            shards,
+            dir,
+            config.as_deref(),
+            dir.to_path_buf(),
+            true,
+            prepare,
+        )
     }
 
     fn spawn(shards: usize, config: Option<&str>) -> Broker {
@@ -217,6 +236,16 @@ impl Broker {
         self.logs.lock().unwrap().clone()
     }
 
+    /// How many log lines so far contain `needle`.
+    pub fn count_logs(&self, needle: &str) -> usize {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
     fn find_log(&self, needle: &str) -> Option<String> {
         self.logs
             .lock()
@@ -332,14 +361,7 @@ impl Broker {
 
     /// Opens an amqprs connection with an event-forwarding connection callback.
     pub async fn connect(&self) -> Conn {
-        let conn = Connection::open(&self.amqprs_args())
-            .await
-            .expect("amqprs connection open");
-        let (tx, rx) = mpsc::unbounded_channel();
-        conn.register_callback(ConnEvents { tx })
-            .await
-            .expect("register connection callback");
-        Conn { conn, events: rx }
+        connect_to(&self.amqprs_args()).await
     }
 
     /// Opens a raw, fully handshaken connection.
@@ -360,6 +382,19 @@ impl Drop for Broker {
             let _ = std::fs::remove_dir_all(&self.data_dir);
         }
     }
+}
+
+/// Opens an amqprs connection to any broker (this one, or another the test started)
+/// with an event-forwarding connection callback.
+pub async fn connect_to(args: &OpenConnectionArguments) -> Conn {
+    let conn = Connection::open(args)
+        .await
+        .expect("amqprs connection open");
+    let (tx, rx) = mpsc::unbounded_channel();
+    conn.register_callback(ConnEvents { tx })
+        .await
+        .expect("register connection callback");
+    Conn { conn, events: rx }
 }
 
 /// A temporary directory owned by one test (for data directories kept across broker
