@@ -475,7 +475,10 @@ async fn unroutable_at_root_of(conn: &Connection, key: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_link_credential_cannot_be_guessed() {
     let root = sluice::server::start(config("root", FederationConfig::default())).expect("root");
-    let mut relay_config = config("relay", relay_of(root.addresses[0].port(), AckMode::OnConfirm));
+    let mut relay_config = config(
+        "relay",
+        relay_of(root.addresses[0].port(), AckMode::OnConfirm),
+    );
     relay_config.users.push(sluice::config::User {
         name: sluice::auth::local_link::LINK_USER.into(),
         password: sluice::auth::password::Password::Plain("known".into()),

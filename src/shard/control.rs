@@ -267,7 +267,8 @@ pub fn apply_change(st: &mut State, shard: &Shard, change: &DirectoryChange, now
 
 /// The topic bindings of this shard's home queues that a change adds (`true`) or
 /// removes (`false`), worked out before it is applied: a queue is a topic
-/// subscription while it has one (seed 000).
+/// subscription while it has one (seed 000). A binding to an `x-federation-upstream`
+/// exchange (a federation link's queue) counts as one.
 fn topic_bindings_changed_by(
     directory: &Directory,
     shard: &Shard,
@@ -277,7 +278,15 @@ fn topic_bindings_changed_by(
         directory
             .vhost(vhost)
             .and_then(|d| d.exchange(name))
-            .filter(|ex| ex.def.kind == ExchangeKind::Topic)
+            // A federation link's upstream queue subscribes through its
+            // x-federation-upstream exchange: a subscription like a topic queue, so the
+            // slow-consumer policy its declare arguments ask for applies to it.
+            .filter(|ex| {
+                matches!(
+                    ex.def.kind,
+                    ExchangeKind::Topic | ExchangeKind::FederationUpstream
+                )
+            })
     };
     let mine = |b: &Binding| b.queue.home == shard.id;
     let entry = |ex: &ShortStr, b: &Binding, added| {

@@ -160,8 +160,8 @@ async fn run(args: Args) -> Result<(), String> {
     let unbound = keys.first().cloned().unwrap_or_default();
     publisher
         .basic_publish(
-            &args.exchange,
-            &unbound,
+            args.exchange.as_str(),
+            unbound.as_str(),
             false,
             NO_PROPERTIES,
             "late".into(),
