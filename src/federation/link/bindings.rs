@@ -2,8 +2,11 @@
 //! `exchange.bind` from the upstream exchange to the session's intermediate exchange,
 //! with this node prepended to `x-bound-from` and the hop count RabbitMQ's rule gives
 //! (`model::hops::binding_hops`; a pair with no hop left is not propagated) — pipelined:
-//! up to [`IN_FLIGHT`] bind / unbind round trips at once on the command channel, in
-//! order, never one round trip per binding.
+//! up to [`IN_FLIGHT`] bind / unbind round trips at once, never one round trip per
+//! binding, spread over [`CONNECTIONS`] upstream connections by the pair (so one pair's
+//! bind and unbind stay in order on one channel). A sluice upstream answers one
+//! connection's bindings one after the other, each once its definitions log is synced;
+//! across connections its group commit syncs many with one fsync.
 //!
 //! Does not: decide which pairs exist (the exchange's `Interest`).
 
@@ -22,12 +25,15 @@ use crate::federation::status::bump;
 use crate::model::hops;
 use crate::protocol::FieldTable;
 
-/// Binding round trips in flight at once.
+/// Binding round trips in flight at once (over all connections).
 const IN_FLIGHT: u32 = 512;
+/// Upstream connections that carry binding changes (the link's main one included).
+pub(super) const CONNECTIONS: usize = 4;
 
 pub(super) struct Binder {
     ctx: Rc<LinkContext>,
-    channel: Rc<Channel>,
+    /// One channel per binding connection; a pair always uses the same one.
+    channels: Vec<Rc<Channel>>,
     facts: Rc<UpstreamFacts>,
     slots: Rc<Semaphore>,
     /// The first failure, and who waits for it.
@@ -37,11 +43,15 @@ pub(super) struct Binder {
 }
 
 impl Binder {
-    pub fn new(ctx: Rc<LinkContext>, channel: Rc<Channel>, facts: Rc<UpstreamFacts>) -> Binder {
+    pub fn new(
+        ctx: Rc<LinkContext>,
+        channels: Vec<Rc<Channel>>,
+        facts: Rc<UpstreamFacts>,
+    ) -> Binder {
         ctx.stats.bindings.set(0);
         Binder {
             ctx,
-            channel,
+            channels,
             facts,
             slots: Rc::new(Semaphore::new(IN_FLIGHT as usize)),
             failure: Rc::new(Failure::default()),
@@ -78,7 +88,7 @@ impl Binder {
         let Some(args) = self.upstream_args(&pair) else {
             return;
         };
-        let channel = Rc::clone(&self.channel);
+        let channel = Rc::clone(self.channel_for(&pair));
         let slots = Rc::clone(&self.slots);
         let failure = Rc::clone(&self.failure);
         let source = self.ctx.id.upstream_exchange.clone();
@@ -115,6 +125,18 @@ impl Binder {
                 }
             }
         });
+    }
+
+    /// The channel `pair`'s changes go on: always the same one.
+    fn channel_for(&self, pair: &Pair) -> &Rc<Channel> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        pair.key.as_bytes().hash(&mut h);
+        let mut args = bytes::BytesMut::new();
+        pair.args.encode(&mut args);
+        args.hash(&mut h);
+        let i = (h.finish() % self.channels.len().max(1) as u64) as usize;
+        &self.channels[i.min(self.channels.len().saturating_sub(1))]
     }
 
     /// Binds every pair and waits until all are in place.

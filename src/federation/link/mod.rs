@@ -196,8 +196,9 @@ fn options(ctx: &LinkContext, name: String) -> ConnectionOptions {
     }
 }
 
-/// The upstream connection: the first of the URIs, in random order, that connects.
-async fn connect_upstream(ctx: &LinkContext) -> Result<(Connection, String), Ended> {
+/// The upstream connection: the first of the URIs, in random order, that connects;
+/// with the URI it used (with and without credentials).
+async fn connect_upstream(ctx: &LinkContext) -> Result<(Connection, String, String), Ended> {
     let mut uris = ctx.upstream.uris.clone();
     shuffle(&mut uris);
     let mut last = String::from("no URI");
@@ -209,23 +210,44 @@ async fn connect_upstream(ctx: &LinkContext) -> Result<(Connection, String), End
             uri: safe.clone(),
         }
         .emit();
-        let mut opts = options(ctx, ctx.id.connection_name());
-        match upstream::security(&uri) {
-            Ok((tls, mechanism)) => {
-                opts.tls = tls;
-                opts.mechanism = mechanism;
-            }
-            Err(e) => {
-                last = format!("{safe}: {e}");
-                continue;
-            }
-        }
-        match Connection::connect_with(&uri, opts).await {
-            Ok(conn) => return Ok((conn, safe)),
+        match connect_to(ctx, &uri, ctx.id.connection_name()).await {
+            Ok(conn) => return Ok((conn, safe, uri)),
             Err(e) => last = format!("{safe}: {e}"),
         }
     }
     Err(Ended::Failed(last))
+}
+
+/// One connection to the upstream `uri`, named `name`.
+async fn connect_to(ctx: &LinkContext, uri: &str, name: String) -> Result<Connection, ClientError> {
+    let mut opts = options(ctx, name);
+    let (tls, mechanism) = upstream::security(uri)?;
+    opts.tls = tls;
+    opts.mechanism = mechanism;
+    Connection::connect_with(uri, opts).await
+}
+
+/// The extra upstream connections that carry a session's binding changes beside the
+/// main one (`link::bindings`: a sluice upstream answers one connection's bindings one
+/// at a time, each after its definitions-log sync; over several connections its group
+/// commit syncs many at once).
+pub(super) async fn binding_connections(
+    ctx: &LinkContext,
+    uri: &str,
+) -> Result<Vec<Connection>, Ended> {
+    let mut extra = Vec::with_capacity(bindings::CONNECTIONS - 1);
+    for i in 2..=bindings::CONNECTIONS {
+        let name = format!(
+            "{} (bindings {i}/{})",
+            ctx.id.connection_name(),
+            bindings::CONNECTIONS
+        );
+        let conn = connect_to(ctx, uri, name)
+            .await
+            .map_err(|e| Ended::Failed(format!("binding connection: {e}")))?;
+        extra.push(conn);
+    }
+    Ok(extra)
 }
 
 /// The connection into this broker.
@@ -259,7 +281,7 @@ fn shuffle(list: &mut [String]) {
 
 /// One connected session, until it fails or is told to stop.
 async fn session(ctx: &Rc<LinkContext>, cmds: &mut mpsc::UnboundedReceiver<LinkCmd>) -> Ended {
-    let (up, safe) = match connect_upstream(ctx).await {
+    let (up, safe, uri) = match connect_upstream(ctx).await {
         Ok(c) => c,
         Err(e) => return e,
     };
@@ -267,7 +289,7 @@ async fn session(ctx: &Rc<LinkContext>, cmds: &mut mpsc::UnboundedReceiver<LinkC
         Ok(c) => c,
         Err(e) => return e,
     };
-    let result = upstream::run_session(ctx, &up, &local, &safe, cmds).await;
+    let result = upstream::run_session(ctx, &up, &local, (&safe, &uri), cmds).await;
     let closing = async {
         let _ = tokio::join!(local.close(), up.close());
     };

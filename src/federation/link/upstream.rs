@@ -248,33 +248,44 @@ pub(super) async fn run_session(
     ctx: &Rc<LinkContext>,
     up: &Connection,
     local: &Connection,
-    uri: &str,
+    uri: (&str, &str),
     cmds: &mut mpsc::UnboundedReceiver<LinkCmd>,
 ) -> Ended {
-    match session_inner(ctx, up, local, uri, cmds).await {
+    let mut extra = Vec::new();
+    let ended = match session_inner(ctx, up, local, uri, &mut extra, cmds).await {
         Ok(ended) => ended,
         Err(e) => e,
+    };
+    for conn in extra {
+        let _ = tokio::time::timeout(Duration::from_secs(1), conn.close()).await;
     }
+    ended
 }
 
 async fn session_inner(
     ctx: &Rc<LinkContext>,
     up: &Connection,
     local: &Connection,
-    uri: &str,
+    (uri, full_uri): (&str, &str),
+    extra: &mut Vec<Connection>,
     cmds: &mut mpsc::UnboundedReceiver<LinkCmd>,
 ) -> Result<Ended, Ended> {
     let consume_ch = Rc::new(up.open_channel().await?);
     let command_ch = Rc::new(up.open_channel().await?);
     let local_ch = local.open_channel().await?;
     let facts = Rc::new(set_up(ctx, up, &command_ch, uri).await?);
+    *extra = super::binding_connections(ctx, full_uri).await?;
+    let mut binding_channels = vec![Rc::clone(&command_ch)];
+    for conn in extra.iter() {
+        binding_channels.push(Rc::new(conn.open_channel().await?));
+    }
     // Interest changes queued before now are in the interest already.
     while let Ok(cmd) = cmds.try_recv() {
         if let LinkCmd::Stop { clean_up } = cmd {
             return Ok(stop(ctx, up, &facts, clean_up).await);
         }
     }
-    let binder = Binder::new(Rc::clone(ctx), Rc::clone(&command_ch), Rc::clone(&facts));
+    let binder = Binder::new(Rc::clone(ctx), binding_channels, Rc::clone(&facts));
     let pairs = ctx.interest.borrow().pairs();
     binder.bind_all(pairs).await?;
     // The old intermediate exchange goes only now that the new one has every binding,
