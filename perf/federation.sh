@@ -43,6 +43,7 @@ trap cleanup EXIT
 start() {
   local name=$1 port=$2 up=${3:-} ack=${4:-on-confirm} hops=${5:-1}
   local dir="$WORK/$name"
+  rm -rf "$dir"   # every run starts from an empty store: no queue or binding of an earlier one
   mkdir -p "$dir/data"
   {
     echo "[broker]"
@@ -81,11 +82,20 @@ HZ=$(getconf CLK_TCK)
 url() { echo "amqp://guest:guest@127.0.0.1:$1/"; }
 
 # bench OUT.json [sluice-bench args...] with CPU of the listed PIDS_CPU sampled around it.
+# A short run first declares the bench's exchange on every broker, so that each relay's
+# link for it is running (FED-1002 twice: amq.topic and the bench's exchange) before the
+# measured run; that run waits 1 s after its subscribers bound before it publishes.
 bench() {
   local out=$1; shift
+  "$BIN/sluice-bench" fanout "${URLS[@]}" --subscribers 1 --duration 0.5 --rate 10 --warmup 0 \
+    --settle 0 --subscriber-client wire --ack no-ack --quiet > "$out.prime.txt" 2>&1 || true
+  for f in "$WORK"/relay-*/log; do
+    [ -f "$f" ] || continue
+    for _ in $(seq 1 100); do [ "$(grep -c FED-1002 "$f")" -ge 2 ] && break; sleep 0.1; done
+  done
   declare -gA CPU0
   for p in $PIDS_CPU; do CPU0[$p]=$(jiffies "$p"); done
-  "$BIN/sluice-bench" "$@" --json "$out" --quiet > "$out.txt" 2>&1 || { cat "$out.txt" >&2; return 1; }
+  "$BIN/sluice-bench" "$@" --publish-delay 1 --json "$out" --quiet > "$out.txt" 2>&1 || { cat "$out.txt" >&2; return 1; }
   CPU_LINE=""
   for p in $PIDS_CPU; do
     CPU_LINE+=" cpu_s[$p]=$(python3 -c "print(round(($(jiffies "$p") - ${CPU0[$p]}) / $HZ, 2))") rss_mib[$p]=$(( $(rss_kib "$p") / 1024 ))"
@@ -115,7 +125,8 @@ ROOT=$BASE_PORT; R1=$((BASE_PORT + 1)); R2=$((BASE_PORT + 2)); R3=$((BASE_PORT +
 
 run_tree() {
   start single "$ROOT"; PIDS_CPU="$PID"
-  bench "$WORK/single.json" fanout --url "$(url "$ROOT")" --subscribers "$SUBS" --size 64 \
+  URLS=(--url "$(url "$ROOT")")
+  bench "$WORK/single.json" fanout "${URLS[@]}" --subscribers "$SUBS" --size 64 \
     --rate "$RATE" --duration "$DURATION" --subscriber-client wire --ack no-ack
   summary "$WORK/single.json" "tree:single-broker subs=$SUBS rate=$RATE"
   stop_all
@@ -124,22 +135,22 @@ run_tree() {
   start relay-2 "$R2" "$ROOT" on-confirm; P2=$PID
   wait_links "$WORK/relay-1/log" "$WORK/relay-2/log"
   PIDS_CPU="$ROOT_PID $P1 $P2"
-  bench "$WORK/tree.json" fanout --url "$(url "$ROOT")" --subscriber-url "$(url "$R1")" \
-    --subscriber-url "$(url "$R2")" --subscribers "$SUBS" --size 64 --rate "$RATE" \
+  URLS=(--url "$(url "$ROOT")" --subscriber-url "$(url "$R1")" --subscriber-url "$(url "$R2")")
+  bench "$WORK/tree.json" fanout "${URLS[@]}" --subscribers "$SUBS" --size 64 --rate "$RATE" \
     --duration "$DURATION" --subscriber-client wire --ack no-ack
   summary "$WORK/tree.json" "tree:root+2-relays subs=$SUBS rate=$RATE pids(root,r1,r2)=$ROOT_PID,$P1,$P2"
   stop_all
 }
 
 run_link() {
-  for ack in on-publish on-confirm no-ack; do
-    for size in 64 1024; do
+  for ack in ${ACKS:-on-publish on-confirm no-ack}; do
+    for size in ${SIZES:-64 1024}; do
       start root "$ROOT"; ROOT_PID=$PID
       start relay-1 "$R1" "$ROOT" "$ack"; P1=$PID
       wait_links "$WORK/relay-1/log"
       PIDS_CPU="$ROOT_PID $P1"
-      bench "$WORK/link-$ack-$size.json" fanout --url "$(url "$ROOT")" \
-        --subscriber-url "$(url "$R1")" --subscribers 1 --size "$size" --rate 0 \
+      URLS=(--url "$(url "$ROOT")" --subscriber-url "$(url "$R1")")
+      bench "$WORK/link-$ack-$size.json" fanout "${URLS[@]}" --subscribers 1 --size "$size" --rate 0 \
         --duration "$DURATION" --subscriber-client wire --ack no-ack
       summary "$WORK/link-$ack-$size.json" "link:$ack size=$size pids(root,relay)=$ROOT_PID,$P1"
       stop_all
@@ -156,7 +167,8 @@ run_hop() {
   PIDS_CPU="$ROOT_PID $P1 $P2"
   for hops in 0 1 2; do
     case $hops in 0) SUB=$ROOT;; 1) SUB=$R1;; 2) SUB=$R2;; esac
-    bench "$WORK/hop-$hops.json" fanout --url "$(url "$ROOT")" --subscriber-url "$(url "$SUB")" \
+    URLS=(--url "$(url "$ROOT")" --subscriber-url "$(url "$SUB")")
+    bench "$WORK/hop-$hops.json" fanout "${URLS[@]}" \
       --subscribers 1 --size 64 --rate "$HOP_RATE" --duration "$DURATION" --subscriber-client wire --ack no-ack
     summary "$WORK/hop-$hops.json" "hop:$hops rate=$HOP_RATE"
   done
@@ -180,7 +192,8 @@ run_relays() {
     done
     wait_links "${LOGS[@]}"
     PIDS_CPU="$ROOT_PID"
-    bench "$WORK/relays-$n.json" fanout --url "$(url "$ROOT")" "${SUB_ARGS[@]}" \
+    URLS=(--url "$(url "$ROOT")" "${SUB_ARGS[@]}")
+    bench "$WORK/relays-$n.json" fanout "${URLS[@]}" \
       --subscribers "$n" --size 64 --rate "$HOP_RATE" --duration "$DURATION" \
       --subscriber-client wire --ack no-ack
     summary "$WORK/relays-$n.json" "relays:$n root_pid=$ROOT_PID (root CPU per publish = cpu_s / published)"

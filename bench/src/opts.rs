@@ -102,6 +102,8 @@ pub struct Opts {
     /// `--subscriber-url`: where subscribers connect (empty: the broker under test).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub subscriber_urls: Vec<String>,
+    /// `--publish-delay`: seconds between subscribers bound and the first publish.
+    pub publish_delay_s: f64,
     /// Subscriber (and idle connection) set-ups in flight at most.
     pub setup_concurrency: usize,
     /// Seconds between the last disconnect and the after-disconnect RSS sample

@@ -52,7 +52,7 @@ impl ContentHeader {
         // The walk only checked the headers table's length; check its contents
         // too, so nothing malformed is stored or forwarded.
         if let Some(at) = walk(&raw_properties, Some(IDX_HEADERS))?.target {
-            FieldTable::decode(&mut Reader::new(raw_properties.slice(at..)))?;
+            FieldTable::validate(&mut Reader::new(raw_properties.slice(at..)))?;
         }
         Ok(ContentHeader {
             class_id,
@@ -206,6 +206,25 @@ pub fn raw_user_id(raw: &[u8]) -> Option<&[u8]> {
     let at = walk(raw, Some(IDX_USER_ID)).ok()?.target?;
     let len = usize::from(*raw.get(at)?);
     raw.get(at + 1..at + 1 + len)
+}
+
+/// `raw` (a property part without headers) with the encoded field table `table`
+/// (length prefix included) as its headers: the flags gain the headers bit and the
+/// table goes where headers belong; every other property stays byte for byte. `None`
+/// when `raw` has headers already or is malformed.
+pub fn with_headers(raw: &[u8], table: &[u8]) -> Option<Bytes> {
+    let w = walk(raw, Some(IDX_HEADERS)).ok()?;
+    if w.target.is_some() {
+        return None;
+    }
+    let (&[a, b], rest) = raw.split_first_chunk::<2>()?;
+    let flags = u16::from_be_bytes([a, b]) | (1 << (15 - IDX_HEADERS));
+    let mut out = BytesMut::with_capacity(raw.len() + table.len());
+    out.put_u16(flags);
+    out.extend_from_slice(&rest[..w.end - 2]);
+    out.extend_from_slice(table);
+    out.extend_from_slice(&rest[w.end - 2..]);
+    Some(out.freeze())
 }
 
 /// The headers table, decoding only that property. `None` if absent or
@@ -515,5 +534,62 @@ mod tests {
             BasicProperties::decode(&raw),
             Ok(BasicProperties::default())
         );
+    }
+
+    #[test]
+    fn with_headers_inserts_where_headers_belong() {
+        let mut table = FieldTable::new();
+        table.insert("k", crate::protocol::FieldValue::LongStr("v".into()));
+        let mut encoded = BytesMut::new();
+        table.encode(&mut encoded);
+        let before = BasicProperties {
+            content_type: Some("text/plain".into()),
+            delivery_mode: Some(2),
+            message_id: Some("m-1".into()),
+            ..BasicProperties::default()
+        };
+        let raw = before.to_bytes();
+        let after = with_headers(&raw, &encoded).expect("no headers yet");
+        let decoded = BasicProperties::decode(&after).expect("valid");
+        assert_eq!(
+            decoded,
+            BasicProperties {
+                headers: Some(table),
+                ..before
+            }
+        );
+        assert_eq!(
+            with_headers(&after, &encoded),
+            None,
+            "headers already there"
+        );
+        assert_eq!(with_headers(&[0x80], &encoded), None, "truncated");
+    }
+
+    #[test]
+    fn validate_fails_as_decode_does() {
+        use crate::protocol::codec::Reader;
+        let cases: [&[u8]; 6] = [
+            &[0, 0, 0, 3, 1, b'k', b'Z'],
+            &[0, 0, 0, 9, 1, b'k', b'S', 0, 0, 0, 9, b'a', b'b'],
+            &[0, 0, 0, 2, 1],
+            &[0, 0, 0, 7, 1, b'k', b'A', 0, 0, 0, 9],
+            &[0, 0, 0, 6, 1, b'k', b't', 1, 1, b'j'],
+            &[0, 0, 0, 5, 1, b'k', b'F', 0, 0],
+        ];
+        for bytes in cases {
+            let b = Bytes::copy_from_slice(bytes);
+            let decoded = FieldTable::decode(&mut Reader::new(b.clone())).map(|_| ());
+            let validated = FieldTable::validate(&mut Reader::new(b));
+            assert_eq!(validated, decoded, "{bytes:?}");
+        }
+        let mut ok = BytesMut::new();
+        let mut t = FieldTable::new();
+        t.insert(
+            "a",
+            crate::protocol::FieldValue::Array(vec![crate::protocol::FieldValue::I64(1)]),
+        );
+        t.encode(&mut ok);
+        assert_eq!(FieldTable::validate(&mut Reader::new(ok.freeze())), Ok(()));
     }
 }

@@ -202,6 +202,50 @@ impl FieldValue {
         })
     }
 
+    /// Checks one value as [`FieldValue::decode`] reads it, with the same errors,
+    /// without building it (no allocation).
+    fn skip(r: &mut Reader, depth: usize) -> Result<(), DecodeError> {
+        const W: &str = "field value";
+        let kind = r.u8("field value type")?;
+        match kind {
+            b't' | b'b' | b'B' => {
+                r.u8(W)?;
+            }
+            b's' | b'u' => {
+                r.u16(W)?;
+            }
+            b'I' | b'i' | b'f' => {
+                r.u32(W)?;
+            }
+            b'l' | b'd' | b'T' => {
+                r.u64(W)?;
+            }
+            b'D' => {
+                r.u8(W)?;
+                r.u32(W)?;
+            }
+            b'S' => {
+                r.longstr("field value longstr")?;
+            }
+            b'x' => {
+                let len = r.u32("field value byte array")?;
+                r.bytes(len as usize, "field value byte array")?;
+            }
+            b'A' => {
+                let len = r.u32("field array")?;
+                let mut inner = Reader::new(r.bytes(len as usize, "field array")?);
+                let depth = deeper(depth)?;
+                while inner.remaining() > 0 {
+                    FieldValue::skip(&mut inner, depth)?;
+                }
+            }
+            b'F' => FieldTable::skip_nested(r, "nested field table", depth)?,
+            b'V' => {}
+            other => return Err(DecodeError::BadFieldType(other)),
+        }
+        Ok(())
+    }
+
     fn encode(&self, out: &mut BytesMut) {
         out.put_u8(self.type_octet());
         match self {
@@ -332,6 +376,24 @@ impl FieldTable {
             entries.push((key, value));
         }
         Ok(FieldTable(entries))
+    }
+
+    /// Checks a table exactly as [`FieldTable::decode`] reads it — the same errors for
+    /// the same bytes — without building it: the publish path validates every headers
+    /// table it stores and forwards, and keeps it raw.
+    pub fn validate(r: &mut Reader) -> Result<(), DecodeError> {
+        Self::skip_nested(r, "field table", 0)
+    }
+
+    fn skip_nested(r: &mut Reader, what: &'static str, depth: usize) -> Result<(), DecodeError> {
+        let len = r.u32(what)?;
+        let mut inner = Reader::new(r.bytes(len as usize, what)?);
+        let depth = deeper(depth)?;
+        while inner.remaining() > 0 {
+            inner.shortstr("field table key")?;
+            FieldValue::skip(&mut inner, depth)?;
+        }
+        Ok(())
     }
 
     /// Writes the table including its long length prefix.

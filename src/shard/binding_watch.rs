@@ -62,6 +62,42 @@ pub enum BindingEvent {
     },
 }
 
+impl BindingEvent {
+    /// `Bound` (`bound`) or `Unbound`.
+    fn binding(
+        bound: bool,
+        vhost: &str,
+        exchange: &ShortStr,
+        key: &ShortStr,
+        args: &FieldTable,
+        destination: Destination,
+    ) -> BindingEvent {
+        let (vhost, exchange, key, args) = (
+            vhost.to_owned(),
+            exchange.clone(),
+            key.clone(),
+            args.clone(),
+        );
+        if bound {
+            BindingEvent::Bound {
+                vhost,
+                exchange,
+                key,
+                args,
+                destination,
+            }
+        } else {
+            BindingEvent::Unbound {
+                vhost,
+                exchange,
+                key,
+                args,
+                destination,
+            }
+        }
+    }
+}
+
 /// The watcher's channel: batches of events, each batch one directory change (or the
 /// snapshot).
 pub type WatchSender = mpsc::UnboundedSender<Vec<BindingEvent>>;
@@ -102,43 +138,27 @@ fn up(vhost: &str, ex: &Exchange) -> BindingEvent {
 
 /// Every binding from `ex`, as `Bound` (or `Unbound`) events.
 fn bindings_of(vd: &VhostDirectory, ex: &Exchange, bound: bool, out: &mut Vec<BindingEvent>) {
-    let event = |key: &ShortStr, args: &FieldTable, destination| {
-        let (vhost, exchange, key, args) = (
-            vd.name.clone(),
-            ex.def.name.clone(),
-            key.clone(),
-            args.clone(),
-        );
-        if bound {
-            BindingEvent::Bound {
-                vhost,
-                exchange,
-                key,
-                args,
-                destination,
-            }
-        } else {
-            BindingEvent::Unbound {
-                vhost,
-                exchange,
-                key,
-                args,
-                destination,
-            }
-        }
-    };
+    let name = &ex.def.name;
     for b in ex.bindings() {
-        out.push(event(
+        let to = Destination::Queue(b.queue_name.clone());
+        out.push(BindingEvent::binding(
+            bound,
+            &vd.name,
+            name,
             &b.routing_key,
             &b.arguments,
-            Destination::Queue(b.queue_name.clone()),
+            to,
         ));
     }
     for (_, b) in ex.exchange_bindings() {
-        out.push(event(
+        let to = Destination::Exchange(b.destination.clone());
+        out.push(BindingEvent::binding(
+            bound,
+            &vd.name,
+            name,
             &b.routing_key,
             &b.arguments,
-            Destination::Exchange(b.destination.clone()),
+            to,
         ));
     }
 }
@@ -233,13 +253,15 @@ fn changes(
             {
                 for (dest, b) in ex.exchange_bindings() {
                     if dest == gone && ex.def.name != *name {
-                        out.push(BindingEvent::Unbound {
-                            vhost: vd.name.clone(),
-                            exchange: ex.def.name.clone(),
-                            key: b.routing_key.clone(),
-                            args: b.arguments.clone(),
-                            destination: Destination::Exchange(b.destination.clone()),
-                        });
+                        let to = Destination::Exchange(b.destination.clone());
+                        out.push(BindingEvent::binding(
+                            false,
+                            &vd.name,
+                            &ex.def.name,
+                            &b.routing_key,
+                            &b.arguments,
+                            to,
+                        ));
                     }
                 }
             }
@@ -253,13 +275,15 @@ fn changes(
                 .filter(|ex| watched.covers(&vd.name, ex.def.name.as_bytes()))
             {
                 for b in ex.bindings_of(*queue) {
-                    out.push(BindingEvent::Unbound {
-                        vhost: vd.name.clone(),
-                        exchange: ex.def.name.clone(),
-                        key: b.routing_key.clone(),
-                        args: b.arguments.clone(),
-                        destination: Destination::Queue(name.clone()),
-                    });
+                    let to = Destination::Queue(name.clone());
+                    out.push(BindingEvent::binding(
+                        false,
+                        &vd.name,
+                        &ex.def.name,
+                        &b.routing_key,
+                        &b.arguments,
+                        to,
+                    ));
                 }
             }
         }
@@ -284,30 +308,15 @@ fn changes(
             };
             let adding = matches!(change, DirectoryChange::Bind { .. });
             if ex.has_binding(binding) != adding {
-                let (vhost, exchange, key, args, destination) = (
-                    vd.name.clone(),
-                    exchange.clone(),
-                    binding.routing_key.clone(),
-                    binding.arguments.clone(),
-                    Destination::Queue(binding.queue_name.clone()),
-                );
-                out.push(if adding {
-                    BindingEvent::Bound {
-                        vhost,
-                        exchange,
-                        key,
-                        args,
-                        destination,
-                    }
-                } else {
-                    BindingEvent::Unbound {
-                        vhost,
-                        exchange,
-                        key,
-                        args,
-                        destination,
-                    }
-                });
+                let to = Destination::Queue(binding.queue_name.clone());
+                out.push(BindingEvent::binding(
+                    adding,
+                    &vd.name,
+                    exchange,
+                    &binding.routing_key,
+                    &binding.arguments,
+                    to,
+                ));
             }
         }
         DirectoryChange::BindExchange {
@@ -328,30 +337,15 @@ fn changes(
             }
             let adding = matches!(change, DirectoryChange::BindExchange { .. });
             if vd.has_exchange_binding(source, binding) != adding {
-                let (vhost, exchange, key, args, destination) = (
-                    vd.name.clone(),
-                    source.clone(),
-                    binding.routing_key.clone(),
-                    binding.arguments.clone(),
-                    Destination::Exchange(binding.destination.clone()),
-                );
-                out.push(if adding {
-                    BindingEvent::Bound {
-                        vhost,
-                        exchange,
-                        key,
-                        args,
-                        destination,
-                    }
-                } else {
-                    BindingEvent::Unbound {
-                        vhost,
-                        exchange,
-                        key,
-                        args,
-                        destination,
-                    }
-                });
+                let to = Destination::Exchange(binding.destination.clone());
+                out.push(BindingEvent::binding(
+                    adding,
+                    &vd.name,
+                    source,
+                    &binding.routing_key,
+                    &binding.arguments,
+                    to,
+                ));
             }
         }
         DirectoryChange::DeclareQueue { .. } => {}

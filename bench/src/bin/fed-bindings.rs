@@ -99,23 +99,9 @@ async fn run(args: Args) -> Result<(), String> {
         }
         v
     };
-    let binds = keys
-        .chunks(keys.len().div_ceil(8).max(1))
-        .zip(&chans)
-        .map(|(chunk, ch)| {
-            let queue = queue.clone();
-            let exchange = args.exchange.clone();
-            async move {
-                for k in chunk {
-                    ch.queue_bind(&queue, &exchange, k, FieldTable::new())
-                        .await?;
-                }
-                Ok::<(), sluice::client::ClientError>(())
-            }
-        });
-    for r in join_all(binds).await {
-        r.map_err(e)?;
-    }
+    on_all(&chans, &queue, &args.exchange, &keys, true)
+        .await
+        .map_err(e)?;
     let local = start.elapsed();
     let last = keys.last().cloned().unwrap_or_default();
     wait_for(&publisher, &mut consumer, &args.exchange, &last, limit).await?;
@@ -128,25 +114,14 @@ async fn run(args: Args) -> Result<(), String> {
     );
     // Unbind all but the last; then an unbound key must stop crossing.
     let start = Instant::now();
-    let unbinds = keys[..keys.len().saturating_sub(1)]
-        .chunks(keys.len().div_ceil(8).max(1))
-        .zip(&chans)
-        .map(|(chunk, ch)| {
-            let queue = queue.clone();
-            let exchange = args.exchange.clone();
-            async move {
-                for k in chunk {
-                    ch.queue_unbind(&queue, &exchange, k, FieldTable::new())
-                        .await?;
-                }
-                Ok::<(), sluice::client::ClientError>(())
-            }
-        });
-    for r in join_all(unbinds).await {
-        r.map_err(e)?;
-    }
-    // The link works in order on one channel: once a key bound after the unbinds
-    // routes from the root, every unbind before it is in force there.
+    let all_but_last = &keys[..keys.len().saturating_sub(1)];
+    on_all(&chans, &queue, &args.exchange, all_but_last, false)
+        .await
+        .map_err(e)?;
+    // The link keeps each binding's changes in order on one channel, and the upstream
+    // applies its connections' changes in the order they arrive: once a key bound after
+    // the unbinds routes from the root, the unbinds before it are (almost always) in
+    // force there too; the check of an unbound key below says whether they were.
     let fence = "fedbench.fence";
     sub.queue_bind(&queue, &args.exchange, fence, FieldTable::new())
         .await
@@ -175,6 +150,33 @@ async fn run(args: Args) -> Result<(), String> {
         }
     }
     println!("a message on an unbound key crossed the link: {leaked} times (0 expected)");
+    Ok(())
+}
+
+/// Binds (or unbinds) `keys` from `exchange` to `queue`, the keys split over `chans`,
+/// each channel's share in order.
+async fn on_all(
+    chans: &[sluice::client::Channel],
+    queue: &str,
+    exchange: &str,
+    keys: &[String],
+    bind: bool,
+) -> Result<(), sluice::client::ClientError> {
+    let share = keys.len().div_ceil(chans.len().max(1)).max(1);
+    let work = keys.chunks(share).zip(chans).map(|(chunk, ch)| async move {
+        for k in chunk {
+            if bind {
+                ch.queue_bind(queue, exchange, k, FieldTable::new()).await?;
+            } else {
+                ch.queue_unbind(queue, exchange, k, FieldTable::new())
+                    .await?;
+            }
+        }
+        Ok::<(), sluice::client::ClientError>(())
+    });
+    for r in join_all(work).await {
+        r?;
+    }
     Ok(())
 }
 

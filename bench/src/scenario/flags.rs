@@ -43,6 +43,11 @@ pub struct CommonArgs {
     /// --url. Publishers, set-up and the broker's figures stay with --url.
     #[arg(long = "subscriber-url", value_name = "URL")]
     pub subscriber_urls: Vec<String>,
+    /// Seconds between the last subscriber bound and the first publish: time for the
+    /// bindings to reach another broker (a federation link's upstream) before messages
+    /// are published that they would route.
+    #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = non_negative_f64)]
+    pub publish_delay: f64,
     /// PID of an external broker, to report its CPU per message and RSS.
     #[arg(long)]
     pub broker_pid: Option<u32>,
@@ -359,6 +364,7 @@ pub fn resolve(
         publisher_queue: load.publisher_queue.unwrap_or(0),
         broker_args: common.broker_args.clone(),
         subscriber_urls: common.subscriber_urls.clone(),
+        publish_delay_s: common.publish_delay,
         quiet: common.quiet,
     }
 }

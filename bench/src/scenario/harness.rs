@@ -128,6 +128,9 @@ pub async fn execute(
         opts.quiet,
     )
     .await?;
+    if opts.publish_delay_s > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(opts.publish_delay_s)).await;
+    }
     let rss_start = rss_now();
     let tool_rss = crate::broker::process_usage(std::process::id()).map_or(0, |u| u.rss);
     let mut pub_ready = Vec::new();

@@ -28,7 +28,7 @@ use crate::protocol::FieldTable;
 /// Binding round trips in flight at once (over all connections).
 const IN_FLIGHT: u32 = 512;
 /// Upstream connections that carry binding changes (the link's main one included).
-pub(super) const CONNECTIONS: usize = 4;
+pub(super) const CONNECTIONS: usize = 8;
 
 pub(super) struct Binder {
     ctx: Rc<LinkContext>,

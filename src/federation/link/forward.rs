@@ -27,7 +27,7 @@ use crate::federation::status::{bump, LinkStats};
 use crate::limits::report::Reporter;
 use crate::model::hops;
 use crate::ops::federation_event::FederationEvent;
-use crate::protocol::properties::BasicProperties;
+use crate::protocol::properties::{raw_user_id, with_headers, BasicProperties};
 use crate::protocol::ShortStr;
 
 /// FED-1006 (messages dropped by the loop checks) at most this often per link.
@@ -51,6 +51,9 @@ pub(super) struct Forwarder {
     acker: Option<tokio::task::JoinHandle<()>>,
     failure: Rc<Failure>,
     dropped_lines: Reporter,
+    /// The headers of a message that had none, encoded: `x-received-from` with this
+    /// session's hop, for `redelivered` false and true.
+    first_hop: [Bytes; 2],
 }
 
 impl Forwarder {
@@ -73,7 +76,20 @@ impl Forwarder {
         } else {
             (None, None)
         };
+        let first_hop = [false, true].map(|redelivered| {
+            let hop = hops::ReceivedFrom {
+                uri: &facts.uri,
+                exchange: &ctx.id.upstream_exchange,
+                redelivered,
+                cluster_name: facts.node.as_deref(),
+                vhost: &facts.vhost,
+            };
+            let mut out = bytes::BytesMut::new();
+            hops::prepend_received_from(None, &hop).encode(&mut out);
+            out.freeze()
+        });
         Forwarder {
+            first_hop,
             exchange: ShortStr::from(ctx.id.exchange.as_str()),
             ctx,
             facts,
@@ -89,6 +105,15 @@ impl Forwarder {
     /// The properties to republish `d` with, or `None` when the loop and hop checks drop
     /// it.
     fn republished(&self, d: &Delivery) -> Option<Bytes> {
+        // Most messages carry no headers (and so no trail): this hop's table goes in
+        // as it is, the other properties byte for byte.
+        let keeps_user_id = self.ctx.upstream.trust_user_id || raw_user_id(&d.properties).is_none();
+        if keeps_user_id {
+            let table = &self.first_hop[usize::from(d.redelivered)];
+            if let Some(raw) = with_headers(&d.properties, table) {
+                return Some(raw);
+            }
+        }
         let mut props = match BasicProperties::decode(&d.properties) {
             Ok(p) => p,
             Err(e) => {
