@@ -128,6 +128,11 @@ impl FederationConfig {
         self.upstreams.iter().find(|u| u.name == name)
     }
 
+    /// Whether some `[[federation.exchange]]` federates `vhost`'s exchange `name`.
+    pub fn covers(&self, vhost: &str, name: &str) -> bool {
+        self.exchanges.iter().any(|e| e.matches(vhost, name))
+    }
+
     /// The upstreams that federate `vhost`'s exchange `name`, each once, in the order
     /// first named.
     pub fn upstreams_of(&self, vhost: &str, name: &str) -> Vec<&Upstream> {

@@ -18,6 +18,7 @@ use super::interest::{Interest, InterestChange};
 use super::link::{self, LinkCmd, LinkContext};
 use super::status::LinkStats;
 use super::{FederationSeed, LinkId, LinkStatus, Request, SHUTDOWN_GRACE};
+use crate::protocol::ShortStr;
 use crate::shard::binding_watch::{BindingEvent, Watched};
 use crate::shard::inbox::ShardMsg;
 
@@ -147,30 +148,32 @@ impl Manager {
                 key,
                 args,
                 destination,
-            } => {
-                let Some(f) = self.exchanges.get(&(vhost, exchange.to_string())) else {
-                    return;
-                };
-                let change = f.interest.borrow_mut().add(&key, &args, destination);
-                if let Some(change) = change {
-                    f.tell(change);
-                }
-            }
+            } => self.binding_changed(&vhost, &exchange, |i| i.add(&key, &args, destination)),
             BindingEvent::Unbound {
                 vhost,
                 exchange,
                 key,
                 args,
                 destination,
-            } => {
-                let Some(f) = self.exchanges.get(&(vhost, exchange.to_string())) else {
-                    return;
-                };
-                let change = f.interest.borrow_mut().remove(&key, &args, &destination);
-                if let Some(change) = change {
-                    f.tell(change);
-                }
-            }
+            } => self.binding_changed(&vhost, &exchange, |i| i.remove(&key, &args, &destination)),
+        }
+    }
+
+    /// Applies a binding change to the exchange's interest and tells its links when the
+    /// upstream must follow.
+    fn binding_changed(
+        &self,
+        vhost: &str,
+        exchange: &ShortStr,
+        change: impl FnOnce(&mut Interest) -> Option<InterestChange>,
+    ) {
+        let key = (vhost.to_owned(), exchange.to_string());
+        let Some(f) = self.exchanges.get(&key) else {
+            return;
+        };
+        let change = change(&mut f.interest.borrow_mut());
+        if let Some(change) = change {
+            f.tell(change);
         }
     }
 

@@ -110,7 +110,7 @@ impl Watched {
         let Ok(name) = std::str::from_utf8(exchange) else {
             return false;
         };
-        !self.0.upstreams_of(vhost, name).is_empty()
+        self.0.covers(vhost, name)
     }
 }
 

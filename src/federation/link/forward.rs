@@ -157,38 +157,31 @@ impl Forwarder {
             let tag = d.delivery_tag;
             let Some(props) = self.republished(&d) else {
                 dropped += 1;
-                match (mode, &self.settle) {
-                    (AckMode::OnConfirm, Some(settle)) => {
-                        self.send_settle(settle.clone(), Settle::Done(tag)).await?
-                    }
-                    (AckMode::OnPublish, _) => ack_to = Some(tag),
-                    _ => {}
+                match mode {
+                    AckMode::OnConfirm => self.send_settle(Settle::Done(tag)).await?,
+                    AckMode::OnPublish => ack_to = Some(tag),
+                    AckMode::NoAck => {}
                 }
                 continue;
             };
-            match (mode, &self.settle) {
-                (AckMode::OnConfirm, Some(settle)) => {
-                    let settle = settle.clone();
-                    let confirm = self
-                        .local
-                        .basic_publish_confirmed(
-                            self.exchange.clone(),
-                            d.routing_key,
-                            false,
-                            props,
-                            d.body,
-                        )
-                        .await?;
-                    self.send_settle(settle, Settle::Confirm(confirm, tag))
-                        .await?;
-                }
-                _ => {
-                    self.local
-                        .basic_publish(self.exchange.clone(), d.routing_key, false, props, d.body)
-                        .await?;
-                    if mode == AckMode::OnPublish {
-                        ack_to = Some(tag);
-                    }
+            if mode == AckMode::OnConfirm {
+                let confirm = self
+                    .local
+                    .basic_publish_confirmed(
+                        self.exchange.clone(),
+                        d.routing_key,
+                        false,
+                        props,
+                        d.body,
+                    )
+                    .await?;
+                self.send_settle(Settle::Confirm(confirm, tag)).await?;
+            } else {
+                self.local
+                    .basic_publish(self.exchange.clone(), d.routing_key, false, props, d.body)
+                    .await?;
+                if mode == AckMode::OnPublish {
+                    ack_to = Some(tag);
                 }
             }
             bump(&stats.forwarded, 1);
@@ -212,11 +205,11 @@ impl Forwarder {
         Ok(())
     }
 
-    async fn send_settle(
-        &self,
-        settle: mpsc::Sender<Settle>,
-        item: Settle,
-    ) -> Result<(), ClientError> {
+    /// Hands a delivery to the acknowledger (on-confirm; the only mode with one).
+    async fn send_settle(&self, item: Settle) -> Result<(), ClientError> {
+        let Some(settle) = &self.settle else {
+            return Ok(());
+        };
         settle.send(item).await.map_err(|_| {
             ClientError::io(std::io::Error::other(
                 self.failure
