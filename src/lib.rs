@@ -5,7 +5,7 @@
 //!
 //! Dependencies point one way, from the leaves up: `protocol`, `timer`, `ops` ←
 //! `model`, `policy`, `auth` ← `queue`, `store`, `session` ← `config` ← `limits` ←
-//! `shard` ← `net`, `http` ← `server`; `cli` (beside `main`) uses `config`, `store` and
+//! `shard` ← `admin`, `net` ← `http` ← `server`; `cli` (beside `main`) uses `config`, `store` and
 //! `auth`; `client` depends only on `protocol`. ARCHITECTURE.md's "Layers" table is the
 //! exact list, and `tests/architecture.rs` holds the code to it.
 //!
@@ -37,7 +37,11 @@
 //!   `/metrics`, the RabbitMQ-style management API, basic auth; every figure is asked of
 //!   the shards through their inboxes (`shard::observe`).
 //! - [`config`]: the configuration (defaults, TOML file, CLI), immutable but for the
-//!   sections a SIGHUP reloads (`config::reload`).
+//!   sections a SIGHUP reloads (`config::reload`) and the users and permissions changed
+//!   at run time, put over the file's (`config::access`).
+//! - [`admin`]: the owner of the configuration in force: SIGHUP reloads and the
+//!   management API's changes of users and permissions, persisted and sent to every
+//!   shard one at a time on its own thread.
 //! - [`auth`]: stored passwords and per-vhost permissions.
 //! - [`cli`]: the command line above `server`: the broker's flags beside the
 //!   `hash-password` and `import-definitions` tools.
@@ -55,6 +59,7 @@
 
 #![deny(clippy::await_holding_refcell_ref)]
 
+pub mod admin;
 pub mod auth;
 pub mod cli;
 pub mod client;

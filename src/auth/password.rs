@@ -32,6 +32,9 @@ pub enum Password {
         salt: [u8; SALT_LEN],
         digest: [u8; 64],
     },
+    /// No password (RabbitMQ's empty `password_hash`): no password logs in; the user
+    /// can only authenticate with SASL EXTERNAL.
+    Disabled,
 }
 
 impl std::fmt::Debug for Password {
@@ -41,6 +44,7 @@ impl std::fmt::Debug for Password {
             Password::Plain(_) => "Password::Plain(..)",
             Password::Sha256 { .. } => "Password::Sha256(..)",
             Password::Sha512 { .. } => "Password::Sha512(..)",
+            Password::Disabled => "Password::Disabled",
         })
     }
 }
@@ -50,6 +54,9 @@ impl Password {
     /// default). Errors say what is wrong, without the hash.
     pub fn from_hash(encoded: &str, algorithm: Option<&str>) -> Result<Password, String> {
         let algorithm = algorithm.unwrap_or(SHA256);
+        if encoded.trim().is_empty() && algorithm != MD5 {
+            return Ok(Password::Disabled);
+        }
         let raw = base64::engine::general_purpose::STANDARD
             .decode(encoded.trim())
             .map_err(|e| format!("password_hash is not base64 ({e})"))?;
@@ -106,11 +113,13 @@ impl Password {
         }
     }
 
-    /// The `password_hash` text (base64 of salt ‖ digest); `None` for plain text.
+    /// The `password_hash` text (base64 of salt ‖ digest; empty for no password);
+    /// `None` for plain text.
     pub fn encoded(&self) -> Option<String> {
         let mut raw = Vec::with_capacity(SALT_LEN + 64);
         match self {
             Password::Plain(_) => return None,
+            Password::Disabled => return Some(String::new()),
             Password::Sha256 { salt, digest } => {
                 raw.extend_from_slice(salt);
                 raw.extend_from_slice(digest);
@@ -150,6 +159,21 @@ impl Password {
                 h.update(candidate);
                 constant_time_eq(&h.finalize(), digest)
             }
+            Password::Disabled => {
+                // The same work as a stored hash, so the time does not tell.
+                let unknown = Password::sha256_with_salt([0; SALT_LEN], b"");
+                let _ = std::hint::black_box(unknown.verify(candidate));
+                false
+            }
+        }
+    }
+
+    /// RabbitMQ's hashing module name for the stored form (SHA-256 for plain text,
+    /// which is hashed before it is written anywhere).
+    pub fn algorithm(&self) -> &'static str {
+        match self {
+            Password::Sha512 { .. } => SHA512,
+            _ => SHA256,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! Does not: read globals, open sockets or start threads. The `Config` is passed down to
 //! each shard at construction; nothing reads it ambiently.
 
+pub mod access;
 pub mod auth;
 pub mod cli;
 pub mod federation;

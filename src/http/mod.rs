@@ -1,7 +1,7 @@
 //! Owns: the management listener — its own OS thread with a current-thread tokio runtime
 //! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
 //! (`metrics`), the management API under `/api/` (`api`; its federation links,
-//! `federation`), HTTP basic auth (`auth`);
+//! `federation`; users, permissions and vhosts, `access`), HTTP basic auth (`auth`);
 //! what one connection may hold (`conn`: the connection cap, the header-read and idle
 //! timeouts).
 //!
@@ -15,6 +15,7 @@
 //!
 //! Does not: parse HTTP (hyper does), hold a lock, or touch any shard's state.
 
+pub mod access;
 pub mod api;
 pub mod auth;
 mod conn;
@@ -64,6 +65,9 @@ pub struct Context {
     /// The federation thread's handle, when federation is configured (its links for
     /// `/api/federation-links`, /metrics and `sluicectl federation`).
     pub federation: Option<crate::federation::FederationHandle>,
+    /// The owner of the configuration in force: run-time changes of users and
+    /// permissions go through it (`access`).
+    pub admin: crate::admin::AdminHandle,
 }
 
 /// The service's error: the connection is closed without an answer (hyper drops it).
@@ -208,27 +212,50 @@ async fn serve_connection(
     }
 }
 
+/// The largest request body read (a definitions import is the largest); beyond it 413.
+const BODY_LIMIT: usize = 64 << 20;
+
 /// Authenticates, then routes; `Err` closes the connection without an answer.
-async fn handle<B>(
+async fn handle(
     ctx: &Context,
-    req: Request<B>,
+    req: Request<hyper::body::Incoming>,
     peer: SocketAddr,
 ) -> Result<HttpResponse, Unanswered> {
-    // The users and permissions in force (a SIGHUP reload replaces them).
+    // The users and permissions in force (a SIGHUP reload or a change over the API
+    // replaces them).
     let config = Arc::clone(&ctx.live.borrow());
     let user = match auth::admit(&config, &ctx.limits.failures, req.headers(), peer).await {
         Ok(user) => user,
         Err(auth::Refused::Respond(response)) => return Ok(response),
         Err(auth::Refused::Silently) => return Err(Unanswered),
     };
+    let (parts, body) = req.into_parts();
+    let body = if parts.method == Method::GET || parts.method == Method::HEAD {
+        Bytes::new()
+    } else {
+        use http_body_util::BodyExt;
+        match http_body_util::Limited::new(body, BODY_LIMIT)
+            .collect()
+            .await
+        {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                return Ok(error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!("request body not read: {e}"),
+                ))
+            }
+        }
+    };
+    let req = Request::from_parts(parts, body);
     Ok(route(ctx, &config, &req, user).await)
 }
 
 /// Routes an authenticated request.
-async fn route<B>(
+async fn route(
     ctx: &Context,
     config: &Config,
-    req: &Request<B>,
+    req: &Request<Bytes>,
     user: &crate::config::User,
 ) -> HttpResponse {
     let method = req.method().clone();
@@ -244,6 +271,11 @@ async fn route<B>(
         None => return error(StatusCode::BAD_REQUEST, "bad percent-encoding in the path"),
     };
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    if let ["api", rest @ ..] = segs.as_slice() {
+        if let Some(response) = access::route(ctx, config, &method, rest, req.body(), user).await {
+            return response;
+        }
+    }
     if method == Method::DELETE && !user.is_administrator() {
         return error(
             StatusCode::FORBIDDEN,

@@ -4,6 +4,7 @@
 //!
 //! Does not: decide when an event happens (the shard does) or keep cross-shard state.
 
+pub mod admin_event;
 pub mod config_event;
 pub mod escape;
 pub mod event;

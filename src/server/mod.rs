@@ -59,12 +59,29 @@ pub struct Broker {
     pub tls_addresses: Vec<std::net::SocketAddr>,
     /// The management listener, when `http.listen` is not off.
     http: Option<crate::http::HttpServer>,
-    /// The configuration in force (as started, with the reloaded sections).
-    config: Arc<Config>,
-    /// Hands the configuration in force to the management thread.
-    live: tokio::sync::watch::Sender<Arc<Config>>,
+    /// The owner of the configuration in force: SIGHUP reloads and the management
+    /// API's changes of users and permissions, one at a time (`crate::admin`).
+    admin: Option<crate::admin::Admin>,
     /// The federation links' thread, when `[[federation.exchange]]` is configured.
     federation: Option<crate::federation::Federation>,
+}
+
+/// The file's users and permissions with the store's run-time changes over them, and
+/// the start-up lines saying where the users come from (USR-1005) and what stored entry
+/// could not be used (USR-1006).
+fn users_in_force(file: &Config, overlay: &crate::store::access::AccessOverlay) -> Config {
+    use crate::ops::admin_event::AdminEvent;
+    let (config, sources) = crate::config::access::overlay(file, overlay);
+    for what in sources.unusable {
+        AdminEvent::StoredEntryUnusable { what }.emit();
+    }
+    AdminEvent::UserSources {
+        from_file: sources.from_file,
+        from_store: sources.from_store,
+        deleted: sources.deleted,
+    }
+    .emit();
+    config
 }
 
 /// Checks the core list against the cores this process may use.
@@ -170,6 +187,9 @@ fn ready_status(
 pub fn start(config: Config) -> Result<Broker, StartError> {
     check_cores(&config).map_err(StartError::Config)?;
     let started = crate::timer::clock::os_now();
+    // The file's (and the flags') users and permissions; the store's run-time changes
+    // are put over them once it is open.
+    let file = config.clone();
     let config = Arc::new(config);
     OpsEvent::BrokerStartup {
         version: env!("CARGO_PKG_VERSION"),
@@ -210,8 +230,10 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         vhosts: config.vhosts.clone(),
         segment_size: config.store.segment_size,
     };
-    let recovered = crate::store::open(&store_options, crate::shard::placement::home_shard)
+    let mut recovered = crate::store::open(&store_options, crate::shard::placement::home_shard)
         .map_err(StartError::Store)?;
+    let overlay = std::mem::take(&mut recovered.access);
+    let config = Arc::new(users_in_force(&file, &overlay));
     let quotas = config
         .vhosts
         .iter()
@@ -228,6 +250,13 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     let disk = Arc::new(DiskBoard::new(config.shards, quotas, free));
     let changes = Arc::new(recovered.changes);
     let (live, live_rx) = tokio::sync::watch::channel(Arc::clone(&config));
+    let admin_seed = crate::admin::AdminSeed {
+        file,
+        overlay,
+        in_force: Arc::clone(&config),
+        peers: peers.clone(),
+        live,
+    };
     let limits = Arc::new(crate::limits::ConnectionCounts::new(
         &config.limits.resources,
     ));
@@ -308,6 +337,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         }
         _ => None,
     };
+    let admin = crate::admin::Admin::start(admin_seed).map_err(StartError::Thread)?;
     // The management listener starts once every shard answers its inbox.
     let http = match config.http.listen {
         Some(addr) => {
@@ -322,6 +352,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
                 amqps: tls_addresses.clone(),
                 limits: Arc::clone(&limits),
                 federation: federation.as_ref().map(|f| f.handle()),
+                admin: admin.handle(),
             };
             match crate::http::start(addr, ctx) {
                 Ok(server) => Some(server),
@@ -347,18 +378,19 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         addresses,
         tls_addresses,
         http,
-        config,
-        live,
+        admin: Some(admin),
         federation,
     })
 }
 
 impl Broker {
     /// SIGHUP: puts the reloadable sections of `loaded` (the file read again, flags on
-    /// top) in force on every shard and the management thread, and logs what was
-    /// reloaded (BRK-1018) and what waits for a restart (BRK-1019). A file that cannot
-    /// be read or is invalid is logged (BRK-1020) and the running configuration stays.
-    /// Returns once every shard has the new configuration; no connection is dropped.
+    /// top, with the store's run-time changes of users and permissions over it) in force
+    /// on every shard and the management thread, and logs what was reloaded (BRK-1018)
+    /// and what waits for a restart (BRK-1019); the admin thread does it, after any
+    /// change it is applying. A file that cannot be read or is invalid is logged
+    /// (BRK-1020) and the running configuration stays. Returns once every shard has the
+    /// new configuration; no connection is dropped.
     pub fn reload(&mut self, file: &std::path::Path, loaded: Result<Config, ConfigError>) {
         let loaded = match loaded {
             Ok(loaded) => loaded,
@@ -370,33 +402,8 @@ impl Broker {
                 return;
             }
         };
-        let plan = crate::config::reload::plan(&self.config, loaded);
-        if !plan.applied.is_empty() {
-            let config = Arc::new(plan.config);
-            let mut acks = Vec::with_capacity(self.peers.len());
-            for shard in 0..self.peers.len() {
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                self.peers
-                    .send(shard as u16, ShardMsg::Reload(Arc::clone(&config), tx));
-                acks.push(rx);
-            }
-            // A shard that stopped drops its sender: nothing to wait for.
-            for ack in acks {
-                let _ = ack.blocking_recv();
-            }
-            self.live.send_replace(Arc::clone(&config));
-            self.config = config;
-        }
-        ConfigEvent::Reloaded {
-            file: file.display().to_string(),
-            applied: plan.applied.iter().map(|s| s.to_string()).collect(),
-        }
-        .emit();
-        if !plan.restart.is_empty() {
-            ConfigEvent::NeedsRestart {
-                keys: plan.restart.iter().map(|s| s.to_string()).collect(),
-            }
-            .emit();
+        if let Some(admin) = &self.admin {
+            let _ = admin.handle().reload_blocking(file, loaded);
         }
     }
 
@@ -406,6 +413,9 @@ impl Broker {
         notify::stopping("shutting down: closing connections (320 CONNECTION_FORCED)");
         if let Some(http) = self.http.take() {
             http.stop();
+        }
+        if let Some(admin) = self.admin.take() {
+            admin.stop();
         }
         if let Some(federation) = self.federation.take() {
             federation.shutdown();

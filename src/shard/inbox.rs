@@ -297,6 +297,9 @@ pub enum ShardMsg {
     Shutdown,
     /// Put this reloaded configuration in force (SIGHUP), then acknowledge.
     Reload(Arc<crate::config::Config>, oneshot::Sender<()>),
+    /// Users and permissions changed at run time, for the coordinator (shard 0) to write
+    /// to the definitions log; the sender is told once they are synced.
+    PersistAccess(Vec<crate::store::access::AccessChange>, oneshot::Sender<()>),
     /// The operator interfaces (`crate::http`) ask for figures or an action; answered
     /// from the shard's own state in the turn it arrives (`shard::observe`).
     Observe(

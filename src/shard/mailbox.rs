@@ -207,7 +207,15 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
         }
         ShardMsg::Reload(config, ack) => {
             shard.reload(config);
+            shard.state.borrow_mut().conn_side().access_changed(shard);
             let _ = ack.send(());
+        }
+        ShardMsg::PersistAccess(changes, ack) => {
+            let shard = Rc::clone(shard);
+            tokio_uring::spawn(async move {
+                super::home::persist::persist_access(&shard, &changes).await;
+                let _ = ack.send(());
+            });
         }
     }
 }

@@ -68,6 +68,8 @@ pub struct Definitions {
     /// Every queue id ever handed out is below this (ids are never reused, so a
     /// deleted queue's records can never be taken for a new queue's).
     pub next_queue_id: u64,
+    /// Users and permissions changed at run time (`super::access`).
+    pub access: super::access::AccessOverlay,
 }
 
 fn put_str(out: &mut BytesMut, s: &str) {
@@ -238,6 +240,9 @@ impl Definitions {
             return Err(BadDefinition("empty record".into()));
         }
         let tag = b.get_u8();
+        if super::access::is_access_record(tag) {
+            return self.access.replay(tag, b).map_err(BadDefinition);
+        }
         let vhost = if tag == QUEUE_ID_FLOOR {
             String::new()
         } else {
@@ -372,6 +377,7 @@ impl Definitions {
                 record::append(&mut out, 0, |o| put_binding(o, BIND_EXCHANGE, vhost, b));
             }
         }
+        self.access.snapshot_into(&mut out);
         let floor = self.next_queue_id;
         record::append(&mut out, 0, |o| {
             o.put_u8(QUEUE_ID_FLOOR);

@@ -1,4 +1,5 @@
-//! Owns: appending durable directory changes to `definitions.log` at run time, on the
+//! Owns: appending durable directory changes (and run-time user and permission
+//! changes, `access`) to `definitions.log` at run time, on the
 //! coordinator's shard — records gathered while a write is under way go out together
 //! (group commit), and every change's caller is woken once its record is synced, so
 //! declare-ok, bind-ok and delete-ok follow the disk.
@@ -58,6 +59,11 @@ impl DefinitionsWriter {
     /// Adds a change's record to the next group.
     pub fn append(&mut self, vhost: &str, change: &DirectoryChange) {
         definitions::encode_change(&mut self.pending, vhost, change);
+    }
+
+    /// Adds the record of a user or permission change to the next group.
+    pub fn append_access(&mut self, change: &super::access::AccessChange) {
+        super::access::encode(&mut self.pending, change);
     }
 
     /// Whether records wait.

@@ -16,6 +16,7 @@
 //! DATA_DIR/messages/shard-<i>/<n>.seg      shard i's segments, n = 00000001, …
 //! ```
 
+pub mod access;
 pub mod definitions;
 pub mod definitions_writer;
 pub mod disk_free;
@@ -84,6 +85,8 @@ pub struct Recovered {
     pub shards: Vec<RecoveredShard>,
     /// Bytes of `definitions.log` after compaction.
     pub definitions_bytes: u64,
+    /// Users and permissions changed at run time, to put over the file's.
+    pub access: access::AccessOverlay,
 }
 
 /// Why the store could not be opened.
@@ -243,5 +246,6 @@ pub fn open(
         next_queue_id: defs.next_queue_id.max(1),
         shards: recovered,
         definitions_bytes,
+        access: defs.access,
     })
 }

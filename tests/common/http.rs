@@ -26,6 +26,27 @@ impl Response {
 /// Sends `method path` to `port` with basic auth `user:password` (none when `auth` is
 /// `None`).
 pub fn request(port: u16, method: &str, path: &str, auth: Option<(&str, &str)>) -> Response {
+    send(port, method, path, auth, None)
+}
+
+/// As [`request`], with a JSON body (`Content-Type: application/json`).
+pub fn request_json(
+    port: u16,
+    method: &str,
+    path: &str,
+    auth: Option<(&str, &str)>,
+    body: &serde_json::Value,
+) -> Response {
+    send(port, method, path, auth, Some(&body.to_string()))
+}
+
+fn send(
+    port: u16,
+    method: &str,
+    path: &str,
+    auth: Option<(&str, &str)>,
+    body: Option<&str>,
+) -> Response {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to HTTP");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -35,7 +56,16 @@ pub fn request(port: u16, method: &str, path: &str, auth: Option<(&str, &str)>) 
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
         req.push_str(&format!("Authorization: Basic {token}\r\n"));
     }
+    if let Some(body) = body {
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
     req.push_str("\r\n");
+    if let Some(body) = body {
+        req.push_str(body);
+    }
     stream.write_all(req.as_bytes()).expect("send request");
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).expect("read response");

@@ -221,6 +221,26 @@ pub async fn persist_definitions(shard: &Rc<Shard>, changes: &[DirectoryChange])
     let _ = waiter.await;
 }
 
+/// Records users and permissions changed at run time and returns once they are synced
+/// (at once where the broker keeps no definitions log). Coordinator only.
+pub async fn persist_access(shard: &Rc<Shard>, changes: &[crate::store::access::AccessChange]) {
+    let waiter = {
+        let mut writer = shard.definitions.borrow_mut();
+        let Some(writer) = writer.as_mut() else {
+            return;
+        };
+        for change in changes {
+            writer.append_access(change);
+        }
+        writer.has_pending().then(|| writer.waiter())
+    };
+    let Some(waiter) = waiter else {
+        return;
+    };
+    commit_definitions(shard);
+    let _ = waiter.await;
+}
+
 fn commit_definitions(shard: &Rc<Shard>) {
     let path = shard.config.data_dir.join(definitions::FILE);
     let slot = shard.shards;

@@ -38,6 +38,35 @@ fn may_log() -> Option<u64> {
 }
 
 impl ConnSide<'_> {
+    /// New users and permissions are in force (a SIGHUP reload or a change over the
+    /// management API), as RabbitMQ applies them to open connections: one whose user no
+    /// longer exists is closed with `320 CONNECTION_FORCED - user 'NAME' is deleted`;
+    /// the others take their user's grant on their vhost as it is now (none: every
+    /// operation is refused with 403), so a changed permission counts from the next
+    /// operation. The broker's own federation links keep theirs.
+    pub fn access_changed(&mut self, shard: &Shard) {
+        let live = shard.live();
+        let mut deleted = Vec::new();
+        for id in self.conns.ids() {
+            let Some(c) = self.conn_mut(id) else { continue };
+            if c.federation_link || c.phase() != crate::session::connection::Phase::Open {
+                continue;
+            }
+            if !live.users.iter().any(|u| u.name == c.user) {
+                deleted.push((id, c.user.clone()));
+                continue;
+            }
+            c.access = match live.permissions.grant(&c.user, &c.vhost_name) {
+                Some(grant) => Access::new(grant),
+                None => Access::default(),
+            };
+        }
+        for (id, user) in deleted {
+            let err = ConnectionError::Forced(format!("user '{user}' is deleted"));
+            self.close_connection(shard, id, &err.on(crate::session::error::MethodId::NONE));
+        }
+    }
+
     /// `connection.open`: the user's grant on the vhost, or 530 as RabbitMQ refuses it.
     pub(super) fn open_access(
         &mut self,

@@ -1,0 +1,314 @@
+//! Owns: the access definitions changed at run time (over the management API) — users
+//! (a password hash and tags, or deleted) and permissions (three patterns per user and
+//! vhost, or cleared) — kept as an overlay on the configuration file's, their records in
+//! `definitions.log`, and their replay.
+//!
+//! Does not: hash or check passwords, compile patterns (`auth` does), decide what wins
+//! over the file (`config::access`), or write at run time (the coordinator's
+//! `definitions_writer` appends the records this module encodes).
+//!
+//! A deletion is kept as a tombstone (`None`): a user deleted at run time stays deleted
+//! after a restart even though the configuration file still lists it.
+
+use std::collections::BTreeMap;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::record;
+
+/// Record kinds in the definitions log (after the directory's, 1..=9).
+pub const USER: u8 = 10;
+pub const USER_DELETED: u8 = 11;
+pub const PERMISSION: u8 = 12;
+pub const PERMISSION_CLEARED: u8 = 13;
+
+/// Whether a record kind is one of this module's.
+pub fn is_access_record(tag: u8) -> bool {
+    (USER..=PERMISSION_CLEARED).contains(&tag)
+}
+
+/// A user as stored: never a plain-text password.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredUser {
+    /// RabbitMQ's `password_hash` (base64 of salt and digest); empty: no password (the
+    /// user can only log in with SASL EXTERNAL).
+    pub password_hash: String,
+    /// RabbitMQ's module name (`rabbit_password_hashing_sha256` …).
+    pub hashing_algorithm: String,
+    pub tags: Vec<String>,
+}
+
+/// A permission as stored: RabbitMQ's three patterns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredGrant {
+    pub configure: String,
+    pub write: String,
+    pub read: String,
+}
+
+/// One change made at run time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AccessChange {
+    PutUser {
+        name: String,
+        user: StoredUser,
+    },
+    DeleteUser {
+        name: String,
+    },
+    SetPermission {
+        user: String,
+        vhost: String,
+        grant: StoredGrant,
+    },
+    ClearPermission {
+        user: String,
+        vhost: String,
+    },
+}
+
+/// What was changed at run time, on top of the file: `None` is a deletion.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccessOverlay {
+    pub users: BTreeMap<String, Option<StoredUser>>,
+    /// Keyed by (user, vhost).
+    pub permissions: BTreeMap<(String, String), Option<StoredGrant>>,
+}
+
+impl AccessOverlay {
+    /// Whether nothing was ever changed at run time.
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty() && self.permissions.is_empty()
+    }
+
+    /// Whether any permission was set or cleared at run time (which puts RabbitMQ's
+    /// permission rules in force even where the file configures none).
+    pub fn has_permissions(&self) -> bool {
+        !self.permissions.is_empty()
+    }
+
+    pub fn apply(&mut self, change: &AccessChange) {
+        match change {
+            AccessChange::PutUser { name, user } => {
+                self.users.insert(name.clone(), Some(user.clone()));
+            }
+            AccessChange::DeleteUser { name } => {
+                self.users.insert(name.clone(), None);
+            }
+            AccessChange::SetPermission { user, vhost, grant } => {
+                self.permissions
+                    .insert((user.clone(), vhost.clone()), Some(grant.clone()));
+            }
+            AccessChange::ClearPermission { user, vhost } => {
+                self.permissions.insert((user.clone(), vhost.clone()), None);
+            }
+        }
+    }
+
+    /// Applies one record of kind `tag` (its payload after the kind byte).
+    pub fn replay(&mut self, tag: u8, mut payload: Bytes) -> Result<(), String> {
+        let change = match tag {
+            USER => {
+                let name = get_str(&mut payload, "user name")?;
+                let password_hash = get_str(&mut payload, "password hash")?;
+                let hashing_algorithm = get_str(&mut payload, "hashing algorithm")?;
+                let count = get_u16(&mut payload, "tag count")?;
+                let tags = (0..count)
+                    .map(|_| get_str(&mut payload, "tag"))
+                    .collect::<Result<_, _>>()?;
+                AccessChange::PutUser {
+                    name,
+                    user: StoredUser {
+                        password_hash,
+                        hashing_algorithm,
+                        tags,
+                    },
+                }
+            }
+            USER_DELETED => AccessChange::DeleteUser {
+                name: get_str(&mut payload, "user name")?,
+            },
+            PERMISSION => AccessChange::SetPermission {
+                user: get_str(&mut payload, "user name")?,
+                vhost: get_str(&mut payload, "vhost")?,
+                grant: StoredGrant {
+                    configure: get_str(&mut payload, "configure")?,
+                    write: get_str(&mut payload, "write")?,
+                    read: get_str(&mut payload, "read")?,
+                },
+            },
+            PERMISSION_CLEARED => AccessChange::ClearPermission {
+                user: get_str(&mut payload, "user name")?,
+                vhost: get_str(&mut payload, "vhost")?,
+            },
+            other => return Err(format!("record type {other}")),
+        };
+        self.apply(&change);
+        Ok(())
+    }
+
+    /// The overlay as records (tombstones included), for the snapshot written at start.
+    pub fn snapshot_into(&self, out: &mut BytesMut) {
+        for (name, user) in &self.users {
+            let change = match user {
+                Some(user) => AccessChange::PutUser {
+                    name: name.clone(),
+                    user: user.clone(),
+                },
+                None => AccessChange::DeleteUser { name: name.clone() },
+            };
+            encode(out, &change);
+        }
+        for ((user, vhost), grant) in &self.permissions {
+            let (user, vhost) = (user.clone(), vhost.clone());
+            let change = match grant {
+                Some(grant) => AccessChange::SetPermission {
+                    user,
+                    vhost,
+                    grant: grant.clone(),
+                },
+                None => AccessChange::ClearPermission { user, vhost },
+            };
+            encode(out, &change);
+        }
+    }
+}
+
+/// Appends the record of one change.
+pub fn encode(out: &mut BytesMut, change: &AccessChange) {
+    record::append(out, 0, |o| match change {
+        AccessChange::PutUser { name, user } => {
+            o.put_u8(USER);
+            put_str(o, name);
+            put_str(o, &user.password_hash);
+            put_str(o, &user.hashing_algorithm);
+            o.put_u16_le(user.tags.len().min(usize::from(u16::MAX)) as u16);
+            for tag in user.tags.iter().take(usize::from(u16::MAX)) {
+                put_str(o, tag);
+            }
+        }
+        AccessChange::DeleteUser { name } => {
+            o.put_u8(USER_DELETED);
+            put_str(o, name);
+        }
+        AccessChange::SetPermission { user, vhost, grant } => {
+            o.put_u8(PERMISSION);
+            put_str(o, user);
+            put_str(o, vhost);
+            put_str(o, &grant.configure);
+            put_str(o, &grant.write);
+            put_str(o, &grant.read);
+        }
+        AccessChange::ClearPermission { user, vhost } => {
+            o.put_u8(PERMISSION_CLEARED);
+            put_str(o, user);
+            put_str(o, vhost);
+        }
+    });
+}
+
+/// A string with a u32 length (patterns and hashes may be long).
+fn put_str(out: &mut BytesMut, s: &str) {
+    out.put_u32_le(s.len() as u32);
+    out.put_slice(s.as_bytes());
+}
+
+fn get_u16(b: &mut Bytes, what: &str) -> Result<u16, String> {
+    if b.remaining() < 2 {
+        return Err(format!("short {what}"));
+    }
+    Ok(b.get_u16_le())
+}
+
+fn get_str(b: &mut Bytes, what: &str) -> Result<String, String> {
+    if b.remaining() < 4 {
+        return Err(format!("short {what}"));
+    }
+    let len = b.get_u32_le() as usize;
+    if b.remaining() < len {
+        return Err(format!("short {what}"));
+    }
+    String::from_utf8(b.split_to(len).to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(tags: &[&str]) -> StoredUser {
+        StoredUser {
+            password_hash: "aGFzaA==".into(),
+            hashing_algorithm: "rabbit_password_hashing_sha256".into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+        }
+    }
+
+    /// Every record read back (checksums checked) into a fresh overlay.
+    fn replayed(bytes: &BytesMut) -> AccessOverlay {
+        let mut overlay = AccessOverlay::default();
+        for payload in record::Records::new(bytes.clone().freeze(), 0) {
+            let mut payload = payload;
+            let tag = payload.get_u8();
+            overlay.replay(tag, payload).expect("replays");
+        }
+        overlay
+    }
+
+    #[test]
+    fn changes_round_trip_and_the_last_one_wins() {
+        let changes = [
+            AccessChange::PutUser {
+                name: "app".into(),
+                user: user(&["management"]),
+            },
+            AccessChange::SetPermission {
+                user: "app".into(),
+                vhost: "/".into(),
+                grant: StoredGrant {
+                    configure: "^app\\.".into(),
+                    write: ".*".into(),
+                    read: "".into(),
+                },
+            },
+            AccessChange::DeleteUser {
+                name: "guest".into(),
+            },
+            AccessChange::ClearPermission {
+                user: "guest".into(),
+                vhost: "/".into(),
+            },
+            AccessChange::PutUser {
+                name: "app".into(),
+                user: user(&["administrator", "monitoring"]),
+            },
+        ];
+        let mut out = BytesMut::new();
+        let mut expected = AccessOverlay::default();
+        for c in &changes {
+            encode(&mut out, c);
+            expected.apply(c);
+        }
+        let overlay = replayed(&out);
+        assert_eq!(overlay, expected);
+        assert_eq!(
+            overlay.users["app"].as_ref().map(|u| u.tags.clone()),
+            Some(vec!["administrator".to_owned(), "monitoring".to_owned()])
+        );
+        assert_eq!(overlay.users["guest"], None);
+        assert_eq!(overlay.permissions[&("guest".into(), "/".into())], None);
+        // The snapshot replays to the same overlay, tombstones included.
+        let mut snap = BytesMut::new();
+        overlay.snapshot_into(&mut snap);
+        assert_eq!(replayed(&snap), overlay);
+    }
+
+    #[test]
+    fn a_short_record_is_refused() {
+        let mut overlay = AccessOverlay::default();
+        let err = overlay
+            .replay(USER, Bytes::from_static(&[9, 0, 0, 0, b'a']))
+            .unwrap_err();
+        assert_eq!(err, "short user name");
+        assert!(overlay.is_empty());
+    }
+}
