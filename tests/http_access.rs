@@ -3,7 +3,8 @@
 //! logins and to open connections at once (a deleted user's connections are closed with
 //! 320, a changed permission counts from the next operation), durable across a restart
 //! and a kill -9, with the file's users as the initial state (`http_access/*`: what the
-//! store and the file each win, and rabbitmqadmin itself).
+//! store and the file each win, vhosts created and deleted at run time, and rabbitmqadmin
+//! itself).
 
 mod common;
 
@@ -11,6 +12,8 @@ mod common;
 mod durable;
 #[path = "http_access/rabbitmqadmin.rs"]
 mod rabbitmqadmin;
+#[path = "http_access/vhosts.rs"]
+mod vhosts;
 
 use serde_json::json;
 
@@ -55,6 +58,16 @@ pub fn as_user(
 
 /// Logs in with PLAIN and opens `/`: the open connection, or the close's code and text.
 pub fn login(broker: &Broker, user: &str, password: &str) -> Result<RawConn, (u16, String)> {
+    login_to(broker, user, password, "/")
+}
+
+/// As [`login`], opening `vhost`.
+pub fn login_to(
+    broker: &Broker,
+    user: &str,
+    password: &str,
+    vhost: &str,
+) -> Result<RawConn, (u16, String)> {
     let mut c = RawConn::connect(&broker.addr());
     c.send_protocol_header();
     c.read_start();
@@ -70,7 +83,7 @@ pub fn login(broker: &Broker, user: &str, password: &str) -> Result<RawConn, (u1
         frame_max: 131072,
         heartbeat: 0,
     });
-    c.send_open("/");
+    c.send_open(vhost);
     let mth = c.read_method().expect("open-ok or close");
     if mth.id == m::CONNECTION_CLOSE {
         let mut d = mth.dec();

@@ -10,7 +10,7 @@
 use crate::auth::password::Password;
 use crate::config::Config;
 use crate::ops::admin_event::AdminEvent;
-use crate::store::access::{AccessChange, StoredGrant, StoredUser};
+use crate::store::access::{AccessChange, StoredGrant, StoredUser, StoredVhost};
 
 /// A user's new password.
 #[derive(Clone, Debug)]
@@ -50,6 +50,19 @@ pub enum AccessRequest {
     ClearPermission {
         user: String,
         vhost: String,
+        acting: String,
+    },
+    /// Creates a vhost (or changes its description and tags).
+    PutVhost {
+        name: String,
+        description: String,
+        tags: Vec<String>,
+        acting: String,
+    },
+    /// Deletes a vhost: its connections are closed, its permissions cleared, its queues
+    /// and exchanges deleted.
+    DeleteVhost {
+        name: String,
         acting: String,
     },
 }
@@ -163,6 +176,69 @@ pub fn plan(
             changes.push(AccessChange::ClearPermission { user, vhost });
             Ok((changes, Changed::Deleted))
         }
+        AccessRequest::PutVhost {
+            name,
+            description,
+            tags,
+            acting,
+        } => {
+            check_vhost_name(&name)?;
+            let exists = config.vhosts.contains(&name);
+            let mut changes = vec![AccessChange::PutVhost {
+                name: name.clone(),
+                vhost: StoredVhost { description, tags },
+            }];
+            // RabbitMQ gives the user who creates a vhost full permissions on it (only
+            // where permissions are in force: without them everybody has them).
+            if !exists && config.permissions.entries.is_some() {
+                changes.push(AccessChange::SetPermission {
+                    user: acting,
+                    vhost: name,
+                    grant: full_grant(),
+                });
+            }
+            let changed = if exists {
+                Changed::Updated
+            } else {
+                Changed::Created
+            };
+            Ok((changes, changed))
+        }
+        AccessRequest::DeleteVhost { name, .. } => {
+            if !config.vhosts.contains(&name) {
+                return Err(AdminError::NotFound("Object Not Found".into()));
+            }
+            let mut changes = vec![AccessChange::DeleteVhost { name: name.clone() }];
+            for entry in config.permissions.entries.iter().flatten() {
+                if entry.vhost == name {
+                    changes.push(AccessChange::ClearPermission {
+                        user: entry.user.clone(),
+                        vhost: name.clone(),
+                    });
+                }
+            }
+            Ok((changes, Changed::Deleted))
+        }
+    }
+}
+
+fn check_vhost_name(name: &str) -> Result<(), AdminError> {
+    if name.is_empty() {
+        return Err(AdminError::Invalid("vhost name must not be empty".into()));
+    }
+    if name.len() > 255 {
+        return Err(AdminError::Invalid(
+            "vhost name is longer than 255 bytes".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn full_grant() -> StoredGrant {
+    StoredGrant {
+        configure: ".*".into(),
+        write: ".*".into(),
+        read: ".*".into(),
     }
 }
 
@@ -172,11 +248,7 @@ fn implicit_grants(config: &Config, user: &str, vhost: &str) -> Vec<AccessChange
     if config.permissions.entries.is_some() {
         return Vec::new();
     }
-    let full = || StoredGrant {
-        configure: ".*".into(),
-        write: ".*".into(),
-        read: ".*".into(),
-    };
+    let full = full_grant;
     let mut out = Vec::new();
     for u in &config.users {
         for v in &config.vhosts {
@@ -230,6 +302,14 @@ pub fn log(change: &AccessChange, acting: &str) {
             vhost: vhost.clone(),
             acting,
         },
+        AccessChange::PutVhost { name, .. } => AdminEvent::VhostPut {
+            vhost: name.clone(),
+            acting,
+        },
+        AccessChange::DeleteVhost { name } => AdminEvent::VhostDeleted {
+            vhost: name.clone(),
+            acting,
+        },
     }
     .emit();
 }
@@ -241,7 +321,9 @@ impl AccessRequest {
             AccessRequest::PutUser { acting, .. }
             | AccessRequest::DeleteUser { acting, .. }
             | AccessRequest::SetPermission { acting, .. }
-            | AccessRequest::ClearPermission { acting, .. } => acting,
+            | AccessRequest::ClearPermission { acting, .. }
+            | AccessRequest::PutVhost { acting, .. }
+            | AccessRequest::DeleteVhost { acting, .. } => acting,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Owns: the configuration in force and every change to it while the broker runs — the
-//! file reloaded on SIGHUP, and the users and permissions created, changed and deleted
-//! over the management API — applied one at a time on its own thread (`sluice-admin`,
+//! file reloaded on SIGHUP, and the users, permissions and vhosts created, changed and
+//! deleted over the management API — applied one at a time on its own thread (`sluice-admin`,
 //! a current-thread tokio runtime): a run-time change is validated against the
 //! configuration in force, written to the store's definitions log by the coordinator
 //! (`ShardMsg::PersistAccess`, answered once synced), put over the file's users and
@@ -116,6 +116,25 @@ impl AdminHandle {
     }
 }
 
+/// Brings the directory slots in line with the vhosts in force: a new vhost takes the
+/// next slot, a deleted one leaves its slot empty (never reused in this run). Returns the
+/// slots just emptied.
+fn slots_for(slots: &mut Vec<Option<String>>, vhosts: &[String]) -> Vec<usize> {
+    let mut closed = Vec::new();
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if slot.as_ref().is_some_and(|name| !vhosts.contains(name)) {
+            *slot = None;
+            closed.push(i);
+        }
+    }
+    for name in vhosts {
+        if !slots.iter().any(|s| s.as_deref() == Some(name.as_str())) {
+            slots.push(Some(name.clone()));
+        }
+    }
+    closed
+}
+
 /// The admin thread's state.
 struct Authority {
     file: Config,
@@ -185,7 +204,18 @@ impl Authority {
         let mut config = (*self.in_force).clone();
         config.users = merged.users;
         config.permissions = merged.permissions;
+        let closed = slots_for(&mut config.vhost_slots, &merged.vhosts);
+        config.vhosts = merged.vhosts;
+        config.vhost_metadata = merged.vhost_metadata;
         self.put_in_force(Arc::new(config)).await;
+        // A deleted vhost is closed everywhere now (no connection, no lookup by name):
+        // the coordinator empties it.
+        for vhost in closed {
+            let (tx, rx) = oneshot::channel();
+            let req = crate::shard::inbox::ControlRequest::EmptyVhost { vhost };
+            self.peers.send(0, ShardMsg::Control(req, tx));
+            let _ = rx.await;
+        }
         for c in &changes {
             change::log(c, &acting);
         }
@@ -216,5 +246,28 @@ impl Authority {
         }
         self.live.send_replace(Arc::clone(&config));
         self.in_force = config;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slots_for;
+
+    #[test]
+    fn slots_are_appended_and_emptied_never_reused() {
+        let mut slots = vec![Some("/".to_owned()), Some("a".to_owned())];
+        assert_eq!(
+            slots_for(&mut slots, &["/".into(), "a".into(), "b".into()]),
+            Vec::<usize>::new()
+        );
+        assert_eq!(slots_for(&mut slots, &["/".into(), "b".into()]), [1]);
+        assert_eq!(
+            slots_for(&mut slots, &["/".into(), "b".into(), "a".into()]),
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            slots,
+            [Some("/".into()), None, Some("b".into()), Some("a".into())]
+        );
     }
 }

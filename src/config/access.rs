@@ -35,6 +35,12 @@ pub struct Sources {
 pub fn overlay(file: &Config, overlay: &AccessOverlay) -> (Config, Sources) {
     let mut config = file.clone();
     let mut sources = Sources::default();
+    config.vhosts = overlay.vhosts_over(&file.vhosts);
+    config.vhost_metadata = overlay
+        .vhosts
+        .iter()
+        .filter_map(|(name, v)| v.as_ref().map(|v| (name.clone(), v.clone())))
+        .collect();
     if overlay.is_empty() {
         sources.from_file = config.users.iter().map(|u| u.name.clone()).collect();
         return (config, sources);

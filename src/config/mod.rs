@@ -153,7 +153,14 @@ pub struct Config {
     pub log_level: String,
     /// `text` or `json` (`--log-format`, `[broker] log_format`).
     pub log_format: LogFormat,
+    /// The vhosts in force (the file's, with those created or deleted at run time).
     pub vhosts: Vec<String>,
+    /// The vhosts' slots in every shard's directory in this run, by position (`None`:
+    /// deleted at run time; a slot is never reused within a run). Empty until the broker
+    /// starts (then `vhosts` in order): see [`Config::vhost_index`].
+    pub vhost_slots: Vec<Option<String>>,
+    /// Description and tags of the vhosts created at run time (RabbitMQ's metadata).
+    pub vhost_metadata: Vec<(String, crate::store::access::StoredVhost)>,
     pub users: Vec<User>,
     /// Users that may only connect from loopback addresses.
     pub loopback_users: Vec<String>,
@@ -299,6 +306,8 @@ impl Default for Config {
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
             vhosts: vec!["/".to_owned()],
+            vhost_slots: Vec::new(),
+            vhost_metadata: Vec::new(),
             users: vec![User {
                 name: "guest".to_owned(),
                 password: crate::auth::password::Password::Plain("guest".to_owned()),
@@ -349,6 +358,17 @@ impl Config {
     /// AMQPLAIN) and of `connection.update-secret`.
     /// An unknown user costs hashing too, so the time of a refusal does not tell
     /// whether the user exists.
+    /// The directory slot (`VhostIdx`) of the vhost called `name` in this run, if it is
+    /// in force: its position among the slots, or among `vhosts` before the start.
+    pub fn vhost_index(&self, name: &str) -> Option<usize> {
+        if self.vhost_slots.is_empty() {
+            return self.vhosts.iter().position(|v| v == name);
+        }
+        self.vhost_slots
+            .iter()
+            .position(|v| v.as_deref() == Some(name))
+    }
+
     pub fn authenticate(&self, user: &str, password: &[u8]) -> Option<&User> {
         match self.users.iter().find(|u| u.name == user) {
             Some(u) => u.password.verify(password).then_some(u),

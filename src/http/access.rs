@@ -2,7 +2,8 @@
 //! JSON and status codes: `GET/PUT/DELETE /api/users/{name}`, `GET /api/users`,
 //! `POST /api/users/bulk-delete`, `GET /api/users/{name}/permissions`,
 //! `GET /api/permissions`, `GET/PUT/DELETE /api/permissions/{vhost}/{user}`,
-//! `GET /api/vhosts`, `GET /api/vhosts/{name}` and `GET /api/vhosts/{name}/permissions`.
+//! `GET/PUT/DELETE /api/vhosts/{name}`, `GET /api/vhosts` and
+//! `GET /api/vhosts/{name}/permissions`.
 //! Reads come from the configuration in force (`Context::live`); a change goes to the
 //! admin thread (`crate::admin`), which answers once it is on disk and on every shard.
 //!
@@ -44,7 +45,9 @@ pub async fn route(
     }
     let acting = user.name.clone();
     let response = match (method, path) {
-        (&Method::GET, ["users"]) => ok(&Value::Array(config.users.iter().map(user_json).collect())),
+        (&Method::GET, ["users"]) => {
+            ok(&Value::Array(config.users.iter().map(user_json).collect()))
+        }
         (&Method::GET, ["users", name]) => match config.users.iter().find(|u| u.name == *name) {
             Some(u) => ok(&user_json(u)),
             None => not_found(),
@@ -62,9 +65,7 @@ pub async fn route(
                 .await,
         ),
         (&Method::POST, ["users", "bulk-delete"]) => bulk_delete(ctx, body, acting).await,
-        (&Method::GET, ["users", name, "permissions"]) => {
-            permissions(config, |u, _| u == *name)
-        }
+        (&Method::GET, ["users", name, "permissions"]) => permissions(config, |u, _| u == *name),
         (&Method::GET, ["permissions"]) => permissions(config, |_, _| true),
         (&Method::GET, ["permissions", vhost, name]) => {
             match permissions_of(config, |u, v| u == *name && v == *vhost).pop() {
@@ -72,10 +73,12 @@ pub async fn route(
                 None => not_found(),
             }
         }
-        (&Method::PUT, ["permissions", vhost, name]) => match put_permission(vhost, name, body, acting) {
-            Ok(request) => changed(ctx.admin.access(request).await),
-            Err(reason) => bad_request(&reason),
-        },
+        (&Method::PUT, ["permissions", vhost, name]) => {
+            match put_permission(vhost, name, body, acting) {
+                Ok(request) => changed(ctx.admin.access(request).await),
+                Err(reason) => bad_request(&reason),
+            }
+        }
         (&Method::DELETE, ["permissions", vhost, name]) => changed(
             ctx.admin
                 .access(AccessRequest::ClearPermission {
@@ -90,7 +93,7 @@ pub async fn route(
                 .vhosts
                 .iter()
                 .filter(|v| viewer.sees_vhost(v))
-                .map(|v| vhost_json(v))
+                .map(|v| vhost_json(config, v))
                 .collect(),
         )),
         (&Method::GET, ["vhosts", name]) => {
@@ -99,7 +102,7 @@ pub async fn route(
             } else if !viewer.sees_vhost(name) {
                 super::auth::unauthorized("User not authorised to access virtual host")
             } else {
-                ok(&vhost_json(name))
+                ok(&vhost_json(config, name))
             }
         }
         (&Method::GET, ["vhosts", name, "permissions"]) => {
@@ -109,9 +112,17 @@ pub async fn route(
                 permissions(config, |_, v| v == *name)
             }
         }
-        (&Method::PUT | &Method::DELETE, ["vhosts", _]) => error(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "virtual hosts are configured in [broker] vhosts and cannot be created or deleted at run time yet",
+        (&Method::PUT, ["vhosts", name]) => match put_vhost(name, body, acting) {
+            Ok(request) => changed(ctx.admin.access(request).await),
+            Err(reason) => bad_request(&reason),
+        },
+        (&Method::DELETE, ["vhosts", name]) => changed(
+            ctx.admin
+                .access(AccessRequest::DeleteVhost {
+                    name: (*name).to_owned(),
+                    acting,
+                })
+                .await,
         ),
         (_, path) if known(path) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         _ => return None,
@@ -178,15 +189,55 @@ fn user_json(u: &User) -> Value {
     })
 }
 
-fn vhost_json(name: &str) -> Value {
+fn vhost_json(config: &Config, name: &str) -> Value {
+    let meta = config
+        .vhost_metadata
+        .iter()
+        .find(|(v, _)| v == name)
+        .map(|(_, m)| m.clone())
+        .unwrap_or_default();
     json!({
         "name": name,
-        "description": "",
-        "tags": [],
+        "description": meta.description,
+        "tags": meta.tags,
         "default_queue_type": "classic",
-        "metadata": { "description": "", "tags": [] },
+        "metadata": { "description": meta.description, "tags": meta.tags },
         "tracing": false,
     })
+}
+
+/// `PUT /api/vhosts/{name}`: `description` and `tags` (a comma-separated string or a
+/// list), both optional; an empty body is a vhost without them.
+fn put_vhost(name: &str, body: &Bytes, acting: String) -> Result<AccessRequest, String> {
+    let map = if body.iter().all(u8::is_ascii_whitespace) {
+        Map::new()
+    } else {
+        object(body)?
+    };
+    Ok(AccessRequest::PutVhost {
+        name: name.to_owned(),
+        description: string_of(&map, "description")?.unwrap_or_default(),
+        tags: tags_of(&map)?.unwrap_or_default(),
+        acting,
+    })
+}
+
+/// `tags` as RabbitMQ takes them: a comma-separated string or a list of strings.
+fn tags_of(map: &Map<String, Value>) -> Result<Option<Vec<String>>, String> {
+    match map.get("tags") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(crate::config::access::parse_tags(s))),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|t| match t {
+                Value::String(s) => Ok(s.trim().to_owned()),
+                other => Err(format!("a tag must be a string, not {other}")),
+            })
+            .filter(|t| t.as_ref().map_or(true, |t| !t.is_empty()))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(other) => Err(format!("tags must be a string or a list, not {other}")),
+    }
 }
 
 /// Every (user, vhost) grant in force that `keep` keeps, as RabbitMQ lists them: where
@@ -248,19 +299,7 @@ fn put_user(name: &str, body: &Bytes, acting: String) -> Result<AccessRequest, S
         },
         (None, None) => NewPassword::None,
     };
-    let tags = match map.get("tags") {
-        None => return Err("tags_not_present".into()),
-        Some(Value::String(s)) => crate::config::access::parse_tags(s),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|t| match t {
-                Value::String(s) => Ok(s.trim().to_owned()),
-                other => Err(format!("a tag must be a string, not {other}")),
-            })
-            .filter(|t| t.as_ref().map_or(true, |t| !t.is_empty()))
-            .collect::<Result<_, _>>()?,
-        Some(other) => return Err(format!("tags must be a string or a list, not {other}")),
-    };
+    let tags = tags_of(&map)?.ok_or("tags_not_present")?;
     Ok(AccessRequest::PutUser {
         name: name.to_owned(),
         password,

@@ -396,7 +396,7 @@ async fn purge(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
 }
 
 async fn delete_queue(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
-    let Some(idx) = ctx.config.vhosts.iter().position(|v| v == vhost) else {
+    let Some(idx) = ctx.live.borrow().vhost_index(vhost) else {
         return not_found("vhost");
     };
     let (tx, rx) = oneshot::channel();

@@ -104,6 +104,8 @@ pub enum DirectoryChange {
 ///   counts them.
 pub struct VhostDirectory {
     pub name: String,
+    /// Deleted at run time: no longer found by name (its slot is never reused).
+    closed: bool,
     exchanges: Slab<Exchange>,
     by_name: HashMap<ShortStr, ExchangeId>,
     queues: HashMap<ShortStr, QueueMeta>,
@@ -121,6 +123,7 @@ impl VhostDirectory {
     fn new(name: String) -> VhostDirectory {
         let mut dir = VhostDirectory {
             name,
+            closed: false,
             exchanges: Slab::new(),
             by_name: HashMap::new(),
             queues: HashMap::new(),
@@ -343,7 +346,26 @@ impl Directory {
     }
 
     pub fn vhost_index(&self, name: &str) -> Option<VhostIdx> {
-        self.vhosts.iter().position(|v| v.name == name)
+        self.vhosts.iter().position(|v| !v.closed && v.name == name)
+    }
+
+    /// A vhost created at run time gets the next slot.
+    pub fn add_vhost(&mut self, name: &str) -> VhostIdx {
+        self.vhosts.push(VhostDirectory::new(name.to_owned()));
+        self.vhosts.len() - 1
+    }
+
+    /// A vhost deleted at run time: no longer found by name; changes by its index still
+    /// apply (the coordinator empties it after closing it).
+    pub fn close_vhost(&mut self, idx: VhostIdx) {
+        if let Some(v) = self.vhosts.get_mut(idx) {
+            v.closed = true;
+        }
+    }
+
+    /// Whether the vhost in slot `idx` was deleted at run time.
+    pub fn is_closed(&self, idx: VhostIdx) -> bool {
+        self.vhosts.get(idx).is_some_and(|v| v.closed)
     }
 
     pub fn vhost(&self, idx: VhostIdx) -> Option<&VhostDirectory> {

@@ -1,5 +1,5 @@
-//! Owns: [`AdminEvent`], the operational lines of run-time administration of users and
-//! permissions (USR-1001..1006), rendered and emitted under `sluice::ops` like every
+//! Owns: [`AdminEvent`], the operational lines of run-time administration of users,
+//! permissions and vhosts (USR-1001..1008), rendered and emitted under `sluice::ops` like every
 //! [`super::event::OpsEvent`]. Documented in `config/log-codes.md`.
 //!
 //! Does not: decide when they happen (`crate::admin` and `server` do). Lines never carry
@@ -48,6 +48,11 @@ pub enum AdminEvent {
     },
     /// USR-1006: at start, a stored user or permission that could not be used (skipped).
     StoredEntryUnusable { what: String },
+    /// USR-1007: a vhost was created (or its description and tags changed) at run time.
+    VhostPut { vhost: String, acting: String },
+    /// USR-1008: a vhost was deleted at run time: its connections closed, its queues
+    /// and exchanges deleted (`messages` dropped with them, once known).
+    VhostDeleted { vhost: String, acting: String },
 }
 
 impl AdminEvent {
@@ -59,6 +64,8 @@ impl AdminEvent {
             AdminEvent::PermissionCleared { .. } => "USR-1004",
             AdminEvent::UserSources { .. } => "USR-1005",
             AdminEvent::StoredEntryUnusable { .. } => "USR-1006",
+            AdminEvent::VhostPut { .. } => "USR-1007",
+            AdminEvent::VhostDeleted { .. } => "USR-1008",
         }
     }
 
@@ -153,6 +160,18 @@ impl fmt::Display for AdminEvent {
                 Names(from_file),
                 Names(from_store),
                 Names(deleted)
+            ),
+            AdminEvent::VhostPut { vhost, acting } => write!(
+                f,
+                "{code} : Vhost put : '{}' by '{}'",
+                Escaped(vhost),
+                Escaped(acting)
+            ),
+            AdminEvent::VhostDeleted { vhost, acting } => write!(
+                f,
+                "{code} : Vhost deleted : '{}' by '{}' : its connections are closed, its queues and exchanges deleted",
+                Escaped(vhost),
+                Escaped(acting)
             ),
             AdminEvent::StoredEntryUnusable { what } => write!(
                 f,

@@ -233,7 +233,10 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     let mut recovered = crate::store::open(&store_options, crate::shard::placement::home_shard)
         .map_err(StartError::Store)?;
     let overlay = std::mem::take(&mut recovered.access);
-    let config = Arc::new(users_in_force(&file, &overlay));
+    let mut in_force = users_in_force(&file, &overlay);
+    // Every shard's directory starts with the vhosts in force, in this order.
+    in_force.vhost_slots = in_force.vhosts.iter().cloned().map(Some).collect();
+    let config = Arc::new(in_force);
     let quotas = config
         .vhosts
         .iter()

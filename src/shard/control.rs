@@ -97,6 +97,7 @@ pub async fn coordinate(shard: &Rc<Shard>, req: ControlRequest) -> ControlReply 
             if_empty,
             requester,
         } => delete_queue(shard, vhost, name, if_unused, if_empty, requester).await,
+        ControlRequest::EmptyVhost { vhost } => empty_vhost(shard, vhost).await,
         other => {
             let planned = {
                 let mut st = shard.state.borrow_mut();
@@ -107,6 +108,45 @@ pub async fn coordinate(shard: &Rc<Shard>, req: ControlRequest) -> ControlReply 
             Ok(ok)
         }
     }
+}
+
+/// Deletes every queue of a vhost (one at a time, as `queue.delete` would: consumers
+/// cancelled, messages dropped), then its exchanges other than the predeclared ones.
+/// The answer counts the messages dropped.
+async fn empty_vhost(shard: &Rc<Shard>, vhost: VhostIdx) -> ControlReply {
+    let queues: Vec<ShortStr> = {
+        let st = shard.state.borrow();
+        vhost_dir(&st, vhost)?
+            .queues()
+            .map(|q| q.name.clone())
+            .collect()
+    };
+    let mut messages = 0u32;
+    for name in queues {
+        if let Ok(ControlOk::QueueDeleted { messages: n }) =
+            delete_queue(shard, vhost, name, false, false, None).await
+        {
+            messages = messages.saturating_add(n);
+        }
+    }
+    let changes: Vec<DirectoryChange> = {
+        let st = shard.state.borrow();
+        let predeclared = |name: &ShortStr| {
+            crate::model::routing::PREDECLARED
+                .iter()
+                .any(|(p, _)| p.as_bytes() == name.as_bytes())
+        };
+        vhost_dir(&st, vhost)?
+            .exchanges()
+            .filter(|ex| !ex.def.name.is_empty() && !predeclared(&ex.def.name))
+            .map(|ex| DirectoryChange::DeleteExchange {
+                vhost,
+                name: ex.def.name.clone(),
+            })
+            .collect()
+    };
+    broadcast(shard, changes).await;
+    Ok(ControlOk::QueueDeleted { messages })
 }
 
 fn vhost_dir(st: &State, vhost: VhostIdx) -> Result<&VhostDirectory, ChannelError> {
@@ -263,6 +303,23 @@ pub fn apply_change(st: &mut State, shard: &Shard, change: &DirectoryChange, now
     // Consumers of a deleted queue hear of it now, before the deleting channel's
     // delete-ok.
     st.hand_to_connections(shard);
+}
+
+/// Puts a reload's vhost slots (`Config::vhost_slots`) into this replica: a vhost created
+/// at run time gets its slot (every shard appends in the same order, so the index is the
+/// same everywhere), a deleted one is closed to lookups by name (the coordinator then
+/// empties it through its index, `ControlRequest::EmptyVhost`).
+pub fn apply_vhost_slots(st: &mut State, shard: &Shard) {
+    let live = shard.live();
+    let dir = &mut st.common.directory;
+    for (i, slot) in live.vhost_slots.iter().enumerate() {
+        while dir.vhost_count() <= i {
+            dir.add_vhost(slot.as_deref().unwrap_or(""));
+        }
+        if slot.is_none() {
+            dir.close_vhost(i);
+        }
+    }
 }
 
 /// The topic bindings of this shard's home queues that a change adds (`true`) or

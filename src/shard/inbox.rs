@@ -244,6 +244,12 @@ pub enum ControlRequest {
         requester: ConnOwner,
         unbind: bool,
     },
+    /// A vhost deleted at run time (already closed to connections): every queue of it
+    /// deleted as `queue.delete` deletes one, then every exchange of it that is not
+    /// predeclared, durable ones off the definitions log.
+    EmptyVhost {
+        vhost: VhostIdx,
+    },
     /// `exchange.bind` / `exchange.unbind`: a binding from `source` to `destination`.
     BindExchange {
         vhost: VhostIdx,

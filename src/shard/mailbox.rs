@@ -207,7 +207,10 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
         }
         ShardMsg::Reload(config, ack) => {
             shard.reload(config);
-            shard.state.borrow_mut().conn_side().access_changed(shard);
+            let mut st = shard.state.borrow_mut();
+            control::apply_vhost_slots(&mut st, shard);
+            st.conn_side().access_changed(shard);
+            drop(st);
             let _ = ack.send(());
         }
         ShardMsg::PersistAccess(changes, ack) => {

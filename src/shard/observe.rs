@@ -252,6 +252,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
 /// Every vhost's exchanges and bindings, from this replica.
 fn directory_view(directory: &Directory) -> Vec<VhostView> {
     (0..directory.vhost_count())
+        .filter(|i| !directory.is_closed(*i))
         .filter_map(|i| directory.vhost(i))
         .map(|d| {
             let mut exchanges = Vec::new();

@@ -1,6 +1,7 @@
 //! Owns: the access definitions changed at run time (over the management API) — users
-//! (a password hash and tags, or deleted) and permissions (three patterns per user and
-//! vhost, or cleared) — kept as an overlay on the configuration file's, their records in
+//! (a password hash and tags, or deleted), permissions (three patterns per user and
+//! vhost, or cleared) and virtual hosts (created with a description and tags, or
+//! deleted) — kept as an overlay on the configuration file's, their records in
 //! `definitions.log`, and their replay.
 //!
 //! Does not: hash or check passwords, compile patterns (`auth` does), decide what wins
@@ -21,10 +22,20 @@ pub const USER: u8 = 10;
 pub const USER_DELETED: u8 = 11;
 pub const PERMISSION: u8 = 12;
 pub const PERMISSION_CLEARED: u8 = 13;
+// 14 and 15 are the operator policies' (`super::policies`).
+pub const VHOST: u8 = 16;
+pub const VHOST_DELETED: u8 = 17;
 
 /// Whether a record kind is one of this module's.
 pub fn is_access_record(tag: u8) -> bool {
-    (USER..=PERMISSION_CLEARED).contains(&tag)
+    (USER..=PERMISSION_CLEARED).contains(&tag) || tag == VHOST || tag == VHOST_DELETED
+}
+
+/// A virtual host created at run time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoredVhost {
+    pub description: String,
+    pub tags: Vec<String>,
 }
 
 /// A user as stored: never a plain-text password.
@@ -65,6 +76,13 @@ pub enum AccessChange {
         user: String,
         vhost: String,
     },
+    PutVhost {
+        name: String,
+        vhost: StoredVhost,
+    },
+    DeleteVhost {
+        name: String,
+    },
 }
 
 /// What was changed at run time, on top of the file: `None` is a deletion.
@@ -73,12 +91,29 @@ pub struct AccessOverlay {
     pub users: BTreeMap<String, Option<StoredUser>>,
     /// Keyed by (user, vhost).
     pub permissions: BTreeMap<(String, String), Option<StoredGrant>>,
+    pub vhosts: BTreeMap<String, Option<StoredVhost>>,
 }
 
 impl AccessOverlay {
     /// Whether nothing was ever changed at run time.
     pub fn is_empty(&self) -> bool {
-        self.users.is_empty() && self.permissions.is_empty()
+        self.users.is_empty() && self.permissions.is_empty() && self.vhosts.is_empty()
+    }
+
+    /// The vhosts in force: the file's, less those deleted at run time, then those
+    /// created at run time that the file does not name.
+    pub fn vhosts_over(&self, file: &[String]) -> Vec<String> {
+        let mut out: Vec<String> = file
+            .iter()
+            .filter(|v| !matches!(self.vhosts.get(*v), Some(None)))
+            .cloned()
+            .collect();
+        for (name, vhost) in &self.vhosts {
+            if vhost.is_some() && !out.contains(name) {
+                out.push(name.clone());
+            }
+        }
+        out
     }
 
     /// Whether any permission was set or cleared at run time (which puts RabbitMQ's
@@ -101,6 +136,12 @@ impl AccessOverlay {
             }
             AccessChange::ClearPermission { user, vhost } => {
                 self.permissions.insert((user.clone(), vhost.clone()), None);
+            }
+            AccessChange::PutVhost { name, vhost } => {
+                self.vhosts.insert(name.clone(), Some(vhost.clone()));
+            }
+            AccessChange::DeleteVhost { name } => {
+                self.vhosts.insert(name.clone(), None);
             }
         }
     }
@@ -141,6 +182,21 @@ impl AccessOverlay {
                 user: get_str(&mut payload, "user name")?,
                 vhost: get_str(&mut payload, "vhost")?,
             },
+            VHOST => {
+                let name = get_str(&mut payload, "vhost")?;
+                let description = get_str(&mut payload, "description")?;
+                let count = get_u16(&mut payload, "tag count")?;
+                let tags = (0..count)
+                    .map(|_| get_str(&mut payload, "tag"))
+                    .collect::<Result<_, _>>()?;
+                AccessChange::PutVhost {
+                    name,
+                    vhost: StoredVhost { description, tags },
+                }
+            }
+            VHOST_DELETED => AccessChange::DeleteVhost {
+                name: get_str(&mut payload, "vhost")?,
+            },
             other => return Err(format!("record type {other}")),
         };
         self.apply(&change);
@@ -149,6 +205,17 @@ impl AccessOverlay {
 
     /// The overlay as records (tombstones included), for the snapshot written at start.
     pub fn snapshot_into(&self, out: &mut BytesMut) {
+        // Vhosts first: a replay in order never sees a permission on a vhost it lacks.
+        for (name, vhost) in &self.vhosts {
+            let change = match vhost {
+                Some(vhost) => AccessChange::PutVhost {
+                    name: name.clone(),
+                    vhost: vhost.clone(),
+                },
+                None => AccessChange::DeleteVhost { name: name.clone() },
+            };
+            encode(out, &change);
+        }
         for (name, user) in &self.users {
             let change = match user {
                 Some(user) => AccessChange::PutUser {
@@ -182,10 +249,7 @@ pub fn encode(out: &mut BytesMut, change: &AccessChange) {
             put_str(o, name);
             put_str(o, &user.password_hash);
             put_str(o, &user.hashing_algorithm);
-            o.put_u16_le(user.tags.len().min(usize::from(u16::MAX)) as u16);
-            for tag in user.tags.iter().take(usize::from(u16::MAX)) {
-                put_str(o, tag);
-            }
+            put_tags(o, &user.tags);
         }
         AccessChange::DeleteUser { name } => {
             o.put_u8(USER_DELETED);
@@ -204,7 +268,24 @@ pub fn encode(out: &mut BytesMut, change: &AccessChange) {
             put_str(o, user);
             put_str(o, vhost);
         }
+        AccessChange::PutVhost { name, vhost } => {
+            o.put_u8(VHOST);
+            put_str(o, name);
+            put_str(o, &vhost.description);
+            put_tags(o, &vhost.tags);
+        }
+        AccessChange::DeleteVhost { name } => {
+            o.put_u8(VHOST_DELETED);
+            put_str(o, name);
+        }
     });
+}
+
+fn put_tags(out: &mut BytesMut, tags: &[String]) {
+    out.put_u16_le(tags.len().min(usize::from(u16::MAX)) as u16);
+    for tag in tags.iter().take(usize::from(u16::MAX)) {
+        put_str(out, tag);
+    }
 }
 
 /// A string with a u32 length (patterns and hashes may be long).
@@ -281,6 +362,14 @@ mod tests {
                 name: "app".into(),
                 user: user(&["administrator", "monitoring"]),
             },
+            AccessChange::PutVhost {
+                name: "orders".into(),
+                vhost: StoredVhost {
+                    description: "shop".into(),
+                    tags: vec!["prod".into()],
+                },
+            },
+            AccessChange::DeleteVhost { name: "/".into() },
         ];
         let mut out = BytesMut::new();
         let mut expected = AccessOverlay::default();
@@ -296,6 +385,10 @@ mod tests {
         );
         assert_eq!(overlay.users["guest"], None);
         assert_eq!(overlay.permissions[&("guest".into(), "/".into())], None);
+        assert_eq!(
+            overlay.vhosts_over(&["/".to_owned(), "other".to_owned()]),
+            ["other", "orders"]
+        );
         // The snapshot replays to the same overlay, tombstones included.
         let mut snap = BytesMut::new();
         overlay.snapshot_into(&mut snap);

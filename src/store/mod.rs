@@ -167,7 +167,10 @@ pub fn open(
         }
     };
     let shards = options.shards;
-    let directory = Directory::new(&options.vhosts);
+    // The configured vhosts with those created and deleted at run time (the broker puts
+    // the same overlay over its configuration, `config::access`).
+    let vhosts = defs.access.vhosts_over(&options.vhosts);
+    let directory = Directory::new(&vhosts);
     let (changes, missing) = defs.changes(&directory, &move |vhost, name| {
         home_shard(vhost, name, shards)
     });

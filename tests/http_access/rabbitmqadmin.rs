@@ -1,5 +1,5 @@
 //! RabbitMQ's own rabbitmqadmin (from Debian's rabbitmq-server package) against sluice's
-//! management API: declare, list and delete users and permissions, list vhosts. Skips
+//! management API: declare, list and delete users, permissions and vhosts. Skips
 //! with a message where /usr/bin/rabbitmqadmin is not installed.
 
 use std::process::Command;
@@ -85,6 +85,23 @@ fn rabbitmqadmin_administers_users_and_permissions() {
     assert!(perms.lines().any(|l| l == "app\t/\t.*"), "{perms}");
     let vhosts = run(&["-f", "tsv", "-q", "list", "vhosts", "name"]);
     assert_eq!(vhosts.trim(), "/", "{vhosts}");
+    let text = run(&["declare", "vhost", "name=shop"]);
+    assert!(text.contains("vhost declared"), "{text}");
+    let vhosts = run(&["-f", "tsv", "-q", "list", "vhosts", "name"]);
+    assert_eq!(
+        vhosts.lines().collect::<Vec<_>>(),
+        ["/", "shop"],
+        "{vhosts}"
+    );
+    crate::login_to(&broker, "guest", "guest", "shop").expect("guest got full permissions on shop");
+    let text = run(&["delete", "vhost", "name=shop"]);
+    assert!(text.contains("vhost deleted"), "{text}");
+    assert_eq!(
+        crate::login_to(&broker, "guest", "guest", "shop")
+            .err()
+            .map(|e| e.0),
+        Some(530)
+    );
     login(&broker, "app", "pw").expect("the declared user logs in and opens /");
     let text = run(&["delete", "permission", "vhost=/", "user=app"]);
     assert!(text.contains("permission deleted"), "{text}");

@@ -40,7 +40,8 @@ fn may_log() -> Option<u64> {
 impl ConnSide<'_> {
     /// New users and permissions are in force (a SIGHUP reload or a change over the
     /// management API), as RabbitMQ applies them to open connections: one whose user no
-    /// longer exists is closed with `320 CONNECTION_FORCED - user 'NAME' is deleted`;
+    /// longer exists is closed with `320 CONNECTION_FORCED - user 'NAME' is deleted`
+    /// (whose vhost was deleted, `… - vhost 'NAME' is deleted`);
     /// the others take their user's grant on their vhost as it is now (none: every
     /// operation is refused with 403), so a changed permission counts from the next
     /// operation. The broker's own federation links keep theirs.
@@ -49,11 +50,18 @@ impl ConnSide<'_> {
         let mut deleted = Vec::new();
         for id in self.conns.ids() {
             let Some(c) = self.conn_mut(id) else { continue };
-            if c.federation_link || c.phase() != crate::session::connection::Phase::Open {
+            if c.phase() != crate::session::connection::Phase::Open {
+                continue;
+            }
+            if live.vhost_slots.get(c.vhost).is_some_and(Option::is_none) {
+                deleted.push((id, format!("vhost '{}' is deleted", c.vhost_name)));
+                continue;
+            }
+            if c.federation_link {
                 continue;
             }
             if !live.users.iter().any(|u| u.name == c.user) {
-                deleted.push((id, c.user.clone()));
+                deleted.push((id, format!("user '{}' is deleted", c.user)));
                 continue;
             }
             c.access = match live.permissions.grant(&c.user, &c.vhost_name) {
@@ -61,8 +69,8 @@ impl ConnSide<'_> {
                 None => Access::default(),
             };
         }
-        for (id, user) in deleted {
-            let err = ConnectionError::Forced(format!("user '{user}' is deleted"));
+        for (id, why) in deleted {
+            let err = ConnectionError::Forced(why);
             self.close_connection(shard, id, &err.on(crate::session::error::MethodId::NONE));
         }
     }
