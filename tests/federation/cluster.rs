@@ -45,9 +45,38 @@ pub fn skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIP {test}: {why}");
 }
 
-/// A free TCP port on 127.0.0.1 (bound once and released, so that a node can keep it
-/// across restarts).
+/// A free TCP port on 127.0.0.1 that a node keeps across restarts, taken from below the
+/// kernel's ephemeral range (`ip_local_port_range`): a port-0 bind (every other test
+/// broker's listeners) or an outgoing connection never gets such a port, so a node
+/// killed with -9 finds its port free again when it restarts. Checked free by binding it.
 pub fn free_port() -> u16 {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| {
+            r.split_whitespace()
+                .next()
+                .and_then(|p| p.parse::<u16>().ok())
+        })
+        .unwrap_or(32768);
+    let (first, span) = (10_000u16, low.saturating_sub(10_000).max(1));
+    // Each call of this process differs (the counter in `unique`), each process too.
+    let mut seed = crate::common::unique("port")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+    seed ^= std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    for _ in 0..1000 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let port = first + ((seed >> 33) % u64::from(span)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener.local_addr().expect("local addr").port()
 }
