@@ -248,7 +248,6 @@ fn implicit_grants(config: &Config, user: &str, vhost: &str) -> Vec<AccessChange
     if config.permissions.entries.is_some() {
         return Vec::new();
     }
-    let full = full_grant;
     let mut out = Vec::new();
     for u in &config.users {
         for v in &config.vhosts {
@@ -258,7 +257,7 @@ fn implicit_grants(config: &Config, user: &str, vhost: &str) -> Vec<AccessChange
             out.push(AccessChange::SetPermission {
                 user: u.name.clone(),
                 vhost: v.clone(),
-                grant: full(),
+                grant: full_grant(),
             });
         }
     }
@@ -331,13 +330,9 @@ impl AccessRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::file::apply_text;
 
     fn load(toml: &str) -> Config {
-        let mut c = Config::default();
-        apply_text(&mut c, toml).expect("parses");
-        c.validate().expect("valid");
-        c
+        Config::from_test_text(toml)
     }
 
     fn set(user: &str) -> AccessRequest {

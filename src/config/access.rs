@@ -133,13 +133,9 @@ pub fn check_user_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::file::apply_text;
 
     fn load(toml: &str) -> Config {
-        let mut c = Config::default();
-        apply_text(&mut c, toml).expect("parses");
-        c.validate().expect("valid");
-        c
+        Config::from_test_text(toml)
     }
 
     fn stored(password: &str, tags: &[&str]) -> StoredUser {

@@ -358,6 +358,15 @@ impl Config {
     /// AMQPLAIN) and of `connection.update-secret`.
     /// An unknown user costs hashing too, so the time of a refusal does not tell
     /// whether the user exists.
+    /// Defaults with `toml` applied and validated (unit tests of configuration users).
+    #[cfg(test)]
+    pub fn from_test_text(toml: &str) -> Config {
+        let mut c = Config::default();
+        file::apply_text(&mut c, toml).expect("parses");
+        c.validate().expect("valid");
+        c
+    }
+
     /// The directory slot (`VhostIdx`) of the vhost called `name` in this run, if it is
     /// in force: its position among the slots, or among `vhosts` before the start.
     pub fn vhost_index(&self, name: &str) -> Option<usize> {

@@ -127,13 +127,9 @@ fn limits_equal(a: &Config, b: &Config) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::file::apply_text;
 
     fn load(toml: &str) -> Config {
-        let mut c = Config::default();
-        apply_text(&mut c, toml).expect("parses");
-        c.validate().expect("valid");
-        c
+        Config::from_test_text(toml)
     }
 
     const BASE: &str = "[auth]\nusers = [{ name = \"a\", password = \"one\" }]\n";
