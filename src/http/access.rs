@@ -18,21 +18,23 @@ use crate::admin::{AccessRequest, AdminError, Changed, NewPassword};
 use crate::config::{Config, User};
 
 use super::auth::Viewer;
-use super::{error, respond, Context, HttpResponse};
+use super::{error, respond, Call, Context, HttpResponse};
 
 /// RabbitMQ's reason when a user lacks the administrator tag for these endpoints.
 const NOT_ADMIN: &str = "Not administrator user";
 
 /// Routes a request under `/api/users`, `/api/permissions` or `/api/vhosts`; `None`
 /// when the path is not one of these (the caller routes it on).
-pub async fn route(
-    ctx: &Context,
-    config: &Config,
-    method: &Method,
-    path: &[&str],
-    body: &Bytes,
-    user: &User,
-) -> Option<HttpResponse> {
+pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
+    let Call {
+        ctx,
+        config,
+        method,
+        path,
+        body,
+        user,
+        ..
+    } = *call;
     let viewer = Viewer::of(config, user);
     let admin_only = matches!(path, ["users", ..] | ["permissions", ..])
         || matches!(path, ["vhosts", _, "permissions"])

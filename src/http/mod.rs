@@ -70,6 +70,22 @@ pub struct Context {
     pub admin: crate::admin::AdminHandle,
 }
 
+/// One authenticated API request as the areas of the API (`access`, ...) see it: each
+/// area's `route(&Call) -> Option<HttpResponse>` answers the paths it owns.
+#[derive(Clone, Copy)]
+pub struct Call<'a> {
+    pub ctx: &'a Context,
+    /// The configuration in force when the request came in.
+    pub config: &'a Config,
+    pub method: &'a Method,
+    /// The percent-decoded segments after `/api/`.
+    pub path: &'a [&'a str],
+    /// The raw query string (empty when there is none).
+    pub query: &'a str,
+    pub body: &'a Bytes,
+    pub user: &'a crate::config::User,
+}
+
 /// The service's error: the connection is closed without an answer (hyper drops it).
 #[derive(Debug)]
 pub struct Unanswered;
@@ -272,7 +288,17 @@ async fn route(
     };
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     if let ["api", rest @ ..] = segs.as_slice() {
-        if let Some(response) = access::route(ctx, config, &method, rest, req.body(), user).await {
+        let call = Call {
+            ctx,
+            config,
+            method: &method,
+            path: rest,
+            query: &query,
+            body: req.body(),
+            user,
+        };
+        // Each area of the API answers the paths it owns and passes (None) on the rest.
+        if let Some(response) = access::route(&call).await {
             return response;
         }
     }
