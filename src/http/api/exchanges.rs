@@ -1,0 +1,57 @@
+//! Owns: exchanges and bindings as JSON (`/api/exchanges`, `/api/bindings`), from the
+//! shards' directory.
+
+use serde_json::{json, Value};
+
+use super::json::table_json;
+use super::ok_json;
+use crate::http::auth::Viewer;
+use crate::http::{unavailable, Context, HttpResponse};
+
+pub(super) async fn exchanges(
+    ctx: &Context,
+    vhost: Option<&str>,
+    viewer: &Viewer<'_>,
+) -> HttpResponse {
+    let Some(dir) = ctx.directory().await else {
+        return unavailable();
+    };
+    let all: Vec<Value> = dir
+        .iter()
+        .filter(|v| vhost.is_none_or(|h| v.vhost == h) && viewer.sees_vhost(&v.vhost))
+        .flat_map(|v| {
+            v.exchanges.iter().map(|e| {
+                json!({
+                    "name": e.name, "vhost": v.vhost, "type": e.kind, "durable": e.durable,
+                    "auto_delete": e.auto_delete, "internal": e.internal,
+                    "arguments": table_json(&e.arguments),
+                })
+            })
+        })
+        .collect();
+    ok_json(&Value::Array(all))
+}
+
+pub(super) async fn bindings(
+    ctx: &Context,
+    vhost: Option<&str>,
+    viewer: &Viewer<'_>,
+) -> HttpResponse {
+    let Some(dir) = ctx.directory().await else {
+        return unavailable();
+    };
+    let all: Vec<Value> = dir
+        .iter()
+        .filter(|v| vhost.is_none_or(|h| v.vhost == h) && viewer.sees_vhost(&v.vhost))
+        .flat_map(|v| {
+            v.bindings.iter().map(|b| {
+                json!({
+                    "source": b.source, "vhost": v.vhost, "destination": b.destination,
+                    "destination_type": b.destination_type, "routing_key": b.routing_key,
+                    "arguments": table_json(&b.arguments), "properties_key": b.routing_key,
+                })
+            })
+        })
+        .collect();
+    ok_json(&Value::Array(all))
+}

@@ -1,0 +1,135 @@
+//! Owns: the management API's JSON under `/api/` — RabbitMQ's paths and field names for
+//! the subset served (overview, queues, exchanges, bindings, connections, channels,
+//! consumers; the federation links are `super::federation`'s), with sluice's own fields beside them (home shard, flow state,
+//! slow-consumer policy, headroom and prediction) — and its actions: closing a
+//! connection (320 CONNECTION_FORCED), purging and deleting a queue, each sent to the
+//! shard that owns the object.
+//!
+//! Rooms: `overview` (the node and its totals), `queues` (queue JSON, purge, delete),
+//! `exchanges` (exchanges and bindings), `connections` (connections, channels,
+//! consumers, closing a connection), `json` (field tables as JSON).
+//!
+//! Does not: change anything except through a shard's inbox.
+
+mod connections;
+mod exchanges;
+pub mod json;
+mod overview;
+pub mod queues;
+
+use bytes::Bytes;
+use hyper::StatusCode;
+use serde_json::Value;
+
+use crate::shard::inbox::observe::{ShardView, Want};
+
+use super::auth::Viewer;
+use super::{error, respond, unavailable, Context, HttpResponse};
+
+pub use queues::queue_json;
+
+pub(super) fn ok_json(v: &Value) -> HttpResponse {
+    respond(
+        StatusCode::OK,
+        "application/json",
+        Bytes::from(v.to_string()),
+    )
+}
+
+pub(super) fn no_content() -> HttpResponse {
+    respond(StatusCode::NO_CONTENT, "application/json", Bytes::new())
+}
+
+pub(super) fn not_found(what: &str) -> HttpResponse {
+    error(StatusCode::NOT_FOUND, &format!("{what} not found"))
+}
+
+/// A GET under `/api/`, showing `viewer` what it may see: a vhost named in the path that
+/// it may not see is 401, as RabbitMQ's management answers; listings leave out the rest.
+pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>) -> HttpResponse {
+    if let ["queues" | "exchanges" | "bindings", vhost, ..] = path {
+        if !viewer.sees_vhost(vhost) {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "User not authorised to access virtual host",
+            );
+        }
+    }
+    match path {
+        ["overview"] => overview::overview(ctx).await,
+        ["queues"] => queues::queues(ctx, None, viewer).await,
+        ["queues", vhost] => queues::queues(ctx, Some(vhost), viewer).await,
+        ["queues", vhost, name] => queues::queue(ctx, vhost, name).await,
+        ["exchanges"] | ["exchanges", _] => {
+            exchanges::exchanges(ctx, path.get(1).copied(), viewer).await
+        }
+        ["bindings"] | ["bindings", _] => {
+            exchanges::bindings(ctx, path.get(1).copied(), viewer).await
+        }
+        ["connections"] => {
+            listing(ctx, CONNECTIONS, |s| {
+                let mine = s.connections.iter();
+                let mine = mine.filter(|c| viewer.sees_connection_of(&c.user));
+                mine.map(connections::connection_json).collect()
+            })
+            .await
+        }
+        ["channels"] => {
+            listing(ctx, CONNECTIONS, |s| {
+                let mine = s.channels.iter();
+                let mine = mine.filter(|c| viewer.sees_connection_of(&c.user));
+                mine.map(connections::channel_json).collect()
+            })
+            .await
+        }
+        ["consumers"] => {
+            listing(ctx, CONSUMERS, |s| {
+                let seen = s.consumers.iter().filter(|c| viewer.sees_vhost(&c.vhost));
+                seen.map(connections::consumer_json).collect()
+            })
+            .await
+        }
+        ["federation-links", rest @ ..] => super::federation::get(ctx, rest, viewer).await,
+        _ => not_found("object"),
+    }
+}
+
+pub async fn delete(ctx: &Context, path: &[&str]) -> HttpResponse {
+    match path {
+        ["connections", name] => connections::close_connection(ctx, name).await,
+        ["queues", vhost, name, "contents"] => queues::purge(ctx, vhost, name).await,
+        ["queues", vhost, name] => queues::delete_queue(ctx, vhost, name).await,
+        _ => not_found("object"),
+    }
+}
+
+pub(super) const QUEUES: Want = Want {
+    queues: true,
+    queues_after: 0,
+    connections: false,
+    consumers: false,
+};
+pub(super) const CONNECTIONS: Want = Want {
+    queues: false,
+    queues_after: 0,
+    connections: true,
+    consumers: false,
+};
+pub(super) const CONSUMERS: Want = Want {
+    queues: false,
+    queues_after: 0,
+    connections: false,
+    consumers: true,
+};
+
+pub(super) async fn listing(
+    ctx: &Context,
+    want: Want,
+    each: impl Fn(&ShardView) -> Vec<Value>,
+) -> HttpResponse {
+    let Some(shards) = ctx.snapshots(want).await else {
+        return unavailable();
+    };
+    let all: Vec<Value> = shards.iter().flat_map(each).collect();
+    ok_json(&Value::Array(all))
+}

@@ -1,0 +1,139 @@
+//! Owns: queues as JSON (`/api/queues`), and purging and deleting a queue, each sent to
+//! the shard that owns it.
+
+use hyper::StatusCode;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use super::json::table_json;
+use super::{no_content, not_found, ok_json, QUEUES};
+use crate::http::auth::Viewer;
+use crate::http::{error, unavailable, Context, HttpResponse};
+use crate::protocol::ShortStr;
+use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, QueueView};
+use crate::shard::inbox::{ControlOk, ControlRequest, ShardMsg};
+
+pub fn queue_json(q: &QueueView) -> Value {
+    let slow = q.slow.as_ref().map(|s| {
+        json!({
+            "policy": s.action,
+            "max_depth": s.max_depth,
+            "max_count": s.max_count,
+            "max_age_seconds": s.max_age_secs,
+            "min_rate": s.min_rate,
+            "headroom_messages": s.max_count.map(|m| m as i64 - (q.ready + q.unacked) as i64),
+            "headroom_bytes": s.max_depth.map(|m| m as i64 - q.bytes as i64),
+            "headroom_age_seconds": s.max_age_secs.map(|m| m - q.oldest_age_secs),
+            "arrival_rate": s.arrival_rate,
+            "consume_rate": s.consume_rate,
+            "predicted_threshold": s.predicted_threshold,
+            "predicted_seconds": s.predicted_seconds,
+        })
+    });
+    let flow = q.flow.map(|f| {
+        json!({
+            "blocked": f.blocked,
+            "capacity": f.capacity,
+            "resume_capacity": f.resume_capacity,
+            "blocked_publishers": f.blocked_publishers,
+        })
+    });
+    json!({
+        "name": q.name,
+        "vhost": q.vhost,
+        "durable": q.durable,
+        "auto_delete": q.auto_delete,
+        "exclusive": q.exclusive,
+        "arguments": table_json(&q.arguments),
+        "state": "running",
+        "type": "classic",
+        "messages": q.ready + q.unacked,
+        "messages_ready": q.ready,
+        "messages_unacknowledged": q.unacked,
+        "message_bytes": q.bytes,
+        "message_bytes_ready": q.ready_bytes,
+        "message_bytes_unacknowledged": q.bytes.saturating_sub(q.ready_bytes),
+        "consumers": q.consumers,
+        "message_stats": {
+            "publish": q.counters.enqueued,
+            "deliver": q.counters.delivered,
+            "deliver_get": q.counters.delivered,
+            "ack": q.counters.consumed,
+        },
+        "home_shard": q.home,
+        "oldest_message_age_seconds": q.oldest_age_secs,
+        "discarded": q.counters.discarded,
+        "expired": q.counters.expired,
+        "rejected": q.counters.rejected,
+        "flow": flow,
+        "slow_consumer": slow,
+    })
+}
+
+pub(super) async fn queues(
+    ctx: &Context,
+    vhost: Option<&str>,
+    viewer: &Viewer<'_>,
+) -> HttpResponse {
+    let Some(shards) = ctx.snapshots(QUEUES).await else {
+        return unavailable();
+    };
+    let mut all: Vec<&QueueView> = shards
+        .iter()
+        .flat_map(|s| &s.queues)
+        .filter(|q| vhost.is_none_or(|v| q.vhost == v) && viewer.sees_vhost(&q.vhost))
+        .collect();
+    all.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+    ok_json(&Value::Array(all.into_iter().map(queue_json).collect()))
+}
+
+pub(super) async fn queue(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
+    let Some(shards) = ctx.snapshots(QUEUES).await else {
+        return unavailable();
+    };
+    shards
+        .iter()
+        .flat_map(|s| &s.queues)
+        .find(|q| q.vhost == vhost && q.name == name)
+        .map_or_else(|| not_found("queue"), |q| ok_json(&queue_json(q)))
+}
+
+pub(super) async fn purge(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
+    let home = crate::shard::placement::home_shard(vhost, name.as_bytes(), ctx.peers.len());
+    let req = ObserveRequest::Purge {
+        vhost: vhost.to_owned(),
+        name: name.to_owned(),
+    };
+    match ctx.ask_one(usize::from(home), req).await {
+        Some(ObserveReply::Purged(Some(_))) => no_content(),
+        Some(_) => not_found("queue"),
+        None => unavailable(),
+    }
+}
+
+pub(super) async fn delete_queue(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
+    let Some(idx) = ctx.live.borrow().vhost_index(vhost) else {
+        return not_found("vhost");
+    };
+    let (tx, rx) = oneshot::channel();
+    let req = ControlRequest::DeleteQueue {
+        vhost: idx,
+        name: ShortStr::from(name),
+        if_unused: false,
+        if_empty: false,
+        requester: None,
+    };
+    ctx.peers.send(0, ShardMsg::Control(req, tx));
+    match tokio::time::timeout(crate::http::SHARD_TIMEOUT, rx).await {
+        Ok(Ok(Ok(ControlOk::QueueDeleted { .. }))) => no_content(),
+        Ok(Ok(Ok(_))) => no_content(),
+        Ok(Ok(Err(e))) => {
+            if e.code() == crate::protocol::ReplyCode::NotFound {
+                not_found("queue")
+            } else {
+                error(StatusCode::BAD_REQUEST, &e.to_string())
+            }
+        }
+        _ => unavailable(),
+    }
+}
