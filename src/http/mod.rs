@@ -1,7 +1,8 @@
 //! Owns: the management listener — its own OS thread with a current-thread tokio runtime
 //! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
 //! (`metrics`), the management API under `/api/` (`api`; its federation links,
-//! `federation`; users, permissions and vhosts, `access`), HTTP basic auth (`auth`);
+//! `federation`; users, permissions and vhosts, `access`; health checks, `health`; the
+//! node, cluster name and whoami, `nodes`), HTTP basic auth (`auth`);
 //! what one connection may hold (`conn`: the connection cap, the header-read and idle
 //! timeouts).
 //!
@@ -20,7 +21,9 @@ pub mod api;
 pub mod auth;
 mod conn;
 pub mod federation;
+pub mod health;
 pub mod metrics;
+pub mod nodes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -60,6 +63,9 @@ pub struct Context {
     pub amqp: Vec<SocketAddr>,
     /// The AMQP-over-TLS listeners (`amqp/ssl` in `/api/overview`, as RabbitMQ names them).
     pub amqps: Vec<SocketAddr>,
+    /// This management listener's address, once bound (`start` sets it; `http` in the
+    /// listener health checks and the overview's listeners).
+    pub http: Option<SocketAddr>,
     /// The counts the shards share; basic auth uses its ceiling on failed logins.
     pub limits: Arc<crate::limits::ConnectionCounts>,
     /// The federation thread's handle, when federation is configured (its links for
@@ -119,10 +125,11 @@ impl HttpServer {
 }
 
 /// Binds `addr` (here, so a bad address fails the broker's start) and starts the thread.
-pub fn start(addr: SocketAddr, ctx: Context) -> std::io::Result<HttpServer> {
+pub fn start(addr: SocketAddr, mut ctx: Context) -> std::io::Result<HttpServer> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
+    ctx.http = Some(bound);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -301,6 +308,12 @@ async fn route(
         if let Some(response) = access::route(&call).await {
             return response;
         }
+        if let Some(response) = health::route(&call).await {
+            return response;
+        }
+        if let Some(response) = nodes::route(&call).await {
+            return response;
+        }
     }
     if method == Method::DELETE && !user.is_administrator() {
         return error(
@@ -381,6 +394,25 @@ impl Context {
             out.push(tokio::time::timeout_at(deadline, rx).await.ok()?.ok()?);
         }
         Some(out)
+    }
+
+    /// Asks every shard at once; each answer in shard order, `None` for a shard that did
+    /// not answer in time (the others still count).
+    pub async fn ask_all_each(&self, req: ObserveRequest) -> Vec<Option<ObserveReply>> {
+        let pending: Vec<_> = (0..self.peers.len())
+            .map(|i| self.ask(i, req.clone()))
+            .collect();
+        let deadline = tokio::time::Instant::now() + SHARD_TIMEOUT;
+        let mut out = Vec::with_capacity(pending.len());
+        for rx in pending {
+            out.push(
+                tokio::time::timeout_at(deadline, rx)
+                    .await
+                    .ok()
+                    .and_then(Result::ok),
+            );
+        }
+        out
     }
 
     /// Every shard's snapshot, in shard order. Home queues come in chunks

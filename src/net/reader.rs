@@ -52,7 +52,8 @@ pub async fn serve_transport(
 ) {
     let stream = Rc::new(stream);
     let signal = Rc::new(Signal::new());
-    let conn = shard.open_connection(peer, accepted, tls_peer, Rc::clone(&signal));
+    let local = local_addr(&stream);
+    let conn = shard.open_connection(peer, local, accepted, tls_peer, Rc::clone(&signal));
     let writer_done = Rc::new(Signal::new());
     let writer_progress = Rc::new(Signal::new());
     tokio_uring::spawn(super::writer::run(
@@ -91,6 +92,16 @@ pub async fn serve_transport(
         }
     }
     shard.release_connection(conn);
+}
+
+/// The broker's side of an accepted socket (`getsockname`), as a client of a dual-stack
+/// listener sees it (an IPv4 address, not its IPv6 mapping); `None` if it cannot be read.
+fn local_addr(stream: &TcpStream) -> Option<SocketAddr> {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    // SAFETY: the descriptor belongs to `stream`, which outlives this borrow.
+    let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+    let local = socket2::SockRef::from(&fd).local_addr().ok()?.as_socket()?;
+    Some(SocketAddr::new(local.ip().to_canonical(), local.port()))
 }
 
 /// While a connection lingers after close-ok, shuts its socket as soon as the
@@ -188,7 +199,7 @@ async fn read_loop(
         };
         crate::shard::ShardCounters::add(&shard.counters.bytes_read, n);
         shard.clock.refresh();
-        if !shard.reading(conn) {
+        if !shard.received(conn, n) {
             return;
         }
         if shard.phase(conn) == Some(Phase::AwaitHeader) {

@@ -33,7 +33,12 @@ pub enum OpsEvent {
     /// BRK-1006: shard started (with its pinned core, if any).
     ShardStarted { shard: u16, core: Option<usize> },
     /// CON-1001: connection opened (after connection.open).
-    ConnectionOpen { subject: String, client: String },
+    /// `name`: the `connection_name` the client gave in `client-properties`, if any.
+    ConnectionOpen {
+        subject: String,
+        client: String,
+        name: Option<String>,
+    },
     /// CON-1002: connection closed.
     ConnectionClose { subject: String, reason: String },
     /// CHN-1001: channel created.
@@ -306,12 +311,20 @@ impl fmt::Display for OpsEvent {
                 Some(core) => write!(f, "{code} : Shard {shard} started on core {core}"),
                 None => write!(f, "{code} : Shard {shard} started"),
             },
-            OpsEvent::ConnectionOpen { subject, client } => {
+            OpsEvent::ConnectionOpen {
+                subject,
+                client,
+                name,
+            } => {
                 write!(
                     f,
                     "[{subject}] {code} : Open : Client: {client}",
                     subject = Escaped(subject),
-                )
+                )?;
+                match name {
+                    Some(name) => write!(f, " : Name: {}", Escaped(name)),
+                    None => Ok(()),
+                }
             }
             OpsEvent::ConnectionClose { subject, reason } => {
                 write!(

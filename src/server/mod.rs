@@ -353,6 +353,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
                 started,
                 amqp: addresses.clone(),
                 amqps: tls_addresses.clone(),
+                http: None,
                 limits: Arc::clone(&limits),
                 federation: federation.as_ref().map(|f| f.handle()),
                 admin: admin.handle(),

@@ -114,6 +114,17 @@ pub struct Conn {
     pub access: crate::auth::permissions::Access,
     /// On a TLS listener: whether EXTERNAL is offered and the client certificate's CN.
     pub tls: Option<TlsPeer>,
+    /// The broker's side of the socket (`None` when it could not be read).
+    pub local: Option<SocketAddr>,
+    /// When the socket was accepted, milliseconds since the Unix epoch.
+    pub connected_at_ms: u64,
+    /// `client-properties` of `connection.start-ok`, as the client sent them.
+    pub client_properties: FieldTable,
+    /// The SASL mechanism of the accepted `start-ok` (empty before).
+    pub auth_mechanism: String,
+    /// Bytes read from the socket and written to it (`recv_oct`, `send_oct`).
+    pub recv_oct: u64,
+    pub send_oct: u64,
 }
 
 impl Conn {
@@ -218,6 +229,12 @@ impl Conn {
             writer_marked: false,
             access: crate::auth::permissions::Access::default(),
             tls: None,
+            local: None,
+            connected_at_ms: 0,
+            client_properties: FieldTable::default(),
+            auth_mechanism: String::new(),
+            recv_oct: 0,
+            send_oct: 0,
         }
     }
 
@@ -238,6 +255,25 @@ impl Conn {
     /// connection) was told to stop.
     pub fn over_grace(&self, grace: u64) -> bool {
         self.channels.values().any(|ch| ch.publisher.excess > grace)
+    }
+
+    /// The operator's name of the connection, as RabbitMQ forms it: `PEER -> HOST:PORT`
+    /// (`127.0.0.1:40312 -> 127.0.0.1:5672`), unique while the socket is open. Without
+    /// the broker's side, the peer and the serial (`127.0.0.1:40312 #7`).
+    pub fn name(&self) -> String {
+        match self.local {
+            Some(local) => format!("{} -> {}", self.peer, local),
+            None => format!("{} #{}", self.peer, self.serial),
+        }
+    }
+
+    /// The `connection_name` the client gave in `client-properties`, if any.
+    pub fn client_name(&self) -> Option<String> {
+        match self.client_properties.get("connection_name")? {
+            FieldValue::LongStr(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+            FieldValue::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        }
     }
 
     /// `con:7(guest@127.0.0.1:5000/)`, the Qpid-style subject of log lines.

@@ -25,10 +25,10 @@ use crate::shard::inbox::observe::{
 use crate::shard::inbox::{QueueReply, QueueRequest};
 use crate::shard::{Shard, State};
 
-/// The operator's name of a connection: its peer address and serial, unique in the
-/// broker (`127.0.0.1:40312 #7`).
+/// The operator's name of a connection, as RabbitMQ forms it (`Conn::name`:
+/// `127.0.0.1:40312 -> 127.0.0.1:5672`), unique in the broker.
 pub fn connection_name(conn: &Conn) -> String {
-    format!("{} #{}", conn.peer, conn.serial)
+    conn.name()
 }
 
 fn text(s: &ShortStr) -> String {
@@ -61,6 +61,16 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
                 st.conn_side().force_close(shard, id, &reason);
             }
             ObserveReply::Closed(found.is_some())
+        }
+        ObserveRequest::Vhosts => {
+            let st = shard.state.borrow();
+            let directory = &st.common.directory;
+            let open = (0..directory.vhost_count())
+                .filter(|i| !directory.is_closed(*i))
+                .filter_map(|i| directory.vhost(i))
+                .map(|d| d.name.clone())
+                .collect();
+            ObserveReply::Vhosts(open)
         }
         ObserveRequest::Purge { vhost, name } => {
             let mut st = shard.state.borrow_mut();
@@ -213,10 +223,18 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
             heartbeat: c.heartbeat,
             held: c.read_paused_since.is_some(),
             outbound_bytes: c.out.queued_bytes() as u64,
+            local: c.local.map(|a| a.to_string()),
+            tls: c.tls.is_some(),
+            connected_at_ms: c.connected_at_ms,
+            client_properties: c.client_properties.clone(),
+            auth_mechanism: c.auth_mechanism.clone(),
+            recv_oct: c.recv_oct,
+            send_oct: c.send_oct,
         });
         for ch in c.channels.values() {
             view.channels.push(ChannelView {
                 connection: name.clone(),
+                peer: c.peer.to_string(),
                 number: ch.number,
                 user: c.user.clone(),
                 vhost: c.vhost_name.clone(),

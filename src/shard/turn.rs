@@ -62,10 +62,15 @@ impl Shard {
     pub fn open_connection(
         &self,
         peer: SocketAddr,
+        local: Option<SocketAddr>,
         accepted: Instant,
         tls: Option<TlsPeer>,
         writer: Rc<Signal>,
     ) -> ConnId {
+        // Wall-clock time once per connection, for `connected_at`.
+        let connected_at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let now = self.clock.now();
         let config = &self.config;
         let mut st = self.state.borrow_mut();
@@ -80,6 +85,8 @@ impl Shard {
                 writer,
             );
             c.tls = tls;
+            c.local = local;
+            c.connected_at_ms = connected_at_ms;
             c
         });
         let deadline = accepted + crate::session::connection::HANDSHAKE_TIMEOUT;
@@ -109,6 +116,18 @@ impl Shard {
     /// Whether the connection's frames are still handled (see `Conn::reading`).
     pub fn reading(&self, conn: ConnId) -> bool {
         self.state.borrow().conn(conn).is_some_and(|c| c.reading())
+    }
+
+    /// The reader read `n` bytes from the socket: counted on the connection
+    /// (`recv_oct`); whether its frames are still handled (as [`Shard::reading`]).
+    pub fn received(&self, conn: ConnId, n: usize) -> bool {
+        match self.state.borrow_mut().conn_mut(conn) {
+            Some(c) => {
+                c.recv_oct += n as u64;
+                c.reading()
+            }
+            None => false,
+        }
     }
 
     /// The 8 bytes a client sends first.
@@ -285,6 +304,7 @@ impl Shard {
         let drained = match st.conn_mut(conn) {
             Some(c) => {
                 c.out.written(n);
+                c.send_oct += n as u64;
                 c.last_send = now;
                 c.out.queued_bytes() < low_water
             }

@@ -1,22 +1,38 @@
-//! Owns: connections, channels and consumers as JSON, and closing a connection
-//! (320 CONNECTION_FORCED, by the shard that owns it).
+//! Owns: connections, channels and consumers as JSON — RabbitMQ's fields: the name
+//! (`PEER -> HOST:PORT`), both ends of the socket, `ssl`, `client_properties` as the
+//! client sent them, `connected_at`, `auth_mechanism`, bytes read and written — and
+//! closing a connection by that name (320 CONNECTION_FORCED, by the shard that owns it).
 
 use serde_json::{json, Value};
 
+use super::json::table_json;
 use super::{no_content, not_found};
 use crate::http::{unavailable, Context, HttpResponse};
 use crate::shard::inbox::observe::{ObserveReply, ObserveRequest};
 
 pub(super) fn connection_json(c: &crate::shard::inbox::observe::ConnView) -> Value {
-    let (host, port) = c.peer.rsplit_once(':').unwrap_or((&c.peer, ""));
+    let (peer_host, peer_port) = split_addr(&c.peer);
+    let (host, port) = c.local.as_deref().map_or((None, None), |l| {
+        let (h, p) = split_addr(l);
+        (Some(h), p)
+    });
     json!({
         "name": c.name,
+        "type": "network",
         "vhost": c.vhost,
         "user": c.user,
         "state": c.state,
         "channels": c.channels,
-        "peer_host": host,
-        "peer_port": port.parse::<u16>().ok(),
+        "peer_host": peer_host,
+        "peer_port": peer_port,
+        "host": host,
+        "port": port,
+        "ssl": c.tls,
+        "auth_mechanism": c.auth_mechanism,
+        "client_properties": table_json(&c.client_properties),
+        "connected_at": c.connected_at_ms,
+        "recv_oct": c.recv_oct,
+        "send_oct": c.send_oct,
         "frame_max": c.frame_max,
         "channel_max": c.channel_max,
         "timeout": c.heartbeat,
@@ -28,11 +44,27 @@ pub(super) fn connection_json(c: &crate::shard::inbox::observe::ConnView) -> Val
     })
 }
 
+/// An address as RabbitMQ's host and port fields show it: `127.0.0.1` and `5672`,
+/// `::1` without brackets.
+fn split_addr(addr: &str) -> (&str, Option<u16>) {
+    match addr.rsplit_once(':') {
+        Some((host, port)) => (
+            host.trim_start_matches('[').trim_end_matches(']'),
+            port.parse().ok(),
+        ),
+        None => (addr, None),
+    }
+}
+
 pub(super) fn channel_json(c: &crate::shard::inbox::observe::ChannelView) -> Value {
     json!({
         "name": format!("{} ({})", c.connection, c.number),
         "number": c.number,
-        "connection_details": { "name": c.connection },
+        "connection_details": {
+            "name": c.connection,
+            "peer_host": split_addr(&c.peer).0,
+            "peer_port": split_addr(&c.peer).1,
+        },
         "user": c.user,
         "vhost": c.vhost,
         "prefetch_count": c.prefetch,

@@ -1,4 +1,6 @@
-//! Owns: `/api/overview`, the node's totals, listeners, memory and disk figures.
+//! Owns: `/api/overview` — product and version (`rabbitmq_version`, `product_version`),
+//! `cluster_name` and `node` (the node name), the node's totals, listeners, web
+//! contexts, exchange types, memory and disk figures.
 
 use serde_json::json;
 
@@ -25,11 +27,22 @@ pub(super) async fn overview(ctx: &Context) -> HttpResponse {
         ack += q.counters.consumed;
     }
     let count = |f: fn(&ShardView) -> u64| shards.iter().map(f).sum::<u64>();
+    let node = &ctx.config.node_name;
     ok_json(&json!({
         "management_version": env!("CARGO_PKG_VERSION"),
         "product_name": "sluice",
         "product_version": env!("CARGO_PKG_VERSION"),
-        "node": node(ctx),
+        // RabbitMQ's base version field; sluice's own version (rabbitmqadmin's
+        // `show overview` reads it).
+        "rabbitmq_version": env!("CARGO_PKG_VERSION"),
+        // A single node: its cluster is named after it (`[broker] node_name`).
+        "cluster_name": node,
+        "node": node,
+        "exchange_types": crate::http::nodes::exchange_types(),
+        "contexts": ctx.http.iter().map(|a| json!({
+            "node": node, "description": "sluice management", "path": "/",
+            "port": a.port().to_string(), "ip": a.ip().to_string(),
+        })).collect::<Vec<_>>(),
         "object_totals": {
             "connections": count(|s| s.connection_count),
             "channels": count(|s| s.channel_count),
@@ -43,10 +56,10 @@ pub(super) async fn overview(ctx: &Context) -> HttpResponse {
             "messages_unacknowledged": unacked,
         },
         "message_stats": { "publish": publish, "deliver_get": deliver, "ack": ack },
-        "listeners": ctx.amqp.iter().map(|a| ("amqp", a))
-            .chain(ctx.amqps.iter().map(|a| ("amqp/ssl", a)))
+        "listeners": crate::http::health::listeners(ctx).into_iter()
             .map(|(protocol, a)| json!({
-                "protocol": protocol, "ip_address": a.ip().to_string(), "port": a.port(),
+                "node": node, "protocol": protocol, "ip_address": a.ip().to_string(),
+                "port": a.port(),
             })).collect::<Vec<_>>(),
         "shards": ctx.peers.len(),
         "uptime_seconds": ctx.uptime(),
@@ -63,11 +76,4 @@ pub(super) async fn overview(ctx: &Context) -> HttpResponse {
         "disk_free_limit": ctx.disk.free.limit(),
         "disk_free_alarm": ctx.disk.free.alarm(),
     }))
-}
-
-fn node(ctx: &Context) -> String {
-    format!(
-        "sluice@{}",
-        ctx.amqp.first().map_or_else(String::new, |a| a.to_string())
-    )
 }

@@ -19,6 +19,8 @@ pub enum ObserveRequest {
     CloseConnection { name: String, reason: String },
     /// Purge a home queue.
     Purge { vhost: String, name: String },
+    /// The vhosts open in this shard's directory (the vhosts health check).
+    Vhosts,
 }
 
 /// Home queues per snapshot answer: a shard with many queues answers in several turns
@@ -48,6 +50,8 @@ pub enum ObserveReply {
     Closed(bool),
     /// Messages purged, or `None` when the queue is not a home queue of this shard.
     Purged(Option<u32>),
+    /// The names of the vhosts open in this shard's directory.
+    Vhosts(Vec<String>),
 }
 
 /// One shard's figures.
@@ -135,11 +139,25 @@ pub struct ConnView {
     /// Stopped being read (flow control or the memory/disk alarms).
     pub held: bool,
     pub outbound_bytes: u64,
+    /// The broker's side of the socket (`None` if it could not be read).
+    pub local: Option<String>,
+    /// On a TLS listener.
+    pub tls: bool,
+    /// When the socket was accepted, milliseconds since the Unix epoch.
+    pub connected_at_ms: u64,
+    /// `client-properties` of `connection.start-ok`, as sent.
+    pub client_properties: crate::protocol::FieldTable,
+    pub auth_mechanism: String,
+    /// Bytes read from and written to the socket.
+    pub recv_oct: u64,
+    pub send_oct: u64,
 }
 
 #[derive(Debug, Clone)]
 pub struct ChannelView {
     pub connection: String,
+    /// The connection's peer address (`connection_details`).
+    pub peer: String,
     pub number: u16,
     pub user: String,
     pub vhost: String,

@@ -111,6 +111,8 @@ impl ConnSide<'_> {
                                     c.federation_link = true;
                                     c.capabilities =
                                         connection::client_capabilities(&ok.client_properties);
+                                    c.client_properties = ok.client_properties.clone();
+                                    c.auth_mechanism = mechanism.clone();
                                     c.start_ok_accepted();
                                 }
                                 self.send_login_outcome(shard, conn, Ok(()));
@@ -152,6 +154,8 @@ impl ConnSide<'_> {
                 // A correct login is answered at once, whatever failed before.
                 c.user = user.name;
                 c.capabilities = connection::client_capabilities(&ok.client_properties);
+                c.client_properties = ok.client_properties;
+                c.auth_mechanism = mechanism;
                 c.start_ok_accepted();
                 self.send_login_outcome(shard, conn, Ok(()));
                 Ok(AfterFrame::Continue)
@@ -226,6 +230,7 @@ impl ConnSide<'_> {
                 OpsEvent::ConnectionOpen {
                     subject: c.log_subject(),
                     client: c.peer.to_string(),
+                    name: c.client_name(),
                 }
                 .emit();
                 self.mark_writer(conn);
