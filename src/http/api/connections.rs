@@ -6,7 +6,8 @@
 use serde_json::{json, Value};
 
 use super::json::table_json;
-use super::{no_content, not_found};
+use super::{no_content, not_found, ok_json, CONNECTIONS};
+use crate::http::auth::Viewer;
 use crate::http::{unavailable, Context, HttpResponse};
 use crate::shard::inbox::observe::{ObserveReply, ObserveRequest};
 
@@ -92,6 +93,23 @@ pub(super) fn consumer_json(c: &crate::shard::inbox::observe::ConsumerView) -> V
         "active": true,
         "messages_unacknowledged": c.unacked,
     })
+}
+
+/// `GET /api/connections/{name}`: one connection, 404 when no shard has it or it is not
+/// the viewer's to see (RabbitMQ shows a user only its own connections, unless it may
+/// monitor).
+pub(super) async fn connection(ctx: &Context, name: &str, viewer: &Viewer<'_>) -> HttpResponse {
+    let Some(shards) = ctx.snapshots(CONNECTIONS).await else {
+        return unavailable();
+    };
+    let found = shards
+        .iter()
+        .flat_map(|s| s.connections.iter())
+        .find(|c| c.name == name && viewer.sees_connection_of(&c.user));
+    match found {
+        Some(c) => ok_json(&connection_json(c)),
+        None => not_found("connection"),
+    }
 }
 
 /// Asks every shard to close the connection (only its owner has it).

@@ -74,6 +74,7 @@ pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>
             })
             .await
         }
+        ["connections", name] => connections::connection(ctx, name, viewer).await,
         ["channels"] => {
             listing(ctx, CONNECTIONS, |s| {
                 let mine = s.channels.iter();
