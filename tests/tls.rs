@@ -330,6 +330,34 @@ async fn external_logs_in_as_the_certificate_cn() {
             .filter_map(|c| c["user"].as_str())
             .collect();
         assert_eq!(users, vec!["alice"], "{list}");
+        // RabbitMQ's fields of a TLS connection.
+        let c = &list[0];
+        assert_eq!(c["ssl"], true, "{c}");
+        assert_eq!(c["auth_mechanism"], "EXTERNAL", "{c}");
+        assert_eq!(c["port"], port, "{c}");
+        assert_eq!(c["host"], "127.0.0.1", "{c}");
+        assert_eq!(
+            c["name"],
+            format!("127.0.0.1:{} -> 127.0.0.1:{port}", c["peer_port"]),
+            "{c}"
+        );
+        // The TLS listener passes the health check; EXTERNAL is offered there.
+        let (check, node) = tokio::task::spawn_blocking(move || {
+            let check = http::get(http_port, "/api/health/checks/protocol-listener/amqps");
+            (check, http::get(http_port, "/api/nodes").json())
+        })
+        .await
+        .expect("health check");
+        assert_eq!(check.status, 200, "{}", check.body);
+        let mechanisms = &node[0]["auth_mechanisms"];
+        assert!(
+            mechanisms
+                .as_array()
+                .expect("auth_mechanisms")
+                .iter()
+                .any(|m| m["name"] == "EXTERNAL" && m["enabled"] == true),
+            "{node}"
+        );
         conn.close().await.expect("close");
     })
     .await;
