@@ -407,6 +407,18 @@ impl FieldTable {
         }
     }
 
+    /// The same table in one allocation of its own. A decoded table's strings are
+    /// slices of the frame it came in, so a table kept for longer than its frame (a
+    /// connection's client-properties) would keep the whole read buffer that frame was
+    /// cut from alive, unaccounted.
+    pub fn detached(&self) -> FieldTable {
+        let mut out = BytesMut::with_capacity(self.encoded_len());
+        self.encode(&mut out);
+        // Decoding what was just encoded cannot fail (it decoded before, within the
+        // same nesting bound); if it did, nothing is kept rather than the frame.
+        FieldTable::decode(&mut Reader::new(out.freeze())).unwrap_or_default()
+    }
+
     /// Bytes [`FieldTable::encode`] writes, including the 4-byte length prefix.
     pub fn encoded_len(&self) -> usize {
         4 + self
@@ -441,6 +453,27 @@ impl<'a> IntoIterator for &'a FieldTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_detached_table_shares_nothing_with_its_frame() {
+        let mut t = FieldTable::new();
+        t.insert("connection_name", FieldValue::LongStr(LongStr::from("orders")));
+        let mut nested = FieldTable::new();
+        nested.insert("basic.nack", FieldValue::Bool(true));
+        t.insert("capabilities", FieldValue::Table(nested));
+        let mut wire = BytesMut::new();
+        t.encode(&mut wire);
+        wire.extend_from_slice(&[0u8; 4096]);
+        let frame = wire.freeze();
+        let decoded = FieldTable::decode(&mut Reader::new(frame.clone())).unwrap();
+        let detached = decoded.detached();
+        assert_eq!(detached, decoded);
+        let range = frame.as_ptr_range();
+        let name = detached.get("connection_name").and_then(FieldValue::as_bytes);
+        assert!(name.is_some_and(|n| !range.contains(&n.as_ptr())));
+        let kept = decoded.get("connection_name").and_then(FieldValue::as_bytes);
+        assert!(kept.is_some_and(|n| range.contains(&n.as_ptr())), "decode slices");
+    }
 
     /// Decodes a single value from `bytes` (type octet first), checks it equals
     /// `expected`, and that re-encoding reproduces `bytes` exactly.

@@ -118,7 +118,8 @@ pub struct Conn {
     pub local: Option<SocketAddr>,
     /// When the socket was accepted, milliseconds since the Unix epoch.
     pub connected_at_ms: u64,
-    /// `client-properties` of `connection.start-ok`, as the client sent them.
+    /// `client-properties` of `connection.start-ok`, as the client sent them (detached
+    /// from the frame: `FieldTable::detached`).
     pub client_properties: FieldTable,
     /// The SASL mechanism of the accepted `start-ok` (empty before).
     pub auth_mechanism: String,

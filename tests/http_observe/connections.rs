@@ -79,7 +79,7 @@ fn u64_of(c: &Value, key: &str) -> u64 {
 }
 
 async fn connections_show_rabbitmqs_fields(shards: usize) {
-    let broker = Broker::start(shards);
+    let broker = Broker::start_with_config(shards, "[broker]\nnode_name = \"obs-conns\"\n");
     let port = broker.http_port();
     let amqp = broker.port();
     let before = now_ms();
@@ -114,6 +114,8 @@ async fn connections_show_rabbitmqs_fields(shards: usize) {
         "{c}"
     );
     assert_eq!(c["type"], "network", "{c}");
+    assert_eq!(c["protocol"], "AMQP 0-9-1", "{c}");
+    assert_eq!(c["node"], "obs-conns", "{c}");
     assert_eq!(c["state"], "running", "{c}");
     assert_eq!(c["user"], "guest", "{c}");
     assert_eq!(c["vhost"], "/", "{c}");

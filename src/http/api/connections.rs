@@ -11,7 +11,8 @@ use crate::http::auth::Viewer;
 use crate::http::{unavailable, Context, HttpResponse};
 use crate::shard::inbox::observe::{ObserveReply, ObserveRequest};
 
-pub(super) fn connection_json(c: &crate::shard::inbox::observe::ConnView) -> Value {
+/// One connection, on the node named `node`.
+pub(super) fn connection_json(c: &crate::shard::inbox::observe::ConnView, node: &str) -> Value {
     let (peer_host, peer_port) = split_addr(&c.peer);
     let (host, port) = c.local.as_deref().map_or((None, None), |l| {
         let (h, p) = split_addr(l);
@@ -19,6 +20,7 @@ pub(super) fn connection_json(c: &crate::shard::inbox::observe::ConnView) -> Val
     });
     json!({
         "name": c.name,
+        "node": node,
         "type": "network",
         "vhost": c.vhost,
         "user": c.user,
@@ -107,7 +109,7 @@ pub(super) async fn connection(ctx: &Context, name: &str, viewer: &Viewer<'_>) -
         .flat_map(|s| s.connections.iter())
         .find(|c| c.name == name && viewer.sees_connection_of(&c.user));
     match found {
-        Some(c) => ok_json(&connection_json(c)),
+        Some(c) => ok_json(&connection_json(c, &ctx.config.node_name)),
         None => not_found("connection"),
     }
 }

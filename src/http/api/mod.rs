@@ -6,8 +6,8 @@
 //! shard that owns the object.
 //!
 //! Rooms: `overview` (the node and its totals), `queues` (queue JSON, purge, delete),
-//! `exchanges` (exchanges and bindings), `connections` (connections, channels,
-//! consumers, closing a connection), `json` (field tables as JSON).
+//! `exchanges` (exchanges and bindings), `connections` (connections — listed, or one by
+//! name — channels, consumers, closing a connection), `json` (field tables as JSON).
 //!
 //! Does not: change anything except through a shard's inbox.
 
@@ -70,7 +70,8 @@ pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>
             listing(ctx, CONNECTIONS, |s| {
                 let mine = s.connections.iter();
                 let mine = mine.filter(|c| viewer.sees_connection_of(&c.user));
-                mine.map(connections::connection_json).collect()
+                mine.map(|c| connections::connection_json(c, &ctx.config.node_name))
+                    .collect()
             })
             .await
         }
