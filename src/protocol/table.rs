@@ -457,7 +457,10 @@ mod tests {
     #[test]
     fn a_detached_table_shares_nothing_with_its_frame() {
         let mut t = FieldTable::new();
-        t.insert("connection_name", FieldValue::LongStr(LongStr::from("orders")));
+        t.insert(
+            "connection_name",
+            FieldValue::LongStr(LongStr::from("orders")),
+        );
         let mut nested = FieldTable::new();
         nested.insert("basic.nack", FieldValue::Bool(true));
         t.insert("capabilities", FieldValue::Table(nested));
@@ -469,10 +472,17 @@ mod tests {
         let detached = decoded.detached();
         assert_eq!(detached, decoded);
         let range = frame.as_ptr_range();
-        let name = detached.get("connection_name").and_then(FieldValue::as_bytes);
+        let name = detached
+            .get("connection_name")
+            .and_then(FieldValue::as_bytes);
         assert!(name.is_some_and(|n| !range.contains(&n.as_ptr())));
-        let kept = decoded.get("connection_name").and_then(FieldValue::as_bytes);
-        assert!(kept.is_some_and(|n| range.contains(&n.as_ptr())), "decode slices");
+        let kept = decoded
+            .get("connection_name")
+            .and_then(FieldValue::as_bytes);
+        assert!(
+            kept.is_some_and(|n| range.contains(&n.as_ptr())),
+            "decode slices"
+        );
     }
 
     /// Decodes a single value from `bytes` (type octet first), checks it equals

@@ -14,7 +14,10 @@ use crate::common::wire::{self, m, Enc, Props, Val};
 use crate::common::{eventually, next_event, unique, Broker, Event, EVENT_TIMEOUT};
 use crate::{get, get_ok, request, segment};
 
-crate::shard_tests!(connections_show_rabbitmqs_fields, bytes_read_and_written_are_exact);
+crate::shard_tests!(
+    connections_show_rabbitmqs_fields,
+    bytes_read_and_written_are_exact
+);
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -144,11 +147,18 @@ async fn connections_show_rabbitmqs_fields(shards: usize) {
     assert!(u64_of(&c, "recv_oct") > 0, "{c}");
     assert!(u64_of(&c, "send_oct") > 0, "{c}");
     // One connection by its name: the same one.
-    let path = format!("/api/connections/{}", segment(c["name"].as_str().expect("name")));
+    let path = format!(
+        "/api/connections/{}",
+        segment(c["name"].as_str().expect("name"))
+    );
     let one = get_ok(port, &path).await;
     assert_eq!(one["client_properties"], c["client_properties"], "{one}");
     assert_eq!(one["peer_port"], c["peer_port"], "{one}");
-    let r = get(port, "/api/connections/127.0.0.1%3A1%20-%3E%20127.0.0.1%3A2").await;
+    let r = get(
+        port,
+        "/api/connections/127.0.0.1%3A1%20-%3E%20127.0.0.1%3A2",
+    )
+    .await;
     assert_eq!(r.status, 404, "{}", r.body);
     // The connection's channels name it, with its peer.
     let channels = get_ok(port, "/api/channels").await;
@@ -211,7 +221,10 @@ async fn connections_show_rabbitmqs_fields(shards: usize) {
     // Without a connection_name, the line ends at the client's address.
     let p = by_peer_port(port, plain_port).await;
     assert_eq!(p["channels"], 0, "{p}");
-    assert!(p["client_properties"].get("connection_name").is_none(), "{p}");
+    assert!(
+        p["client_properties"].get("connection_name").is_none(),
+        "{p}"
+    );
     let line = broker
         .wait_for_log(&format!("Client: 127.0.0.1:{plain_port}"), EVENT_TIMEOUT)
         .expect("CON-1001 for the plain connection");
@@ -232,10 +245,16 @@ async fn connections_show_rabbitmqs_fields(shards: usize) {
         u64_of(&later, "recv_oct") >= u64_of(&c, "recv_oct") + 20_000,
         "{c}\n{later}"
     );
-    assert!(u64_of(&later, "send_oct") > u64_of(&c, "send_oct"), "{c}\n{later}");
+    assert!(
+        u64_of(&later, "send_oct") > u64_of(&c, "send_oct"),
+        "{c}\n{later}"
+    );
 
     // Closed by its RabbitMQ name: 320, and no longer listed.
-    let path = format!("/api/connections/{}", segment(c["name"].as_str().expect("name")));
+    let path = format!(
+        "/api/connections/{}",
+        segment(c["name"].as_str().expect("name"))
+    );
     let resp = request(port, "DELETE", &path, Some(("guest", "guest"))).await;
     assert_eq!(resp.status, 204, "{}", resp.body);
     let mut conn = conn;
@@ -282,7 +301,10 @@ async fn bytes_read_and_written_are_exact(shards: usize) {
         let method = wire::frame(
             wire::FRAME_METHOD,
             1,
-            &wire::method_payload(m::BASIC_PUBLISH, &RawConn::publish_args("", &queue, false, false)),
+            &wire::method_payload(
+                m::BASIC_PUBLISH,
+                &RawConn::publish_args("", &queue, false, false),
+            ),
         );
         let header = wire::frame(
             wire::FRAME_HEADER,

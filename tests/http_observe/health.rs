@@ -65,7 +65,10 @@ async fn listener_checks(shards: usize) {
     let (amqp, http) = (broker.port(), broker.http_port());
     for p in [amqp, http] {
         let path = format!("/api/health/checks/port-listener/{p}");
-        assert_eq!(get_ok(http, &path).await, json!({"status": "ok", "port": p}));
+        assert_eq!(
+            get_ok(http, &path).await,
+            json!({"status": "ok", "port": p})
+        );
     }
     // A port nothing listens on: RabbitMQ's failure, with the ports that are listened on.
     let r = get(http, "/api/health/checks/port-listener/1").await;
@@ -90,11 +93,22 @@ async fn listener_checks(shards: usize) {
     assert_eq!(r.json()["reason"], "Invalid port", "{}", r.body);
 
     // Protocols, by RabbitMQ's names and aliases.
-    for protocols in ["amqp", "AMQP091", "amqp0-9-1", "http", "management", "amqp,http"] {
+    for protocols in [
+        "amqp",
+        "AMQP091",
+        "amqp0-9-1",
+        "http",
+        "management",
+        "amqp,http",
+    ] {
         let path = format!("/api/health/checks/protocol-listener/{protocols}");
         let body = get_ok(http, &path).await;
         assert_eq!(body["status"], "ok", "{path}: {body}");
-        assert_eq!(sorted(&body["protocols"]), ["amqp", "http"], "{path}: {body}");
+        assert_eq!(
+            sorted(&body["protocols"]),
+            ["amqp", "http"],
+            "{path}: {body}"
+        );
     }
     for (protocols, missing) in [
         ("stomp", vec!["stomp"]),
@@ -109,7 +123,11 @@ async fn listener_checks(shards: usize) {
         assert_eq!(body["status"], "failed", "{path}: {body}");
         assert_eq!(body["reason"], "No active listener", "{path}: {body}");
         assert_eq!(sorted(&body["missing"]), missing, "{path}: {body}");
-        assert_eq!(sorted(&body["protocols"]), ["amqp", "http"], "{path}: {body}");
+        assert_eq!(
+            sorted(&body["protocols"]),
+            ["amqp", "http"],
+            "{path}: {body}"
+        );
     }
 }
 
@@ -171,8 +189,7 @@ fn fill_until_memory_alarm(broker: &Broker, raw: &mut RawConn, queue: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_alarm_fails_the_alarm_checks_until_it_clears() {
-    let config =
-        format!("{NODE}[memory]\nhigh_watermark = 4000000\nlow_watermark = 2000000\n");
+    let config = format!("{NODE}[memory]\nhigh_watermark = 4000000\nlow_watermark = 2000000\n");
     let broker = Broker::start_with_config(2, &config);
     crate::common::bounded(async {
         let port = broker.http_port();
@@ -229,7 +246,10 @@ async fn disk_alarm_fails_the_alarm_checks() {
         assert_alarm_checks_fail(port, "disk space", "obs-health").await;
         let node = get_ok(port, "/api/nodes/obs-health").await;
         assert_eq!(node["disk_free_alarm"], true, "{node}");
-        assert_eq!(node["disk_free_limit"], 4_611_686_018_427_387_904u64, "{node}");
+        assert_eq!(
+            node["disk_free_limit"], 4_611_686_018_427_387_904u64,
+            "{node}"
+        );
         assert_eq!(node["mem_alarm"], false, "{node}");
     })
     .await;

@@ -70,7 +70,10 @@ async fn one_node_with_plausible_figures(shards: usize) {
     assert!(u64_field(node, "disk_free") > 0, "{node}");
     // Every shard is a thread, and so is the management listener.
     assert!(u64_field(node, "proc_used") > shards as u64, "{node}");
-    assert!(u64_field(node, "proc_total") >= u64_field(node, "proc_used"), "{node}");
+    assert!(
+        u64_field(node, "proc_total") >= u64_field(node, "proc_used"),
+        "{node}"
+    );
     assert!(u64_field(node, "processors") >= 1, "{node}");
     assert!(u64_field(node, "uptime") > 0, "{node}");
     let types: Vec<&str> = node["exchange_types"]
