@@ -123,7 +123,8 @@ pub struct Conn {
     pub client_properties: FieldTable,
     /// The SASL mechanism of the accepted `start-ok` (empty before).
     pub auth_mechanism: String,
-    /// Bytes read from the socket and written to it (`recv_oct`, `send_oct`).
+    /// AMQP bytes read from the socket and written to it (`recv_oct`, `send_oct`; on a
+    /// TLS listener, the plaintext: the record layer is not counted).
     pub recv_oct: u64,
     pub send_oct: u64,
 }

@@ -148,7 +148,7 @@ pub struct ConnView {
     /// `client-properties` of `connection.start-ok`, as sent.
     pub client_properties: crate::protocol::FieldTable,
     pub auth_mechanism: String,
-    /// Bytes read from and written to the socket.
+    /// AMQP bytes read and written (on TLS, the plaintext).
     pub recv_oct: u64,
     pub send_oct: u64,
 }
