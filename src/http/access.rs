@@ -181,7 +181,7 @@ fn changed(outcome: Result<Changed, AdminError>) -> HttpResponse {
 
 /// A user as RabbitMQ 3.10 lists it: never a plain-text password (such a user, from the
 /// file, shows an empty hash, as a user without password does).
-fn user_json(u: &User) -> Value {
+pub(super) fn user_json(u: &User) -> Value {
     json!({
         "name": u.name,
         "password_hash": u.password.encoded().unwrap_or_default(),
@@ -191,7 +191,7 @@ fn user_json(u: &User) -> Value {
     })
 }
 
-fn vhost_json(config: &Config, name: &str) -> Value {
+pub(super) fn vhost_json(config: &Config, name: &str) -> Value {
     let meta = config
         .vhost_metadata
         .iter()
@@ -244,7 +244,7 @@ fn tags_of(map: &Map<String, Value>) -> Result<Option<Vec<String>>, String> {
 
 /// Every (user, vhost) grant in force that `keep` keeps, as RabbitMQ lists them: where
 /// the file configures no permissions, every user's full grant on every vhost.
-fn permissions_of(config: &Config, keep: impl Fn(&str, &str) -> bool) -> Vec<Value> {
+pub(super) fn permissions_of(config: &Config, keep: impl Fn(&str, &str) -> bool) -> Vec<Value> {
     let mut out = Vec::new();
     for user in &config.users {
         for vhost in &config.vhosts {

@@ -1,7 +1,9 @@
 //! Owns: the management listener — its own OS thread with a current-thread tokio runtime
 //! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
 //! (`metrics`), the management API under `/api/` (`api`; its federation links,
-//! `federation`; users, permissions and vhosts, `access`), HTTP basic auth (`auth`);
+//! `federation`; users, permissions and vhosts, `access`; declaring and deleting
+//! queues, exchanges and bindings, `topology`; exporting and importing definitions,
+//! `definitions`), HTTP basic auth (`auth`);
 //! what one connection may hold (`conn`: the connection cap, the header-read and idle
 //! timeouts).
 //!
@@ -19,8 +21,10 @@ pub mod access;
 pub mod api;
 pub mod auth;
 mod conn;
+pub mod definitions;
 pub mod federation;
 pub mod metrics;
+pub mod topology;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -299,6 +303,12 @@ async fn route(
         };
         // Each area of the API answers the paths it owns and passes (None) on the rest.
         if let Some(response) = access::route(&call).await {
+            return response;
+        }
+        if let Some(response) = topology::route(&call).await {
+            return response;
+        }
+        if let Some(response) = definitions::route(&call).await {
             return response;
         }
     }

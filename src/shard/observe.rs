@@ -20,7 +20,7 @@ use crate::queue::Queue;
 use crate::session::connection::{Conn, Phase};
 use crate::shard::inbox::observe::{
     BindingView, ChannelView, ConnView, ConsumerView, ExchangeView, FlowView, ObserveReply,
-    ObserveRequest, QueueView, ShardView, SlowView, VhostView, Want, QUEUE_CHUNK,
+    ObserveRequest, QueueDefView, QueueView, ShardView, SlowView, VhostView, Want, QUEUE_CHUNK,
 };
 use crate::shard::inbox::{QueueReply, QueueRequest};
 use crate::shard::{Shard, State};
@@ -249,7 +249,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
     view
 }
 
-/// Every vhost's exchanges and bindings, from this replica.
+/// Every vhost's exchanges, queues and bindings, from this replica.
 fn directory_view(directory: &Directory) -> Vec<VhostView> {
     (0..directory.vhost_count())
         .filter(|i| !directory.is_closed(*i))
@@ -285,9 +285,21 @@ fn directory_view(directory: &Directory) -> Vec<VhostView> {
                     });
                 }
             }
+            let mut queues: Vec<QueueDefView> = d
+                .queues()
+                .map(|q| QueueDefView {
+                    name: text(&q.name),
+                    durable: q.durable,
+                    exclusive: q.exclusive_owner.is_some(),
+                    auto_delete: q.auto_delete,
+                    arguments: q.arguments.clone(),
+                })
+                .collect();
+            queues.sort_by(|a, b| a.name.cmp(&b.name));
             VhostView {
                 vhost: d.name.clone(),
                 exchanges,
+                queues,
                 bindings,
             }
         })

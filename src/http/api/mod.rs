@@ -1,12 +1,12 @@
 //! Owns: the management API's JSON under `/api/` — RabbitMQ's paths and field names for
-//! the subset served (overview, queues, exchanges, bindings, connections, channels,
+//! the subset served (overview, queues, exchanges, connections, channels,
 //! consumers; the federation links are `super::federation`'s), with sluice's own fields beside them (home shard, flow state,
 //! slow-consumer policy, headroom and prediction) — and its actions: closing a
 //! connection (320 CONNECTION_FORCED), purging and deleting a queue, each sent to the
 //! shard that owns the object.
 //!
 //! Rooms: `overview` (the node and its totals), `queues` (queue JSON, purge, delete),
-//! `exchanges` (exchanges and bindings), `connections` (connections, channels,
+//! `exchanges` (the exchange list; bindings are `super::topology`'s), `connections` (connections, channels,
 //! consumers, closing a connection), `json` (field tables as JSON).
 //!
 //! Does not: change anything except through a shard's inbox.
@@ -62,9 +62,6 @@ pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>
         ["queues", vhost, name] => queues::queue(ctx, vhost, name).await,
         ["exchanges"] | ["exchanges", _] => {
             exchanges::exchanges(ctx, path.get(1).copied(), viewer).await
-        }
-        ["bindings"] | ["bindings", _] => {
-            exchanges::bindings(ctx, path.get(1).copied(), viewer).await
         }
         ["connections"] => {
             listing(ctx, CONNECTIONS, |s| {

@@ -13,7 +13,7 @@ use crate::queue::QueueCounters;
 pub enum ObserveRequest {
     /// The shard's counters, and the detail asked for.
     Snapshot(Want),
-    /// The exchanges and bindings of every vhost (any replica has them all).
+    /// The exchanges, queues and bindings of every vhost (any replica has them all).
     Directory,
     /// Close the connection with this name (if it is on this shard) with 320.
     CloseConnection { name: String, reason: String },
@@ -165,12 +165,24 @@ pub struct ConsumerView {
     pub unacked: u32,
 }
 
-/// One vhost's exchanges and bindings.
+/// One vhost's exchanges, queues and bindings.
 #[derive(Debug, Clone)]
 pub struct VhostView {
     pub vhost: String,
     pub exchanges: Vec<ExchangeView>,
+    /// The queues as declared (their contents are the home shard's: `QueueView`).
+    pub queues: Vec<QueueDefView>,
     pub bindings: Vec<BindingView>,
+}
+
+/// A queue as the directory knows it: what its declare said.
+#[derive(Debug, Clone)]
+pub struct QueueDefView {
+    pub name: String,
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    pub arguments: crate::protocol::FieldTable,
 }
 
 #[derive(Debug, Clone)]
