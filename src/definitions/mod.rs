@@ -204,8 +204,14 @@ impl Fields<'_> {
     }
 
     fn flag(&self, key: &str) -> Result<bool, String> {
+        self.flag_or(key, false)
+    }
+
+    /// A flag whose absence means `default` (`durable`: RabbitMQ's import takes a queue
+    /// or exchange without it as durable).
+    fn flag_or(&self, key: &str, default: bool) -> Result<bool, String> {
         match self.0.get(key) {
-            None | Some(Value::Null) => Ok(false),
+            None | Some(Value::Null) => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
             // RabbitMQ's management takes the strings too.
             Some(Value::String(s)) if s == "true" => Ok(true),
@@ -355,7 +361,7 @@ pub fn exchanges(root: &Value) -> Vec<Item<ExchangeItem>> {
             } else {
                 kind
             },
-            durable: f.flag("durable")?,
+            durable: f.flag_or("durable", true)?,
             auto_delete: f.flag("auto_delete")?,
             internal: f.flag("internal")?,
             arguments: f.arguments()?,
@@ -368,7 +374,7 @@ pub fn queues(root: &Value) -> Vec<Item<QueueItem>> {
         Ok(QueueItem {
             vhost: f.text("vhost")?,
             name: named(f.text("name")?)?,
-            durable: f.flag("durable")?,
+            durable: f.flag_or("durable", true)?,
             auto_delete: f.flag("auto_delete")?,
             exclusive: f.flag("exclusive")?,
             arguments: f.arguments()?,

@@ -156,7 +156,7 @@ fn ok(v: &Value) -> HttpResponse {
 }
 
 fn not_found() -> HttpResponse {
-    error(StatusCode::NOT_FOUND, "Object Not Found")
+    super::object_not_found()
 }
 
 fn bad_request(reason: &str) -> HttpResponse {

@@ -11,10 +11,15 @@
 //! admin thread (`AccessRequest`), queues, exchanges and bindings through the
 //! coordinator as declares are (`topology`). It stops at the first item refused and
 //! answers 400 naming it (BRK-1022); the items before it stay applied, as in RabbitMQ.
+//! As RabbitMQ's import does, a queue or exchange that exists already is passed over
+//! (not redeclared, so an import of an export into the same broker is no refusal), and
+//! so are the default exchange and `amq.` names.
 //! A full import logs BRK-1021 with its counts.
 //!
 //! Does not: parse the format itself (`crate::definitions`), hold state, or change
 //! anything except through the admin thread and the coordinator.
+
+use std::collections::HashSet;
 
 use bytes::Bytes;
 use hyper::{Method, StatusCode};
@@ -55,7 +60,13 @@ pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
     }
     if let Some(v) = vhost {
         if config.vhost_index(v).is_none() {
-            return Some(error(StatusCode::BAD_REQUEST, "vhost_not_found"));
+            // RabbitMQ's answers: 400 to an export, 404 to an import.
+            let status = if *method == Method::POST {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            return Some(error(status, "vhost_not_found"));
         }
     }
     Some(match *method {
@@ -109,8 +120,15 @@ async fn export(ctx: &Context, config: &Config, vhost: Option<&str>) -> HttpResp
     )
 }
 
+/// The users with a hash each, also those the file gives a plain-text password (see
+/// `Password::exported`), so that the export imported elsewhere keeps every password.
 fn export_users(config: &Config) -> Value {
-    Value::Array(config.users.iter().map(user_json).collect())
+    let users = config.users.iter().map(|u| {
+        let mut json = user_json(u);
+        json["password_hash"] = json!(u.password.exported());
+        json
+    });
+    Value::Array(users.collect())
 }
 
 fn export_vhosts(config: &Config) -> Value {
@@ -132,15 +150,13 @@ fn export_policies() -> Value {
     json!([])
 }
 
-/// Durable queues that are not exclusive: what a restart keeps, as RabbitMQ exports.
+/// Every queue that is not exclusive (an exclusive one cannot be restored), durable or
+/// not, as RabbitMQ exports them.
 fn export_queues(views: &[&VhostView]) -> Value {
     let items = views.iter().flat_map(|v| {
-        v.queues
-            .iter()
-            .filter(|q| q.durable && !q.exclusive)
-            .map(|q| {
-                json!({
-                    "name": q.name, "vhost": v.vhost, "type": "classic", "durable": true,
+        v.queues.iter().filter(|q| !q.exclusive).map(|q| {
+            json!({
+                "name": q.name, "vhost": v.vhost, "type": "classic", "durable": q.durable,
                     "auto_delete": q.auto_delete,
                     "arguments": super::api::json::table_json(&q.arguments),
                 })
@@ -149,17 +165,17 @@ fn export_queues(views: &[&VhostView]) -> Value {
     Value::Array(items.collect())
 }
 
-/// Durable exchanges that are not the broker's own (`amq.*`) or internal, as RabbitMQ
-/// exports them.
+/// Every exchange but the default one and the broker's own (`amq.*`), as RabbitMQ 3.10
+/// exports them (durable or not, internal ones too).
 fn export_exchanges(views: &[&VhostView]) -> Value {
     let items = views.iter().flat_map(|v| {
         v.exchanges
             .iter()
-            .filter(|e| e.durable && !e.internal && !e.name.starts_with("amq."))
+            .filter(|e| !e.name.is_empty() && !e.name.starts_with("amq."))
             .map(|e| {
                 json!({
-                    "name": e.name, "vhost": v.vhost, "type": e.kind, "durable": true,
-                    "auto_delete": e.auto_delete, "internal": false,
+                    "name": e.name, "vhost": v.vhost, "type": e.kind, "durable": e.durable,
+                    "auto_delete": e.auto_delete, "internal": e.internal,
                     "arguments": super::api::json::table_json(&e.arguments),
                 })
             })
@@ -167,20 +183,20 @@ fn export_exchanges(views: &[&VhostView]) -> Value {
     Value::Array(items.collect())
 }
 
-/// The bindings between durable ends (those a restart keeps); never the default
-/// exchange's implicit ones.
+/// The explicit bindings whose ends are exported or the broker's own (never the default
+/// exchange's implicit ones, nor those to an exclusive queue), as RabbitMQ 3.10 exports
+/// them.
 fn export_bindings(views: &[&VhostView]) -> Value {
     let items = views.iter().flat_map(|v| {
-        let durable_exchange = |name: &str| v.exchanges.iter().any(|e| e.name == name && e.durable);
-        let durable_queue = |name: &str| v.queues.iter().any(|q| q.name == name && q.durable);
+        let exported_queue = |name: &str| v.queues.iter().any(|q| q.name == name && !q.exclusive);
         v.bindings
             .iter()
             .filter(move |b| {
-                durable_exchange(&b.source)
+                !b.source.is_empty()
                     && if b.destination_type == "queue" {
-                        durable_queue(&b.destination)
+                        exported_queue(&b.destination)
                     } else {
-                        durable_exchange(&b.destination)
+                        !b.destination.is_empty()
                     }
             })
             .map(|b| {
@@ -242,8 +258,12 @@ fn refuse_unheld(root: &Value, vhost: Option<&str>) -> Result<(), String> {
 /// Reads the body; `vhost` set: a vhost's import (queues, exchanges, bindings into it;
 /// the items' own `vhost` is overridden, as RabbitMQ does).
 fn read(body: &Bytes, vhost: Option<&str>) -> Result<Read, String> {
-    let root: Value =
-        serde_json::from_slice(body).map_err(|e| format!("definitions are not JSON: {e}"))?;
+    // RabbitMQ's reason for a body that is not JSON; an empty body imports nothing.
+    let root: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body).map_err(|_| "failed_to_parse_json".to_owned())?
+    };
     defs::root(&root)?;
     refuse_unheld(&root, vhost)?;
     let mut read = Read {
@@ -427,12 +447,42 @@ async fn declare(
     }
 }
 
+/// The (vhost, name) of every queue (`queues`) or exchange in the directory now.
+async fn existing(ctx: &Context, queues: bool) -> Result<HashSet<(String, String)>, String> {
+    let dir = ctx
+        .directory()
+        .await
+        .ok_or_else(|| "a shard did not answer".to_owned())?;
+    let mut names = HashSet::new();
+    for v in dir {
+        if queues {
+            names.extend(v.queues.into_iter().map(|q| (v.vhost.clone(), q.name)));
+        } else {
+            names.extend(v.exchanges.into_iter().map(|x| (v.vhost.clone(), x.name)));
+        }
+    }
+    Ok(names)
+}
+
+/// Whether an item is passed over as RabbitMQ's import passes it over: an object that
+/// exists already (whatever its properties; it is not redeclared), or one the broker
+/// owns (the default exchange, an `amq.` name).
+fn passed_over(existing: &HashSet<(String, String)>, vhost: &str, name: &str) -> bool {
+    name.is_empty()
+        || name.starts_with("amq.")
+        || existing.contains(&(vhost.to_owned(), name.to_owned()))
+}
+
 async fn import_queues(
     ctx: &Context,
     queues: Vec<QueueItem>,
     counts: &mut ImportCounts,
 ) -> Result<(), String> {
+    let existing = existing(ctx, true).await?;
     for (i, q) in queues.into_iter().enumerate() {
+        if passed_over(&existing, &q.vhost, &q.name) {
+            continue;
+        }
         let what = format!("'{}' in vhost '{}'", q.name, q.vhost);
         let req = if q.exclusive {
             Err("an exclusive queue cannot be imported".to_owned())
@@ -455,7 +505,11 @@ async fn import_exchanges(
     exchanges: Vec<ExchangeItem>,
     counts: &mut ImportCounts,
 ) -> Result<(), String> {
+    let existing = existing(ctx, false).await?;
     for (i, x) in exchanges.into_iter().enumerate() {
+        if passed_over(&existing, &x.vhost, &x.name) {
+            continue;
+        }
         let what = format!("'{}' in vhost '{}'", x.name, x.vhost);
         let req = slot(ctx, &x.vhost).and_then(|idx| {
             topology::exchange_declare(

@@ -327,7 +327,7 @@ async fn route(
         (_, ["metrics"] | ["api", ..]) => {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         }
-        _ => error(StatusCode::NOT_FOUND, "not found"),
+        _ => object_not_found(),
     }
 }
 
@@ -345,13 +345,37 @@ fn split_path(path: &str) -> Option<Vec<String>> {
         .collect()
 }
 
-/// A JSON error body, as RabbitMQ's management API answers.
+/// A JSON error body, as RabbitMQ's management API answers (`rabbit_mgmt_util:
+/// halt_response`): `error` is RabbitMQ's name of the refusal (`bad_request`,
+/// `not_authorised`, `not_found`, ...), `reason` the text.
 pub fn error(status: StatusCode, reason: &str) -> HttpResponse {
-    let body = serde_json::json!({
-        "error": status.canonical_reason().unwrap_or("error"),
-        "reason": reason,
-    });
+    error_named(status, error_kind(status), reason)
+}
+
+fn error_named(status: StatusCode, kind: &str, reason: &str) -> HttpResponse {
+    let body = serde_json::json!({ "error": kind, "reason": reason });
     respond(status, "application/json", body.to_string().into())
+}
+
+/// The `error` field RabbitMQ's management gives a status.
+fn error_kind(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "bad_request",
+        401 => "not_authorised",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        412 => "precondition_failed",
+        500 => "internal_server_error",
+        503 => "service_unavailable",
+        _ => status.canonical_reason().unwrap_or("error"),
+    }
+}
+
+/// 404 for a path naming no object (a queue, exchange or binding that does not exist,
+/// or a path the API does not serve), as RabbitMQ's web dispatch renders cowboy's bare
+/// 404: `{"error":"Object Not Found","reason":"Not Found"}`.
+pub fn object_not_found() -> HttpResponse {
+    error_named(StatusCode::NOT_FOUND, "Object Not Found", "Not Found")
 }
 
 pub fn respond(status: StatusCode, content_type: &'static str, body: Bytes) -> HttpResponse {

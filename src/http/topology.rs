@@ -11,6 +11,14 @@
 //! definitions log when durable and applied on every shard before the answer. Reads come
 //! from shard 0's directory (`Context::directory`).
 //!
+//! Who may change what is RabbitMQ's rule (`rabbit_mgmt_util:is_authorized_vhost`,
+//! then `direct_request` as the user): a management-family user (401 `Not management
+//! user`); an administrator reaches every vhost, the others the vhosts they have
+//! permissions on (401 `User not authorised to access virtual host`); and the user's
+//! permissions on the vhost must allow the operation as they would on AMQP — configure
+//! on the queue or exchange declared or deleted, write on a binding's destination and
+//! read on its source (401 `Access refused.`).
+//!
 //! Does not: hold state, or change anything except through the coordinator's inbox.
 
 mod bindings;
@@ -35,6 +43,9 @@ use super::{error, respond, unavailable, Call, Context, HttpResponse, SHARD_TIME
 
 /// RabbitMQ's reason when a change is asked by a user without the administrator tag.
 pub(super) const NOT_ADMIN: &str = "Not administrator user";
+
+/// RabbitMQ's reason for a vhost the user has no permissions on.
+const NOT_VHOST: &str = "User not authorised to access virtual host";
 
 /// The name RabbitMQ's management gives the default exchange in paths.
 const DEFAULT_EXCHANGE: &str = "amq.default";
@@ -62,35 +73,117 @@ pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
         return None;
     }
     let viewer = Viewer::of(config, user);
-    if let [_, vhost, ..] = path {
-        if path.len() > 1 && !viewer.sees_vhost(vhost) {
-            return Some(unauthorized("User not authorised to access virtual host"));
+    let vhost = match path {
+        [_, vhost, ..] => Some(*vhost),
+        _ => None,
+    };
+    if method == Method::GET || method == Method::HEAD {
+        if vhost.is_some_and(|v| !viewer.sees_vhost(v)) {
+            return Some(unauthorized(NOT_VHOST));
+        }
+    } else {
+        if !user.may_use_management() {
+            return Some(unauthorized("Not management user"));
+        }
+        // A vhost that does not exist passes here and is 404 below, as in RabbitMQ.
+        let refused = vhost.is_some_and(|v| {
+            !user.is_administrator()
+                && config.vhost_index(v).is_some()
+                && config.permissions.grant(&user.name, v).is_none()
+        });
+        if refused {
+            return Some(unauthorized(NOT_VHOST));
         }
     }
-    if method != Method::GET && method != Method::HEAD && !user.is_administrator() {
-        return Some(unauthorized(NOT_ADMIN));
-    }
     let flag = |name: &str| query_flag(query, name);
+    let may = |vhost: &str, needs: &[Need<'_>]| permitted(config, &user.name, vhost, needs);
     let response = match (method, path) {
-        (&Method::PUT, ["queues", vhost, name]) => put_queue(ctx, vhost, name, body).await,
+        (&Method::PUT, ["queues", vhost, name]) => match may(vhost, &[Need::Configure(name)]) {
+            Ok(()) => put_queue(ctx, vhost, name, body).await,
+            Err(r) => r,
+        },
         (&Method::DELETE, ["queues", vhost, name]) => {
-            delete_queue(ctx, vhost, name, flag("if-unused"), flag("if-empty")).await
+            match may(vhost, &[Need::Configure(name)]) {
+                Ok(()) => {
+                    delete_queue(ctx, vhost, name, flag("if-unused"), flag("if-empty")).await
+                }
+                Err(r) => r,
+            }
         }
         (&Method::GET, ["queues", vhost, name, "bindings"]) => {
             bindings::of_queue(ctx, vhost, name).await
         }
         (&Method::GET, ["exchanges", vhost, name]) => get_exchange(ctx, vhost, name).await,
-        (&Method::PUT, ["exchanges", vhost, name]) => put_exchange(ctx, vhost, name, body).await,
+        (&Method::PUT, ["exchanges", vhost, name]) => {
+            match may(vhost, &[Need::Configure(exchange_resource(name))]) {
+                Ok(()) => put_exchange(ctx, vhost, name, body).await,
+                Err(r) => r,
+            }
+        }
         (&Method::DELETE, ["exchanges", vhost, name]) => {
-            delete_exchange(ctx, vhost, name, flag("if-unused")).await
+            match may(vhost, &[Need::Configure(exchange_resource(name))]) {
+                Ok(()) => delete_exchange(ctx, vhost, name, flag("if-unused")).await,
+                Err(r) => r,
+            }
         }
         (&Method::GET, ["exchanges", vhost, name, "bindings", side]) => {
             bindings::of_exchange(ctx, vhost, name, *side == "source").await
         }
-        (_, ["bindings", ..]) => bindings::route(ctx, &viewer, method, path, body).await,
+        (_, ["bindings", ..]) => match bindings::needs(method, path) {
+            Some((vhost, needs)) => match may(vhost, &needs) {
+                Ok(()) => bindings::route(ctx, &viewer, method, path, body).await,
+                Err(r) => r,
+            },
+            None => bindings::route(ctx, &viewer, method, path, body).await,
+        },
         _ => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
     };
     Some(response)
+}
+
+/// A permission an operation needs on a resource (named as permissions name it: the
+/// default exchange is `amq.default`).
+pub(super) enum Need<'a> {
+    Configure(&'a str),
+    Write(&'a str),
+    Read(&'a str),
+}
+
+/// Whether `user`'s permissions on `vhost` allow every one of `needs`; 401 `Access
+/// refused.` otherwise, as `direct_request` answers a refusal of `rabbit_channel`. A
+/// vhost that does not exist is let through (the operation answers 404).
+fn permitted(
+    config: &crate::config::Config,
+    user: &str,
+    vhost: &str,
+    needs: &[Need<'_>],
+) -> Result<(), HttpResponse> {
+    if config.vhost_index(vhost).is_none() {
+        return Ok(());
+    }
+    let Some(grant) = config.permissions.grant(user, vhost) else {
+        return Err(unauthorized("Access refused."));
+    };
+    let allowed = needs.iter().all(|need| match need {
+        Need::Configure(name) => grant.configure.matches(name.as_bytes()),
+        Need::Write(name) => grant.write.matches(name.as_bytes()),
+        Need::Read(name) => grant.read.matches(name.as_bytes()),
+    });
+    if allowed {
+        Ok(())
+    } else {
+        Err(unauthorized("Access refused."))
+    }
+}
+
+/// The name an exchange of a path is checked under: the default exchange (`amq.default`
+/// or empty) as `amq.default`, as `rabbit_access_control` names it.
+pub(super) fn exchange_resource(name: &str) -> &str {
+    if name.is_empty() {
+        DEFAULT_EXCHANGE
+    } else {
+        name
+    }
 }
 
 /// `?name=true` as RabbitMQ reads `if-unused` and `if-empty`: only the text `true`.
@@ -110,8 +203,11 @@ fn exchange_name(name: &str) -> &str {
     }
 }
 
-pub(super) fn object_not_found() -> HttpResponse {
-    error(StatusCode::NOT_FOUND, "Object Not Found")
+pub(super) use super::object_not_found;
+
+/// 404 for a change in a vhost that does not exist (`with_vhost_and_props`).
+pub(super) fn vhost_not_found() -> HttpResponse {
+    error(StatusCode::NOT_FOUND, "vhost_not_found")
 }
 
 pub(super) fn bad_request(reason: &str) -> HttpResponse {
@@ -301,7 +397,7 @@ fn refused_here(e: &ChannelError) -> HttpResponse {
 /// exists, 400 with the inequivalence (RabbitMQ's `inequivalent arg` text) otherwise.
 async fn put_queue(ctx: &Context, vhost: &str, name: &str, body: &Bytes) -> HttpResponse {
     let Some(idx) = vhost_index(ctx, vhost) else {
-        return object_not_found();
+        return vhost_not_found();
     };
     let parsed = body_object(body).and_then(|map| {
         Ok((
@@ -392,7 +488,7 @@ async fn get_exchange(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
 /// `Access refused.` for a new `amq.*` name or the default exchange.
 async fn put_exchange(ctx: &Context, vhost: &str, name: &str, body: &Bytes) -> HttpResponse {
     let Some(idx) = vhost_index(ctx, vhost) else {
-        return object_not_found();
+        return vhost_not_found();
     };
     let name = exchange_name(name);
     let parsed = body_object(body).and_then(|map| {

@@ -77,6 +77,6 @@ pub(super) async fn close_connection(ctx: &Context, name: &str) -> HttpResponse 
     {
         no_content()
     } else {
-        not_found("connection")
+        not_found()
     }
 }

@@ -27,8 +27,8 @@ use super::super::api::json::table_json;
 use super::super::auth::Viewer;
 use super::super::{error, respond, unavailable, Context, HttpResponse};
 use super::{
-    bad_request, body_arguments, body_object, check_name, control, exchange_name, object_not_found,
-    ok, refused, vhost_view,
+    bad_request, body_arguments, body_object, check_name, control, exchange_name,
+    exchange_resource, object_not_found, ok, refused, vhost_view, Need,
 };
 
 /// Whether `path` is one of the binding paths.
@@ -40,6 +40,20 @@ pub(super) fn owns(path: &[&str]) -> bool {
             | ["bindings", _, "e", _, "q" | "e", _]
             | ["bindings", _, "e", _, "q" | "e", _, _]
     )
+}
+
+/// The permissions a change of a binding needs (`rabbit_channel`'s `binding_action`):
+/// write on the destination, read on the source; `None` for the paths that change
+/// nothing.
+pub(super) fn needs<'a>(method: &Method, path: &[&'a str]) -> Option<(&'a str, Vec<Need<'a>>)> {
+    match (method, path) {
+        (&Method::POST, ["bindings", vhost, "e", source, _, dest])
+        | (&Method::DELETE, ["bindings", vhost, "e", source, _, dest, _]) => Some((
+            *vhost,
+            vec![Need::Write(dest), Need::Read(exchange_resource(source))],
+        )),
+        _ => None,
+    }
 }
 
 /// One binding as this module sees it: the directory's, or the default exchange's
@@ -94,13 +108,15 @@ fn listing<'a>(items: impl Iterator<Item = &'a Listed<'a>>) -> HttpResponse {
     ok(&Value::Array(items.map(Listed::json).collect()))
 }
 
-/// RabbitMQ's `quote_plus`: letters, digits and `-_.` kept, space as `+`, the rest
-/// `%XX` (so `~` is `%7E` and never a separator).
+/// RabbitMQ's `quote_plus` (`rabbit_http_util`): letters, digits and `-_.~` kept,
+/// space as `+`, the rest `%XX`.
 fn quote_plus(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => out.push(b as char),
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
             b' ' => out.push('+'),
             _ => out.push_str(&format!("%{b:02X}")),
         }
@@ -124,15 +140,21 @@ fn args_hash(args: &FieldTable) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..4])
 }
 
+/// RabbitMQ's `quote_binding`: [`quote_plus`] with `~` as `%7E`, so that `~` only ever
+/// separates the key from the hash.
+fn quote_binding(s: &str) -> String {
+    quote_plus(s).replace('~', "%7E")
+}
+
 /// RabbitMQ's properties key of a binding (`rabbit_mgmt_format:pack_binding_props`).
 pub fn properties_key(routing_key: &str, args: &FieldTable) -> String {
     match (routing_key.is_empty(), args.is_empty()) {
         (true, true) => "~".to_owned(),
-        (false, true) => quote_plus(routing_key),
+        (false, true) => quote_binding(routing_key),
         _ => format!(
             "{}~{}",
-            quote_plus(routing_key),
-            quote_plus(&args_hash(args))
+            quote_binding(routing_key),
+            quote_binding(&args_hash(args))
         ),
     }
 }
@@ -268,7 +290,7 @@ async fn create(
     body: &Bytes,
 ) -> HttpResponse {
     let Some(idx) = ctx.live.borrow().vhost_index(vhost) else {
-        return object_not_found();
+        return super::vhost_not_found();
     };
     let source = exchange_name(source);
     let parsed = body_object(body).and_then(|map| {
