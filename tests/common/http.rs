@@ -40,6 +40,18 @@ pub fn request_json(
     send(port, method, path, auth, Some(&body.to_string()))
 }
 
+/// As [`request`], with `body` sent as it is (`Content-Type: application/json`), for
+/// bodies that are not JSON.
+pub fn request_raw(
+    port: u16,
+    method: &str,
+    path: &str,
+    auth: Option<(&str, &str)>,
+    body: &str,
+) -> Response {
+    send(port, method, path, auth, Some(body))
+}
+
 fn send(
     port: u16,
     method: &str,
