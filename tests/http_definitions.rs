@@ -195,9 +195,12 @@ fn queues_are_declared_and_deleted_as_rabbitmq_answers() {
     let mut c = open(&broker);
     publish(&mut c, "", "plain", b"m");
     assert_eq!(passive_count(&mut c, 1, "plain"), Ok(1));
-    let r = admin(port, "DELETE", "/api/queues/%2F/plain?if-empty=true", None);
-    assert_eq!(r.status, 400, "{}", r.body);
-    assert_eq!(r.json()["error"], "bad_request");
+    assert_error(
+        &admin(port, "DELETE", "/api/queues/%2F/plain?if-empty=true", None),
+        400,
+        "bad_request",
+        "queue 'plain' in vhost '/' not empty",
+    );
     assert_eq!(passive_count(&mut c, 1, "plain"), Ok(1));
     assert_empty(&admin(port, "DELETE", "/api/queues/%2F/plain", None), 204);
 
