@@ -170,7 +170,10 @@ fn queues_are_declared_and_deleted_as_rabbitmq_answers() {
     // An empty body is every default (transient, not auto-delete), as RabbitMQ takes it.
     assert_empty(&admin(port, "PUT", "/api/queues/%2F/plain", None), 201);
     let plain = admin(port, "GET", "/api/queues/%2F/plain", None).json();
-    assert_eq!((&plain["durable"], &plain["auto_delete"]), (&json!(false), &json!(false)));
+    assert_eq!(
+        (&plain["durable"], &plain["auto_delete"]),
+        (&json!(false), &json!(false))
+    );
 
     assert_error(
         &admin(port, "PUT", "/api/queues/nosuch/orders", Some(json!({}))),
@@ -185,7 +188,12 @@ fn queues_are_declared_and_deleted_as_rabbitmq_answers() {
         "Access refused.",
     );
     assert_error(
-        &admin(port, "PUT", "/api/queues/%2F/bad", Some(json!({"durable": "maybe"}))),
+        &admin(
+            port,
+            "PUT",
+            "/api/queues/%2F/bad",
+            Some(json!({"durable": "maybe"})),
+        ),
         400,
         "bad_request",
         "durable must be true or false, not \"maybe\"",
@@ -286,7 +294,10 @@ fn exchanges_are_declared_and_deleted_as_rabbitmq_answers() {
     // Without a type the exchange is direct (the method record's default).
     assert_empty(&admin(port, "PUT", "/api/exchanges/%2F/plain", None), 201);
     let plain = admin(port, "GET", "/api/exchanges/%2F/plain", None).json();
-    assert_eq!((&plain["type"], &plain["durable"]), (&json!("direct"), &json!(false)));
+    assert_eq!(
+        (&plain["type"], &plain["durable"]),
+        (&json!("direct"), &json!(false))
+    );
 
     // The broker's own: redeclared equivalently is 204, a new amq. name or a delete is
     // refused, and the default exchange is not the client's to change.
@@ -312,7 +323,10 @@ fn exchanges_are_declared_and_deleted_as_rabbitmq_answers() {
         );
     }
     let default = admin(port, "GET", "/api/exchanges/%2F/amq.default", None).json();
-    assert_eq!((&default["name"], &default["type"]), (&json!(""), &json!("direct")));
+    assert_eq!(
+        (&default["name"], &default["type"]),
+        (&json!(""), &json!("direct"))
+    );
 
     assert_error(
         &admin(port, "PUT", "/api/exchanges/nosuch/x", Some(json!({}))),
@@ -320,7 +334,10 @@ fn exchanges_are_declared_and_deleted_as_rabbitmq_answers() {
         "not_found",
         "vhost_not_found",
     );
-    assert_empty(&admin(port, "DELETE", "/api/exchanges/%2F/prices", None), 204);
+    assert_empty(
+        &admin(port, "DELETE", "/api/exchanges/%2F/prices", None),
+        204,
+    );
     let gone = admin(port, "GET", "/api/exchanges/%2F/prices", None);
     assert_eq!((gone.status, gone.json()), (404, object_not_found()));
     let again = admin(port, "DELETE", "/api/exchanges/%2F/prices", None);
@@ -338,11 +355,21 @@ fn a_change_is_in_force_on_every_shard_when_it_is_answered() {
     let mut conns = connections_on_both_shards(&broker);
 
     assert_empty(
-        &admin(port, "PUT", "/api/queues/%2F/everywhere", Some(json!({"durable": false}))),
+        &admin(
+            port,
+            "PUT",
+            "/api/queues/%2F/everywhere",
+            Some(json!({"durable": false})),
+        ),
         201,
     );
     assert_empty(
-        &admin(port, "PUT", "/api/exchanges/%2F/fan", Some(json!({"type": "direct"}))),
+        &admin(
+            port,
+            "PUT",
+            "/api/exchanges/%2F/fan",
+            Some(json!({"type": "direct"})),
+        ),
         201,
     );
     let bound = admin(
@@ -371,7 +398,12 @@ fn a_change_is_in_force_on_every_shard_when_it_is_answered() {
     let props = bound.headers.get("location").expect("Location").clone();
     assert_eq!(props, "everywhere/k");
     assert_empty(
-        &admin(port, "DELETE", "/api/bindings/%2F/e/fan/q/everywhere/k", None),
+        &admin(
+            port,
+            "DELETE",
+            "/api/bindings/%2F/e/fan/q/everywhere/k",
+            None,
+        ),
         204,
     );
     for c in conns.iter_mut() {
@@ -379,11 +411,17 @@ fn a_change_is_in_force_on_every_shard_when_it_is_answered() {
         assert_eq!(passive_count(c, 1, "everywhere"), Ok(total));
     }
     // Deleted over HTTP: gone for every connection at once.
-    assert_empty(&admin(port, "DELETE", "/api/queues/%2F/everywhere", None), 204);
+    assert_empty(
+        &admin(port, "DELETE", "/api/queues/%2F/everywhere", None),
+        204,
+    );
     for (i, c) in conns.iter_mut().enumerate() {
         assert_eq!(
             passive_count(c, 1, "everywhere"),
-            Err((404, "NOT_FOUND - no queue 'everywhere' in vhost '/'".to_owned())),
+            Err((
+                404,
+                "NOT_FOUND - no queue 'everywhere' in vhost '/'".to_owned()
+            )),
             "connection {i}"
         );
     }

@@ -156,11 +156,11 @@ fn export_queues(views: &[&VhostView]) -> Value {
     let items = views.iter().flat_map(|v| {
         v.queues.iter().filter(|q| !q.exclusive).map(|q| {
             json!({
-                "name": q.name, "vhost": v.vhost, "type": "classic", "durable": q.durable,
-                    "auto_delete": q.auto_delete,
-                    "arguments": super::api::json::table_json(&q.arguments),
-                })
+            "name": q.name, "vhost": v.vhost, "type": "classic", "durable": q.durable,
+                "auto_delete": q.auto_delete,
+                "arguments": super::api::json::table_json(&q.arguments),
             })
+        })
     });
     Value::Array(items.collect())
 }

@@ -102,14 +102,10 @@ pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
             Ok(()) => put_queue(ctx, vhost, name, body).await,
             Err(r) => r,
         },
-        (&Method::DELETE, ["queues", vhost, name]) => {
-            match may(vhost, &[Need::Configure(name)]) {
-                Ok(()) => {
-                    delete_queue(ctx, vhost, name, flag("if-unused"), flag("if-empty")).await
-                }
-                Err(r) => r,
-            }
-        }
+        (&Method::DELETE, ["queues", vhost, name]) => match may(vhost, &[Need::Configure(name)]) {
+            Ok(()) => delete_queue(ctx, vhost, name, flag("if-unused"), flag("if-empty")).await,
+            Err(r) => r,
+        },
         (&Method::GET, ["queues", vhost, name, "bindings"]) => {
             bindings::of_queue(ctx, vhost, name).await
         }

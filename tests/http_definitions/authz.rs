@@ -62,13 +62,22 @@ fn changes_need_rabbitmqs_tags_and_permissions() {
     }
 
     // A management user declares what its configure pattern allows, no more.
-    assert_empty(&as_user(port, mgr, "PUT", "/api/queues/%2F/mgr.q", q.clone()), 201);
+    assert_empty(
+        &as_user(port, mgr, "PUT", "/api/queues/%2F/mgr.q", q.clone()),
+        201,
+    );
     let r = as_user(port, mgr, "PUT", "/api/queues/%2F/other", q.clone());
     assert_error(&r, 401, "not_authorised", REFUSED);
     let r = as_user(port, mgr, "PUT", "/api/exchanges/%2F/x", Some(json!({})));
     assert_error(&r, 401, "not_authorised", REFUSED);
     assert_empty(
-        &as_user(port, mgr, "PUT", "/api/exchanges/%2F/mgr.x", Some(json!({}))),
+        &as_user(
+            port,
+            mgr,
+            "PUT",
+            "/api/exchanges/%2F/mgr.x",
+            Some(json!({})),
+        ),
         201,
     );
     // A binding needs write on the queue and read on the exchange.
@@ -81,7 +90,13 @@ fn changes_need_rabbitmqs_tags_and_permissions() {
     );
     assert_empty(&r, 201);
     assert_empty(
-        &as_user(port, mgr, "DELETE", "/api/bindings/%2F/e/mgr.x/q/mgr.q/k", None),
+        &as_user(
+            port,
+            mgr,
+            "DELETE",
+            "/api/bindings/%2F/e/mgr.x/q/mgr.q/k",
+            None,
+        ),
         204,
     );
 
@@ -115,8 +130,18 @@ fn changes_need_rabbitmqs_tags_and_permissions() {
     let r = as_user(port, guest, "GET", "/api/queues/%2F/mgr.q", None);
     assert_eq!(r.status, 200, "{}", r.body);
     for gone in ["/api/queues/%2F/other", "/api/queues/%2F/boss.q"] {
-        assert_eq!(as_user(port, guest, "GET", gone, None).status, 404, "{gone}");
+        assert_eq!(
+            as_user(port, guest, "GET", gone, None).status,
+            404,
+            "{gone}"
+        );
     }
-    assert_empty(&as_user(port, mgr, "DELETE", "/api/queues/%2F/mgr.q", None), 204);
-    assert_empty(&as_user(port, mgr, "DELETE", "/api/exchanges/%2F/mgr.x", None), 204);
+    assert_empty(
+        &as_user(port, mgr, "DELETE", "/api/queues/%2F/mgr.q", None),
+        204,
+    );
+    assert_empty(
+        &as_user(port, mgr, "DELETE", "/api/exchanges/%2F/mgr.x", None),
+        204,
+    );
 }

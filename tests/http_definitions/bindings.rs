@@ -6,9 +6,7 @@
 use serde_json::json;
 
 use crate::common::Broker;
-use crate::{
-    admin, assert_empty, assert_error, object_not_found, open, passive_count, publish,
-};
+use crate::{admin, assert_empty, assert_error, object_not_found, open, passive_count, publish};
 
 fn declare(port: u16, path: &str, body: serde_json::Value) {
     assert_empty(&admin(port, "PUT", path, Some(body)), 201);
@@ -37,7 +35,12 @@ fn bindings_are_created_listed_and_deleted_by_properties_key() {
         "properties_key": "eu.%23",
     });
     // The Location, resolved against the POST's path, is the binding.
-    let one = admin(port, "GET", &format!("/api/bindings/%2F/e/orders/q/{location}"), None);
+    let one = admin(
+        port,
+        "GET",
+        &format!("/api/bindings/%2F/e/orders/q/{location}"),
+        None,
+    );
     assert_eq!(one.status, 200, "{}", one.body);
     assert_eq!(one.json(), expected);
     let between = admin(port, "GET", "/api/bindings/%2F/e/orders/q/eu", None);
@@ -52,9 +55,19 @@ fn bindings_are_created_listed_and_deleted_by_properties_key() {
     let of_queue = admin(port, "GET", "/api/queues/%2F/eu/bindings", None);
     assert_eq!(of_queue.status, 200, "{}", of_queue.body);
     assert_eq!(of_queue.json(), json!([default, expected]));
-    let of_source = admin(port, "GET", "/api/exchanges/%2F/orders/bindings/source", None);
+    let of_source = admin(
+        port,
+        "GET",
+        "/api/exchanges/%2F/orders/bindings/source",
+        None,
+    );
     assert_eq!(of_source.json(), json!([expected]));
-    let of_dest = admin(port, "GET", "/api/exchanges/%2F/orders/bindings/destination", None);
+    let of_dest = admin(
+        port,
+        "GET",
+        "/api/exchanges/%2F/orders/bindings/destination",
+        None,
+    );
     assert_eq!(of_dest.json(), json!([]));
     for path in ["/api/bindings", "/api/bindings/%2F"] {
         let all = admin(port, "GET", path, None).json();
@@ -77,7 +90,10 @@ fn bindings_are_created_listed_and_deleted_by_properties_key() {
     assert!(props.starts_with('~') && props.len() == 7, "{props}");
     let listed = admin(port, "GET", "/api/bindings/%2F/e/hdr/q/eu", None).json();
     assert_eq!(listed[0]["properties_key"], props);
-    assert_eq!(listed[0]["arguments"], json!({"x-match": "any", "region": "eu"}));
+    assert_eq!(
+        listed[0]["arguments"],
+        json!({"x-match": "any", "region": "eu"})
+    );
     let mut c = open(&broker);
     let headers = vec![(
         "region".to_owned(),
@@ -111,19 +127,34 @@ fn bindings_are_created_listed_and_deleted_by_properties_key() {
 
     // The ends must exist; the default exchange is not bound by clients.
     assert_error(
-        &admin(port, "POST", "/api/bindings/%2F/e/orders/q/nope", Some(json!({}))),
+        &admin(
+            port,
+            "POST",
+            "/api/bindings/%2F/e/orders/q/nope",
+            Some(json!({})),
+        ),
         404,
         "not_found",
         "no queue 'nope' in vhost '/'",
     );
     assert_error(
-        &admin(port, "POST", "/api/bindings/%2F/e/nope/q/eu", Some(json!({}))),
+        &admin(
+            port,
+            "POST",
+            "/api/bindings/%2F/e/nope/q/eu",
+            Some(json!({})),
+        ),
         404,
         "not_found",
         "no exchange 'nope' in vhost '/'",
     );
     assert_error(
-        &admin(port, "POST", "/api/bindings/%2F/e/amq.default/q/eu", Some(json!({}))),
+        &admin(
+            port,
+            "POST",
+            "/api/bindings/%2F/e/amq.default/q/eu",
+            Some(json!({})),
+        ),
         401,
         "not_authorised",
         "Access refused.",
@@ -156,14 +187,23 @@ fn exchange_to_exchange_bindings_route() {
         Some(json!({"routing_key": "any"})),
     );
     assert_empty(&chained, 201);
-    assert_eq!(chained.headers.get("location").map(String::as_str), Some("dst/any"));
+    assert_eq!(
+        chained.headers.get("location").map(String::as_str),
+        Some("dst/any")
+    );
     let expected = json!({
         "source": "src", "vhost": "/", "destination": "dst",
         "destination_type": "exchange", "routing_key": "any", "arguments": {},
         "properties_key": "any",
     });
     assert_eq!(
-        admin(port, "GET", "/api/exchanges/%2F/dst/bindings/destination", None).json(),
+        admin(
+            port,
+            "GET",
+            "/api/exchanges/%2F/dst/bindings/destination",
+            None
+        )
+        .json(),
         json!([expected])
     );
     assert_eq!(

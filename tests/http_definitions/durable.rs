@@ -19,7 +19,10 @@ fn assert_kept(broker: &Broker, bindings: &[&str]) {
     assert_eq!(q["arguments"], json!({"x-max-length": 100}));
     let x = admin(port, "GET", "/api/exchanges/%2F/kx", None);
     assert_eq!(x.status, 200, "{}", x.body);
-    assert_eq!((&x.json()["type"], &x.json()["durable"]), (&json!("topic"), &json!(true)));
+    assert_eq!(
+        (&x.json()["type"], &x.json()["durable"]),
+        (&json!("topic"), &json!(true))
+    );
     let listed = admin(port, "GET", "/api/bindings/%2F/e/kx/q/keep", None).json();
     let mut keys: Vec<&str> = listed
         .as_array()
@@ -36,7 +39,12 @@ fn assert_kept(broker: &Broker, bindings: &[&str]) {
     let mut c = open(broker);
     let before = passive_count(&mut c, 1, "keep").expect("keep exists");
     for key in bindings {
-        publish(&mut c, "kx", &key.replace('*', "x"), b"routed after restart");
+        publish(
+            &mut c,
+            "kx",
+            &key.replace('*', "x"),
+            b"routed after restart",
+        );
     }
     let routed = u32::try_from(bindings.len()).expect("count");
     assert_eq!(passive_count(&mut c, 1, "keep"), Ok(before + routed));
@@ -49,9 +57,15 @@ fn declared_over_http_survives_stop_and_kill_9() {
     let mut broker = Broker::start_in(&data, 2, None);
     let port = broker.http_port();
     let durable = json!({"durable": true, "arguments": {"x-max-length": 100}});
-    assert_empty(&admin(port, "PUT", "/api/queues/%2F/keep", Some(durable)), 201);
+    assert_empty(
+        &admin(port, "PUT", "/api/queues/%2F/keep", Some(durable)),
+        201,
+    );
     let topic = json!({"type": "topic", "durable": true});
-    assert_empty(&admin(port, "PUT", "/api/exchanges/%2F/kx", Some(topic)), 201);
+    assert_empty(
+        &admin(port, "PUT", "/api/exchanges/%2F/kx", Some(topic)),
+        201,
+    );
     let bind = |key: &str| {
         let body = json!({"routing_key": key});
         admin(port, "POST", "/api/bindings/%2F/e/kx/q/keep", Some(body))
@@ -59,15 +73,30 @@ fn declared_over_http_survives_stop_and_kill_9() {
     assert_empty(&bind("a.*"), 201);
     // Transient ones, and a durable queue deleted again: none of them comes back.
     assert_empty(
-        &admin(port, "PUT", "/api/queues/%2F/brief", Some(json!({"durable": false}))),
+        &admin(
+            port,
+            "PUT",
+            "/api/queues/%2F/brief",
+            Some(json!({"durable": false})),
+        ),
         201,
     );
     assert_empty(
-        &admin(port, "PUT", "/api/exchanges/%2F/brief", Some(json!({"type": "fanout"}))),
+        &admin(
+            port,
+            "PUT",
+            "/api/exchanges/%2F/brief",
+            Some(json!({"type": "fanout"})),
+        ),
         201,
     );
     assert_empty(
-        &admin(port, "PUT", "/api/queues/%2F/gone", Some(json!({"durable": true}))),
+        &admin(
+            port,
+            "PUT",
+            "/api/queues/%2F/gone",
+            Some(json!({"durable": true})),
+        ),
         201,
     );
     assert_empty(&admin(port, "DELETE", "/api/queues/%2F/gone", None), 204);

@@ -136,7 +136,12 @@ fn definitions_export_in_rabbitmqs_format_and_import_into_a_fresh_broker() {
     assert_eq!(defs["rabbit_version"], "3.10.0");
     assert_eq!(defs["rabbitmq_version"], "3.10.0");
     assert_eq!(defs["product_name"], "sluice");
-    for empty in ["topic_permissions", "parameters", "global_parameters", "policies"] {
+    for empty in [
+        "topic_permissions",
+        "parameters",
+        "global_parameters",
+        "policies",
+    ] {
         assert_eq!(defs[empty], json!([]), "{empty}");
     }
     let users = defs["users"].as_array().expect("users");
@@ -177,7 +182,13 @@ fn definitions_export_in_rabbitmqs_format_and_import_into_a_fresh_broker() {
     // Into a fresh broker that has only guest, on "/": every object is there after it.
     let target = Broker::start_with_config(1, TARGET);
     let tport = target.http_port();
-    let r = http::request_json(tport, "POST", "/api/definitions", Some(("guest", "guest")), &defs);
+    let r = http::request_json(
+        tport,
+        "POST",
+        "/api/definitions",
+        Some(("guest", "guest")),
+        &defs,
+    );
     assert_empty(&r, 204);
     let line = target
         .wait_for_log("BRK-1021", EVENT_TIMEOUT)
@@ -212,7 +223,13 @@ fn definitions_export_in_rabbitmqs_format_and_import_into_a_fresh_broker() {
     assert_eq!(vhosts, ["/", "orders"]);
 
     // Imported once more: what exists is passed over, as RabbitMQ does, not refused.
-    let r = http::request_json(tport, "POST", "/api/definitions", Some(("guest", "guest")), &defs);
+    let r = http::request_json(
+        tport,
+        "POST",
+        "/api/definitions",
+        Some(("guest", "guest")),
+        &defs,
+    );
     assert_empty(&r, 204);
     assert_eq!(target.count_logs("BRK-1021"), 2);
     assert_eq!(target.count_logs("BRK-1022"), 0);
@@ -227,7 +244,10 @@ fn a_vhosts_definitions_name_no_vhost_and_import_into_the_vhost_named() {
     let r = admin(port, "GET", "/api/definitions/orders", None);
     assert_eq!(r.status, 200, "{}", r.body);
     let defs = r.json();
-    assert!(defs.get("users").is_none() && defs.get("vhosts").is_none(), "{defs}");
+    assert!(
+        defs.get("users").is_none() && defs.get("vhosts").is_none(),
+        "{defs}"
+    );
     assert_eq!(
         defs["queues"],
         json!([{"name": "oq", "type": "classic", "durable": true, "auto_delete": false,
@@ -275,7 +295,10 @@ fn malformed_imports_are_refused_with_rabbitmqs_reasons() {
         "{line}"
     );
     for (body, reason) in [
-        (json!({"queues": {}}), "queues[0] (the section): queues must be a list"),
+        (
+            json!({"queues": {}}),
+            "queues[0] (the section): queues must be a list",
+        ),
         (
             json!({"queues": [{"name": "q", "vhost": "/", "durable": "yes"}]}),
             "queues[0] 'q' in vhost '/': durable must be true or false, not \"yes\"",
@@ -304,7 +327,10 @@ fn malformed_imports_are_refused_with_rabbitmqs_reasons() {
         "bad_request",
         "exchanges[0] 'x' in vhost '/': unknown exchange type 'nope'",
     );
-    assert_eq!(admin(port, "GET", "/api/queues/%2F/first", None).status, 200);
+    assert_eq!(
+        admin(port, "GET", "/api/queues/%2F/first", None).status,
+        200
+    );
     assert_eq!(broker.count_logs("BRK-1021"), 0);
     assert_eq!(broker.count_logs("BRK-1022"), 6);
     // An empty body imports nothing.
