@@ -238,6 +238,17 @@ mod tests {
     }
 
     #[test]
+    fn exports_carry_a_hash_that_verifies_also_for_plain_text() {
+        let plain = Password::Plain("guest".to_owned());
+        let exported = plain.exported();
+        let back = Password::from_hash(&exported, None).expect("a hash");
+        assert!(back.verify(b"guest") && !back.verify(b"other"));
+        let stored = Password::from_hash(GUEST_SHA256, None).expect("parses");
+        assert_eq!(stored.exported(), GUEST_SHA256);
+        assert_eq!(Password::Disabled.exported(), "");
+    }
+
+    #[test]
     fn new_hashes_round_trip_and_differ_by_salt() {
         let a = Password::hash_sha256(b"s3cret").expect("random");
         let b = Password::hash_sha256(b"s3cret").expect("random");

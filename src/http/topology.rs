@@ -96,42 +96,38 @@ pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
         }
     }
     let flag = |name: &str| query_flag(query, name);
-    let may = |vhost: &str, needs: &[Need<'_>]| permitted(config, &user.name, vhost, needs);
+    // The permissions a change needs, checked before it is sent.
+    let needs = match (method, path) {
+        (&Method::PUT | &Method::DELETE, ["queues", vhost, name]) => {
+            Some((*vhost, vec![Need::Configure(name)]))
+        }
+        (&Method::PUT | &Method::DELETE, ["exchanges", vhost, name]) => {
+            Some((*vhost, vec![Need::Configure(exchange_resource(name))]))
+        }
+        _ => bindings::needs(method, path),
+    };
+    if let Some((vhost, needs)) = needs {
+        if !permitted(config, &user.name, vhost, &needs) {
+            return Some(unauthorized("Access refused."));
+        }
+    }
     let response = match (method, path) {
-        (&Method::PUT, ["queues", vhost, name]) => match may(vhost, &[Need::Configure(name)]) {
-            Ok(()) => put_queue(ctx, vhost, name, body).await,
-            Err(r) => r,
-        },
-        (&Method::DELETE, ["queues", vhost, name]) => match may(vhost, &[Need::Configure(name)]) {
-            Ok(()) => delete_queue(ctx, vhost, name, flag("if-unused"), flag("if-empty")).await,
-            Err(r) => r,
-        },
+        (&Method::PUT, ["queues", vhost, name]) => put_queue(ctx, vhost, name, body).await,
+        (&Method::DELETE, ["queues", vhost, name]) => {
+            delete_queue(ctx, vhost, name, flag("if-unused"), flag("if-empty")).await
+        }
         (&Method::GET, ["queues", vhost, name, "bindings"]) => {
             bindings::of_queue(ctx, vhost, name).await
         }
         (&Method::GET, ["exchanges", vhost, name]) => get_exchange(ctx, vhost, name).await,
-        (&Method::PUT, ["exchanges", vhost, name]) => {
-            match may(vhost, &[Need::Configure(exchange_resource(name))]) {
-                Ok(()) => put_exchange(ctx, vhost, name, body).await,
-                Err(r) => r,
-            }
-        }
+        (&Method::PUT, ["exchanges", vhost, name]) => put_exchange(ctx, vhost, name, body).await,
         (&Method::DELETE, ["exchanges", vhost, name]) => {
-            match may(vhost, &[Need::Configure(exchange_resource(name))]) {
-                Ok(()) => delete_exchange(ctx, vhost, name, flag("if-unused")).await,
-                Err(r) => r,
-            }
+            delete_exchange(ctx, vhost, name, flag("if-unused")).await
         }
         (&Method::GET, ["exchanges", vhost, name, "bindings", side]) => {
             bindings::of_exchange(ctx, vhost, name, *side == "source").await
         }
-        (_, ["bindings", ..]) => match bindings::needs(method, path) {
-            Some((vhost, needs)) => match may(vhost, &needs) {
-                Ok(()) => bindings::route(ctx, &viewer, method, path, body).await,
-                Err(r) => r,
-            },
-            None => bindings::route(ctx, &viewer, method, path, body).await,
-        },
+        (_, ["bindings", ..]) => bindings::route(ctx, &viewer, method, path, body).await,
         _ => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
     };
     Some(response)
@@ -145,31 +141,21 @@ pub(super) enum Need<'a> {
     Read(&'a str),
 }
 
-/// Whether `user`'s permissions on `vhost` allow every one of `needs`; 401 `Access
-/// refused.` otherwise, as `direct_request` answers a refusal of `rabbit_channel`. A
+/// Whether `user`'s permissions on `vhost` allow every one of `needs` (refused: 401
+/// `Access refused.`, as `direct_request` answers a refusal of `rabbit_channel`). A
 /// vhost that does not exist is let through (the operation answers 404).
-fn permitted(
-    config: &crate::config::Config,
-    user: &str,
-    vhost: &str,
-    needs: &[Need<'_>],
-) -> Result<(), HttpResponse> {
+fn permitted(config: &crate::config::Config, user: &str, vhost: &str, needs: &[Need<'_>]) -> bool {
     if config.vhost_index(vhost).is_none() {
-        return Ok(());
+        return true;
     }
     let Some(grant) = config.permissions.grant(user, vhost) else {
-        return Err(unauthorized("Access refused."));
+        return false;
     };
-    let allowed = needs.iter().all(|need| match need {
+    needs.iter().all(|need| match need {
         Need::Configure(name) => grant.configure.matches(name.as_bytes()),
         Need::Write(name) => grant.write.matches(name.as_bytes()),
         Need::Read(name) => grant.read.matches(name.as_bytes()),
-    });
-    if allowed {
-        Ok(())
-    } else {
-        Err(unauthorized("Access refused."))
-    }
+    })
 }
 
 /// The name an exchange of a path is checked under: the default exchange (`amq.default`
