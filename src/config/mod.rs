@@ -35,7 +35,8 @@ pub struct User {
 }
 
 impl User {
-    /// Whether the management API lets this user change things.
+    /// RabbitMQ's `administrator` tag: the management API lets this user change users,
+    /// vhosts, permissions and definitions, and reach every vhost.
     pub fn is_administrator(&self) -> bool {
         self.tags.iter().any(|t| t == "administrator")
     }
