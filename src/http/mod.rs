@@ -1,7 +1,7 @@
 //! Owns: the management listener — its own OS thread with a current-thread tokio runtime
 //! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
 //! (`metrics`), the management API under `/api/` (`api`; its federation links,
-//! `federation`; users, permissions and vhosts, `access`), HTTP basic auth (`auth`);
+//! `federation`; users, permissions and vhosts, `access`; vhost and user limits, `limits`), HTTP basic auth (`auth`);
 //! what one connection may hold (`conn`: the connection cap, the header-read and idle
 //! timeouts).
 //!
@@ -20,6 +20,7 @@ pub mod api;
 pub mod auth;
 mod conn;
 pub mod federation;
+mod limits;
 pub mod metrics;
 
 use std::net::SocketAddr;
@@ -299,6 +300,9 @@ async fn route(
         };
         // Each area of the API answers the paths it owns and passes (None) on the rest.
         if let Some(response) = access::route(&call).await {
+            return response;
+        }
+        if let Some(response) = limits::route(&call).await {
             return response;
         }
     }

@@ -253,16 +253,17 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     let disk = Arc::new(DiskBoard::new(config.shards, quotas, free));
     let changes = Arc::new(recovered.changes);
     let (live, live_rx) = tokio::sync::watch::channel(Arc::clone(&config));
+    let limits = Arc::new(crate::limits::ConnectionCounts::new(
+        &config.limits.resources,
+    ));
     let admin_seed = crate::admin::AdminSeed {
         file,
         overlay,
         in_force: Arc::clone(&config),
         peers: peers.clone(),
         live,
+        counts: Arc::clone(&limits),
     };
-    let limits = Arc::new(crate::limits::ConnectionCounts::new(
-        &config.limits.resources,
-    ));
     let link_credential = if config.federation.is_enabled() {
         Some(Arc::new(
             crate::auth::local_link::LinkCredential::generate().ok_or_else(|| {

@@ -243,8 +243,15 @@ impl ConnSide<'_> {
             (None, FrameKind::Method) => {
                 let method = Method::decode(frame.payload)
                     .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
+                let id = MethodId::of(&method);
                 match method {
                     Method::ChannelOpen(_) => {
+                        if let Err(refusal) = shard.limits.open_channel(conn) {
+                            let now = shard.clock.now();
+                            let subject = c.log_subject();
+                            shard.limits.channel_refused(subject, number, &refusal, now);
+                            return Err(ConnectionError::Limit(refusal).on(id));
+                        }
                         let epoch = c.channel_epoch();
                         c.channels.insert(number, Channel::new(number, epoch));
                         c.out.method(
@@ -284,9 +291,11 @@ impl ConnSide<'_> {
                 match Method::decode(frame.payload) {
                     Ok(Method::ChannelCloseOk(_)) => {
                         c.channels.remove(&number);
+                        shard.limits.close_channel(conn);
                     }
                     Ok(Method::ChannelClose(_)) => {
                         c.channels.remove(&number);
+                        shard.limits.close_channel(conn);
                         c.out
                             .method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
                         self.mark_writer(conn);
