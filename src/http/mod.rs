@@ -1,7 +1,9 @@
 //! Owns: the management listener — its own OS thread with a current-thread tokio runtime
 //! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
 //! (`metrics`), the management API under `/api/` (`api`; its federation links,
-//! `federation`; users, permissions and vhosts, `access`; vhost and user limits, `limits`), HTTP basic auth (`auth`);
+//! `federation`; users, permissions and vhosts, `access`; vhost and user limits,
+//! `limits`; publish, get and the aliveness test, `messages`, with properties as JSON in
+//! `message_json`), HTTP basic auth (`auth`);
 //! what one connection may hold (`conn`: the connection cap, the header-read and idle
 //! timeouts).
 //!
@@ -21,6 +23,8 @@ pub mod auth;
 mod conn;
 pub mod federation;
 mod limits;
+mod message_json;
+pub mod messages;
 pub mod metrics;
 
 use std::net::SocketAddr;
@@ -303,6 +307,9 @@ async fn route(
             return response;
         }
         if let Some(response) = limits::route(&call).await {
+            return response;
+        }
+        if let Some(response) = messages::route(&call).await {
             return response;
         }
     }

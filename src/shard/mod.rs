@@ -18,6 +18,7 @@ pub mod housekeeping;
 pub mod inbox;
 pub mod mailbox;
 pub mod memory;
+pub mod messages;
 pub mod observe;
 pub mod outbox;
 pub mod placement;

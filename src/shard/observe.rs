@@ -2,7 +2,8 @@
 //! snapshot of its home queues, its connections, channels and consumers, its counters, and
 //! (from any one replica) the directory's exchanges and bindings — and the operator's
 //! actions a shard performs on what it owns: force-closing one of its connections and
-//! purging one of its home queues.
+//! purging one of its home queues; the management API's publish and get are handed to
+//! `shard::messages`.
 //!
 //! Each request is answered from the shard's own `State` in one borrow, in the turn the
 //! request arrives ([`answer`]). The reply is plain owned data sent back on a oneshot, so
@@ -83,6 +84,29 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
                 _ => ObserveReply::Purged(None),
             }
         }
+        ObserveRequest::Route {
+            vhost,
+            exchange,
+            routing_key,
+            raw_properties,
+        } => ObserveReply::Routed(super::messages::route(
+            shard,
+            &vhost,
+            &exchange,
+            &routing_key,
+            &raw_properties,
+        )),
+        ObserveRequest::Enqueue {
+            queues,
+            msg,
+            permits,
+        } => ObserveReply::Enqueued(super::messages::enqueue(shard, &queues, msg, permits)),
+        ObserveRequest::Get {
+            vhost,
+            name,
+            count,
+            mode,
+        } => ObserveReply::Got(super::messages::get(shard, &vhost, &name, count, mode)),
     }
 }
 
