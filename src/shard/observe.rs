@@ -20,7 +20,7 @@ use crate::protocol::ShortStr;
 use crate::queue::Queue;
 use crate::session::connection::{Conn, Phase};
 use crate::shard::inbox::observe::{
-    BindingView, ChannelView, ConnView, ConsumerView, ExchangeView, FlowView, ObserveReply,
+    BindingView, ChannelView, Churn, ConnView, ConsumerView, ExchangeView, FlowView, ObserveReply,
     ObserveRequest, QueueView, ShardView, SlowView, VhostView, Want, QUEUE_CHUNK,
 };
 use crate::shard::inbox::{QueueReply, QueueRequest};
@@ -45,6 +45,14 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
             let mut view = snapshot(&st, shard.id, now, want);
             view.bytes_read = shard.counters.bytes_read.get();
             view.bytes_written = shard.counters.bytes_written.get();
+            let c = &shard.counters;
+            view.churn = Churn {
+                connections_opened: c.connections_opened.get(),
+                connections_closed: c.connections_closed.get(),
+                channels_opened: c.channels_opened.get(),
+                logins_succeeded: c.logins_succeeded.get(),
+                logins_failed: c.logins_failed.get(),
+            };
             view.cpu_seconds = thread_cpu_seconds();
             ObserveReply::Snapshot(Box::new(view))
         }
@@ -186,6 +194,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
         view.channel_count += c.channels.len() as u64;
         for ch in c.channels.values() {
             view.consumer_count += ch.consumers.len() as u64;
+            view.publisher_count += u64::from(ch.publisher.published);
         }
     }
     if want.queues {

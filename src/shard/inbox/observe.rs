@@ -130,11 +130,25 @@ pub struct ShardView {
     pub connection_count: u64,
     pub channel_count: u64,
     pub consumer_count: u64,
+    /// Channels that have published at least once (RabbitMQ's `publishers`).
+    pub publisher_count: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// The shard's connection and login totals since start (`ShardCounters`).
+    pub churn: Churn,
     /// CPU time the shard's thread has used (`CLOCK_THREAD_CPUTIME_ID`): its rate is the
     /// event loop's busy fraction, since a waiting loop sleeps in the kernel.
     pub cpu_seconds: f64,
+}
+
+/// A shard's connection, channel and login totals since start.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Churn {
+    pub connections_opened: u64,
+    pub connections_closed: u64,
+    pub channels_opened: u64,
+    pub logins_succeeded: u64,
+    pub logins_failed: u64,
 }
 
 /// A home queue.

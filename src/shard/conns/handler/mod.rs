@@ -254,6 +254,7 @@ impl ConnSide<'_> {
                         }
                         let epoch = c.channel_epoch();
                         c.channels.insert(number, Channel::new(number, epoch));
+                        crate::shard::ShardCounters::bump(&shard.counters.channels_opened);
                         c.out.method(
                             number,
                             &Method::ChannelOpenOk(ChannelOpenOk {
@@ -580,6 +581,10 @@ impl ConnSide<'_> {
         }
         let slot = conn.slot as usize;
         let removed = self.conns.slab.remove(slot);
+        if !removed.vhost_name.is_empty() {
+            // It had reached connection.open-ok (vhost_name is set just before).
+            crate::shard::ShardCounters::bump(&shard.counters.connections_closed);
+        }
         if removed.phase() != Phase::AwaitHeader
             && !removed.vhost_name.is_empty()
             && !removed.close_logged
