@@ -147,7 +147,7 @@ fn known(path: &[&str]) -> bool {
     )
 }
 
-fn ok(v: &Value) -> HttpResponse {
+pub(super) fn ok(v: &Value) -> HttpResponse {
     respond(
         StatusCode::OK,
         "application/json",
@@ -155,17 +155,17 @@ fn ok(v: &Value) -> HttpResponse {
     )
 }
 
-fn not_found() -> HttpResponse {
+pub(super) fn not_found() -> HttpResponse {
     super::object_not_found()
 }
 
-fn bad_request(reason: &str) -> HttpResponse {
+pub(super) fn bad_request(reason: &str) -> HttpResponse {
     error(StatusCode::BAD_REQUEST, reason)
 }
 
 /// 201 for something created, 204 otherwise; the admin thread's refusals as RabbitMQ
 /// answers them.
-fn changed(outcome: Result<Changed, AdminError>) -> HttpResponse {
+pub(super) fn changed(outcome: Result<Changed, AdminError>) -> HttpResponse {
     match outcome {
         Ok(Changed::Created) => respond(StatusCode::CREATED, "application/json", Bytes::new()),
         Ok(Changed::Updated | Changed::Deleted) => {
@@ -270,7 +270,7 @@ fn permissions(config: &Config, keep: impl Fn(&str, &str) -> bool) -> HttpRespon
 }
 
 /// The JSON object of a request body (RabbitMQ answers a bad one 400).
-fn object(body: &Bytes) -> Result<Map<String, Value>, String> {
+pub(super) fn object(body: &Bytes) -> Result<Map<String, Value>, String> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err("body must be a JSON object".into()),

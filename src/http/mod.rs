@@ -1,11 +1,14 @@
 //! Owns: the management listener — its own OS thread with a current-thread tokio runtime
 //! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
 //! (`metrics`), the management API under `/api/` (`api`; its federation links,
-//! `federation`; users, permissions and vhosts, `access`; declaring and deleting
-//! queues, exchanges and bindings, `topology`; exporting and importing definitions,
-//! `definitions`), HTTP basic auth (`auth`);
+//! `federation`; users, permissions and vhosts, `access`; vhost and user limits,
+//! `limits`; publish, get and the aliveness test, `messages`, with properties as JSON in
+//! `message_json`; declaring and deleting queues, exchanges and bindings, `topology`;
+//! exporting and importing definitions, `definitions`), HTTP basic auth (`auth`);
 //! what one connection may hold (`conn`: the connection cap, the header-read and idle
-//! timeouts).
+//! timeouts). The Prometheus listener (`prometheus`, off by default) is a second
+//! instance of the same server on its own thread, without credentials, serving only
+//! `/metrics` and `/metrics/per-object` under RabbitMQ's names.
 //!
 //! Every figure comes from the shards by request/response through their control inboxes
 //! (`ShardMsg::Observe` with a oneshot reply, `ShardMsg::Queue`, `ShardMsg::Control`):
@@ -23,7 +26,11 @@ pub mod auth;
 mod conn;
 pub mod definitions;
 pub mod federation;
+mod limits;
+mod message_json;
+pub mod messages;
 pub mod metrics;
+pub mod prometheus;
 pub mod topology;
 
 use std::net::SocketAddr;
@@ -122,8 +129,27 @@ impl HttpServer {
     }
 }
 
-/// Binds `addr` (here, so a bad address fails the broker's start) and starts the thread.
+/// What a listener serves: the management listener (basic auth, the API, sluice's
+/// /metrics) or the Prometheus listener (`prometheus`: no credentials, RabbitMQ's names).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Listener {
+    Management,
+    Prometheus,
+}
+
+/// Binds `addr` (here, so a bad address fails the broker's start) and starts the
+/// management thread.
 pub fn start(addr: SocketAddr, ctx: Context) -> std::io::Result<HttpServer> {
+    start_listener(addr, ctx, Listener::Management)
+}
+
+/// Binds `addr` and starts the Prometheus listener's thread (`sluice-prometheus`), with
+/// the management listener's connection cap and timeouts.
+pub fn start_prometheus(addr: SocketAddr, ctx: Context) -> std::io::Result<HttpServer> {
+    start_listener(addr, ctx, Listener::Prometheus)
+}
+
+fn start_listener(addr: SocketAddr, ctx: Context, kind: Listener) -> std::io::Result<HttpServer> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
@@ -132,10 +158,17 @@ pub fn start(addr: SocketAddr, ctx: Context) -> std::io::Result<HttpServer> {
         .build()?;
     let (stop_tx, stop_rx) = oneshot::channel();
     let ctx = Arc::new(ctx);
+    let name = match kind {
+        Listener::Management => "sluice-http",
+        Listener::Prometheus => "sluice-prometheus",
+    };
     let thread = std::thread::Builder::new()
-        .name("sluice-http".into())
-        .spawn(move || runtime.block_on(serve(listener, ctx, stop_rx)))?;
-    OpsEvent::ManagementListening { addr: bound }.emit();
+        .name(name.into())
+        .spawn(move || runtime.block_on(serve(listener, ctx, kind, stop_rx)))?;
+    match kind {
+        Listener::Management => OpsEvent::ManagementListening { addr: bound }.emit(),
+        Listener::Prometheus => OpsEvent::PrometheusListening { addr: bound }.emit(),
+    }
     Ok(HttpServer {
         addr: bound,
         stop: Some(stop_tx),
@@ -146,6 +179,7 @@ pub fn start(addr: SocketAddr, ctx: Context) -> std::io::Result<HttpServer> {
 async fn serve(
     listener: std::net::TcpListener,
     ctx: Arc<Context>,
+    kind: Listener,
     mut stop: oneshot::Receiver<()>,
 ) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -188,7 +222,7 @@ async fn serve(
             }
             continue;
         };
-        tokio::spawn(serve_connection(Arc::clone(&ctx), stream, peer, slot));
+        tokio::spawn(serve_connection(Arc::clone(&ctx), kind, stream, peer, slot));
     }
 }
 
@@ -196,6 +230,7 @@ async fn serve(
 /// place in the connection cap until it ends.
 async fn serve_connection(
     ctx: Arc<Context>,
+    kind: Listener,
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     _slot: conn::Slot,
@@ -208,7 +243,10 @@ async fn serve_connection(
         let ctx = Arc::clone(&ctx);
         let busy = in_service.busy();
         async move {
-            let response = handle(&ctx, req, peer).await;
+            let response = match kind {
+                Listener::Management => handle(&ctx, req, peer).await,
+                Listener::Prometheus => Ok(prometheus::handle(&ctx, &req).await),
+            };
             drop(busy);
             response
         }
@@ -303,6 +341,12 @@ async fn route(
         };
         // Each area of the API answers the paths it owns and passes (None) on the rest.
         if let Some(response) = access::route(&call).await {
+            return response;
+        }
+        if let Some(response) = limits::route(&call).await {
+            return response;
+        }
+        if let Some(response) = messages::route(&call).await {
             return response;
         }
         if let Some(response) = topology::route(&call).await {
