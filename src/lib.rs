@@ -43,6 +43,8 @@
 //!   management API's changes of users and permissions, persisted and sent to every
 //!   shard one at a time on its own thread.
 //! - [`auth`]: stored passwords and per-vhost permissions.
+//! - [`definitions`]: RabbitMQ's definitions format read section by section, for
+//!   `import-definitions` and the management API's import alike.
 //! - [`cli`]: the command line above `server`: the broker's flags beside the
 //!   `hash-password` and `import-definitions` tools.
 //! - [`ops`]: operational events with Qpid-style codes.
@@ -64,6 +66,7 @@ pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod definitions;
 pub mod federation;
 pub mod http;
 pub mod limits;

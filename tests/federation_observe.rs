@@ -394,7 +394,7 @@ async fn run() {
         (
             "/api/federation-links/%2F/nonsense",
             404,
-            json!({"error": "Not Found", "reason": "object not found"}),
+            json!({"error": "Object Not Found", "reason": "Not Found"}),
         ),
     ] {
         let resp = get(port, path, Some(("guest", "guest"))).await;
@@ -410,7 +410,7 @@ async fn run() {
         (theirs.status, theirs.json()),
         (
             401,
-            json!({"error": "Unauthorized", "reason": "User not authorised to access virtual host"})
+            json!({"error": "not_authorised", "reason": "User not authorised to access virtual host"})
         )
     );
     let anonymous = get(port, "/api/federation-links", None).await;

@@ -3,13 +3,16 @@
 //! logins and to open connections at once (a deleted user's connections are closed with
 //! 320, a changed permission counts from the next operation), durable across a restart
 //! and a kill -9, with the file's users as the initial state (`http_access/*`: what the
-//! store and the file each win, vhosts created and deleted at run time, and rabbitmqadmin
+//! store and the file each win, vhosts created and deleted at run time, vhost and user
+//! limits changed at run time, and rabbitmqadmin
 //! itself).
 
 mod common;
 
 #[path = "http_access/durable.rs"]
 mod durable;
+#[path = "http_access/limits.rs"]
+mod limits;
 #[path = "http_access/rabbitmqadmin.rs"]
 mod rabbitmqadmin;
 #[path = "http_access/vhosts.rs"]

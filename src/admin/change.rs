@@ -10,7 +10,12 @@
 use crate::auth::password::Password;
 use crate::config::Config;
 use crate::ops::admin_event::AdminEvent;
-use crate::store::access::{AccessChange, StoredGrant, StoredUser, StoredVhost};
+use crate::store::access::{AccessChange, LimitSubject, StoredGrant, StoredUser, StoredVhost};
+
+/// RabbitMQ's vhost limits.
+pub const VHOST_LIMITS: [&str; 2] = ["max-connections", "max-queues"];
+/// RabbitMQ's user limits.
+pub const USER_LIMITS: [&str; 2] = ["max-connections", "max-channels"];
 
 /// A user's new password.
 #[derive(Clone, Debug)]
@@ -63,6 +68,21 @@ pub enum AccessRequest {
     /// and exchanges deleted.
     DeleteVhost {
         name: String,
+        acting: String,
+    },
+    /// Sets one vhost or user limit (RabbitMQ's: negative is no limit, 0 admits
+    /// nothing).
+    SetLimit {
+        subject: LimitSubject,
+        name: String,
+        limit: String,
+        value: i64,
+        acting: String,
+    },
+    ClearLimit {
+        subject: LimitSubject,
+        name: String,
+        limit: String,
         acting: String,
     },
 }
@@ -136,6 +156,7 @@ pub fn plan(
                     });
                 }
             }
+            changes.extend(limits_cleared(config, LimitSubject::User, &name));
             Ok((changes, Changed::Deleted))
         }
         AccessRequest::SetPermission {
@@ -217,8 +238,121 @@ pub fn plan(
                     });
                 }
             }
+            changes.extend(limits_cleared(config, LimitSubject::Vhost, &name));
             Ok((changes, Changed::Deleted))
         }
+        AccessRequest::SetLimit {
+            subject,
+            name,
+            limit,
+            value,
+            ..
+        } => {
+            check_limit(config, subject, &name, &limit, Some(value))?;
+            let change = AccessChange::SetLimit {
+                subject,
+                name,
+                limit,
+                value,
+            };
+            Ok((vec![change], Changed::Updated))
+        }
+        AccessRequest::ClearLimit {
+            subject,
+            name,
+            limit,
+            ..
+        } => {
+            check_limit(config, subject, &name, &limit, None)?;
+            // Clearing a limit that is not set is no change (RabbitMQ answers 204).
+            let set = limit_in_force(config, subject, &name, &limit).is_some();
+            let changes = if set {
+                vec![AccessChange::ClearLimit {
+                    subject,
+                    name,
+                    limit,
+                }]
+            } else {
+                Vec::new()
+            };
+            Ok((changes, Changed::Deleted))
+        }
+    }
+}
+
+/// RabbitMQ's checks of a limit change: the vhost or user exists (404 with its reason),
+/// the limit is one it knows for that subject.
+fn check_limit(
+    config: &Config,
+    subject: LimitSubject,
+    name: &str,
+    limit: &str,
+    value: Option<i64>,
+) -> Result<(), AdminError> {
+    let (exists, known, missing) = match subject {
+        LimitSubject::Vhost => (
+            config.vhosts.iter().any(|v| v == name),
+            VHOST_LIMITS.contains(&limit),
+            "vhost_not_found",
+        ),
+        LimitSubject::User => (
+            config.users.iter().any(|u| u.name == name),
+            USER_LIMITS.contains(&limit),
+            "user_not_found",
+        ),
+    };
+    if !exists {
+        return Err(AdminError::NotFound(missing.into()));
+    }
+    if !known && value.is_some() {
+        let value = value.unwrap_or_default();
+        return Err(AdminError::Invalid(format!(
+            "Validation failed\n\nUnrecognised terms [{{<<\"{limit}\">>,{value}}}] in limits\n"
+        )));
+    }
+    Ok(())
+}
+
+/// A limit in force (the file's or the store's), `None` where there is none.
+pub fn limit_in_force(
+    config: &Config,
+    subject: LimitSubject,
+    name: &str,
+    limit: &str,
+) -> Option<u32> {
+    let limits = &config.limits.resources;
+    match (subject, limit) {
+        (LimitSubject::Vhost, "max-connections") => limits.vhost(name).max_connections,
+        (LimitSubject::Vhost, "max-queues") => limits.vhost(name).max_queues,
+        (LimitSubject::User, "max-connections") => limits.user(name).max_connections,
+        (LimitSubject::User, "max-channels") => limits.user(name).max_channels,
+        _ => None,
+    }
+}
+
+/// The limits of a vhost or user being deleted, cleared with it (as RabbitMQ deletes
+/// them with their vhost or user).
+fn limits_cleared(config: &Config, subject: LimitSubject, name: &str) -> Vec<AccessChange> {
+    let names: &[&str] = match subject {
+        LimitSubject::Vhost => &VHOST_LIMITS,
+        LimitSubject::User => &USER_LIMITS,
+    };
+    names
+        .iter()
+        .filter(|l| limit_in_force(config, subject, name, l).is_some())
+        .map(|l| AccessChange::ClearLimit {
+            subject,
+            name: name.to_owned(),
+            limit: (*l).to_owned(),
+        })
+        .collect()
+}
+
+/// `vhost 'x'` or `user 'x'`, for log lines.
+fn limit_subject(subject: LimitSubject, name: &str) -> String {
+    match subject {
+        LimitSubject::Vhost => format!("vhost '{name}'"),
+        LimitSubject::User => format!("user '{name}'"),
     }
 }
 
@@ -309,6 +443,26 @@ pub fn log(change: &AccessChange, acting: &str) {
             vhost: name.clone(),
             acting,
         },
+        AccessChange::SetLimit {
+            subject,
+            name,
+            limit,
+            value,
+        } => AdminEvent::LimitSet {
+            subject: limit_subject(*subject, name),
+            limit: limit.clone(),
+            value: *value,
+            acting,
+        },
+        AccessChange::ClearLimit {
+            subject,
+            name,
+            limit,
+        } => AdminEvent::LimitCleared {
+            subject: limit_subject(*subject, name),
+            limit: limit.clone(),
+            acting,
+        },
     }
     .emit();
 }
@@ -322,7 +476,9 @@ impl AccessRequest {
             | AccessRequest::SetPermission { acting, .. }
             | AccessRequest::ClearPermission { acting, .. }
             | AccessRequest::PutVhost { acting, .. }
-            | AccessRequest::DeleteVhost { acting, .. } => acting,
+            | AccessRequest::DeleteVhost { acting, .. }
+            | AccessRequest::SetLimit { acting, .. }
+            | AccessRequest::ClearLimit { acting, .. } => acting,
         }
     }
 }

@@ -19,11 +19,12 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::Config;
+use crate::limits::ConnectionCounts;
 use crate::ops::config_event::ConfigEvent;
 use crate::shard::inbox::{Peers, ShardMsg};
 use crate::store::access::{AccessChange, AccessOverlay};
 
-pub use change::{AccessRequest, AdminError, Changed, NewPassword};
+pub use change::{AccessRequest, AdminError, Changed, NewPassword, USER_LIMITS, VHOST_LIMITS};
 
 /// Requests waiting for the admin thread at most; the management listener's own
 /// connection cap bounds the callers, this bounds the queue between.
@@ -50,6 +51,9 @@ pub struct AdminSeed {
     pub peers: Peers,
     /// Hands the configuration in force to the management thread.
     pub live: watch::Sender<Arc<Config>>,
+    /// The connection counts every shard shares: their per-vhost and per-user limits
+    /// follow the configuration in force.
+    pub counts: Arc<ConnectionCounts>,
 }
 
 /// The running admin thread.
@@ -142,6 +146,7 @@ struct Authority {
     in_force: Arc<Config>,
     peers: Peers,
     live: watch::Sender<Arc<Config>>,
+    counts: Arc<ConnectionCounts>,
 }
 
 async fn serve(seed: AdminSeed, mut rx: mpsc::Receiver<Request>) {
@@ -151,6 +156,7 @@ async fn serve(seed: AdminSeed, mut rx: mpsc::Receiver<Request>) {
         in_force: seed.in_force,
         peers: seed.peers,
         live: seed.live,
+        counts: seed.counts,
     };
     while let Some(request) = rx.recv().await {
         match request {
@@ -207,6 +213,8 @@ impl Authority {
         let closed = slots_for(&mut config.vhost_slots, &merged.vhosts);
         config.vhosts = merged.vhosts;
         config.vhost_metadata = merged.vhost_metadata;
+        config.limits.resources.vhosts = merged.limits.resources.vhosts;
+        config.limits.resources.users = merged.limits.resources.users;
         self.put_in_force(Arc::new(config)).await;
         // A deleted vhost is closed everywhere now (no connection, no lookup by name):
         // the coordinator empties it.
@@ -244,6 +252,9 @@ impl Authority {
         for ack in acks {
             let _ = ack.await;
         }
+        // The shards check max-queues from the configuration they now hold; the
+        // connection and channel limits are the shared counts'.
+        self.counts.set_limits(&config.limits.resources);
         self.live.send_replace(Arc::clone(&config));
         self.in_force = config;
     }

@@ -132,6 +132,25 @@ impl Password {
         Some(base64::engine::general_purpose::STANDARD.encode(raw))
     }
 
+    /// The `password_hash` a definitions export carries: the stored hash, or for plain
+    /// text a salted SHA-256 of it made now (RabbitMQ's exports always carry a hash, and
+    /// an import of an empty one is a user without password). Without randomness the
+    /// salt is taken from the password's own digest: still a valid hash of it.
+    pub fn exported(&self) -> String {
+        match self {
+            Password::Plain(plain) => {
+                let hashed = Password::hash_sha256(plain.as_bytes()).unwrap_or_else(|_| {
+                    let digest = Sha256::digest(plain.as_bytes());
+                    let mut salt = [0u8; SALT_LEN];
+                    salt.copy_from_slice(&digest[..SALT_LEN]);
+                    Password::sha256_with_salt(salt, plain.as_bytes())
+                });
+                hashed.encoded().unwrap_or_default()
+            }
+            other => other.encoded().unwrap_or_default(),
+        }
+    }
+
     /// Whether the password is stored in plain text.
     pub fn is_plain(&self) -> bool {
         matches!(self, Password::Plain(_))
@@ -216,6 +235,17 @@ mod tests {
             Password::sha256_with_salt([0x90, 0x8d, 0xc6, 0x0a], b"guest"),
             p
         );
+    }
+
+    #[test]
+    fn exports_carry_a_hash_that_verifies_also_for_plain_text() {
+        let plain = Password::Plain("guest".to_owned());
+        let exported = plain.exported();
+        let back = Password::from_hash(&exported, None).expect("a hash");
+        assert!(back.verify(b"guest") && !back.verify(b"other"));
+        let stored = Password::from_hash(GUEST_SHA256, None).expect("parses");
+        assert_eq!(stored.exported(), GUEST_SHA256);
+        assert_eq!(Password::Disabled.exported(), "");
     }
 
     #[test]

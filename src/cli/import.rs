@@ -3,6 +3,9 @@
 //! and `[vhosts]` configuration entries; durable exchanges, queues and bindings are
 //! added to a data dir's definitions log — and the account of everything not imported.
 //!
+//! The export is read by `crate::definitions` (the one parser of the format, shared with
+//! `POST /api/definitions`); an item it cannot read is skipped with its reason.
+//!
 //! Does not: encode definitions records (`store::definitions` does: the log is loaded,
 //! extended and rewritten with the store's own snapshot), or run next to a broker (the
 //! data dir's lock is taken first).
@@ -12,12 +15,12 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::definitions::{self as defs, Item};
 use crate::model::exchange::{ExchangeDef, ExchangeKind};
 use crate::model::ids::QueueId;
 use crate::model::routing::PREDECLARED;
 use crate::policy::queue_args;
-use crate::protocol::table::{FieldTable, FieldValue};
-use crate::protocol::{LongStr, ShortStr};
+use crate::protocol::ShortStr;
 use crate::store::definitions::{self, DurableBinding, DurableQueue};
 
 use crate::auth::password::Password;
@@ -64,45 +67,36 @@ pub struct Conversion {
     pub vhosts: Vec<String>,
 }
 
-/// Top-level keys of an export this import reads.
-const READ: [&str; 7] = [
-    "users",
-    "vhosts",
-    "permissions",
-    "exchanges",
-    "queues",
-    "bindings",
-    "rabbit_version",
-];
-/// Version keys that carry no definitions.
-const INFORMATIONAL: [&str; 3] = ["rabbitmq_version", "product_name", "product_version"];
-
-fn text<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or("")
-}
-
-fn flag(v: &Value, key: &str) -> bool {
-    v.get(key).and_then(Value::as_bool).unwrap_or(false)
-}
-
-fn list<'a>(root: &'a Value, key: &str) -> &'a [Value] {
-    root.get(key)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
 fn quoted(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
+}
+
+/// Items `definitions` could not read, noted as skipped; the rest.
+fn readable<T>(items: Vec<Item<T>>, kind: &str, skipped: &mut Skipped) -> Vec<T> {
+    items
+        .into_iter()
+        .filter_map(|item| {
+            item.map_err(|e| skipped.add(kind, format!("{}: {}", e.what, e.reason)))
+                .ok()
+        })
+        .collect()
 }
 
 /// Users, vhosts and permissions as configuration; everything else that is not a
 /// queue, exchange or binding is counted in `skipped`.
 pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String> {
-    let obj = root
-        .as_object()
-        .ok_or("the file is not a JSON object (a RabbitMQ definitions export)")?;
+    let obj = defs::root(root)
+        .map_err(|_| "the file is not a JSON object (a RabbitMQ definitions export)")?;
     for (key, value) in obj {
-        if READ.contains(&key.as_str()) || INFORMATIONAL.contains(&key.as_str()) {
+        let read = [
+            "users",
+            "vhosts",
+            "permissions",
+            "queues",
+            "exchanges",
+            "bindings",
+        ];
+        if read.contains(&key.as_str()) || defs::INFORMATIONAL.contains(&key.as_str()) {
             continue;
         }
         match value.as_array() {
@@ -110,7 +104,7 @@ pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String
                 for item in items {
                     let name = ["name", "user", "vhost"]
                         .iter()
-                        .map(|k| text(item, k))
+                        .filter_map(|k| item.get(k).and_then(Value::as_str))
                         .find(|n| !n.is_empty())
                         .unwrap_or("(unnamed)");
                     skipped.add(key, format!("'{name}': not imported by sluice"));
@@ -119,10 +113,9 @@ pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String
             None => skipped.add(key, "not imported by sluice".into()),
         }
     }
-    let vhosts: Vec<String> = list(root, "vhosts")
-        .iter()
-        .map(|v| text(v, "name").to_owned())
-        .filter(|n| !n.is_empty())
+    let vhosts: Vec<String> = readable(defs::vhosts(root), "vhosts", skipped)
+        .into_iter()
+        .map(|v| v.name)
         .collect();
     if vhosts.is_empty() {
         return Err("the export defines no vhosts".into());
@@ -134,41 +127,28 @@ pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String
         names.join(", ")
     ));
     let mut users = Vec::new();
-    for u in list(root, "users") {
-        let name = text(u, "name");
-        let hash = text(u, "password_hash");
-        let algorithm = u.get("hashing_algorithm").and_then(Value::as_str);
-        if hash.is_empty() {
+    for u in readable(defs::users(root), "users", skipped) {
+        let name = u.name.as_str();
+        let algorithm = u.hashing_algorithm.as_deref();
+        if u.password_hash.is_empty() {
             skipped.add(
                 "users",
                 format!("'{name}': no password hash (a passwordless user)"),
             );
             continue;
         }
-        if let Err(e) = Password::from_hash(hash, algorithm) {
+        if let Err(e) = Password::from_hash(&u.password_hash, algorithm) {
             skipped.add("users", format!("'{name}': {e}"));
             continue;
         }
-        if u.get("limits")
-            .and_then(Value::as_object)
-            .is_some_and(|l| !l.is_empty())
-        {
+        if u.has_limits {
             skipped.add("user limits", format!("'{name}': not imported by sluice"));
         }
-        let tags: Vec<String> = match u.get("tags") {
-            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(quoted).collect(),
-            Some(Value::String(s)) => s
-                .split(',')
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .map(quoted)
-                .collect(),
-            _ => Vec::new(),
-        };
+        let tags: Vec<String> = u.tags.iter().map(|t| quoted(t)).collect();
         let mut entry = format!(
             "  {{ name = {}, password_hash = {}",
             quoted(name),
-            quoted(hash)
+            quoted(&u.password_hash)
         );
         if let Some(alg) = algorithm {
             entry.push_str(&format!(", hashing_algorithm = {}", quoted(alg)));
@@ -178,8 +158,8 @@ pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String
         users.push(name.to_owned());
     }
     toml.push_str("]\npermissions = [\n");
-    for p in list(root, "permissions") {
-        let (user, vhost) = (text(p, "user"), text(p, "vhost"));
+    for p in readable(defs::permissions(root), "permissions", skipped) {
+        let (user, vhost) = (p.user.as_str(), p.vhost.as_str());
         if !users.iter().any(|u| u == user) {
             skipped.add(
                 "permissions",
@@ -196,11 +176,7 @@ pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String
         }
         // RabbitMQ's patterns are PCRE; one this broker's regex syntax refuses (a
         // lookaround, a backreference) would stop the broker at start.
-        if let Err(e) = crate::auth::permissions::Grant::compile(
-            text(p, "configure"),
-            text(p, "write"),
-            text(p, "read"),
-        ) {
+        if let Err(e) = crate::auth::permissions::Grant::compile(&p.configure, &p.write, &p.read) {
             skipped.add(
                 "permissions",
                 format!("user '{user}' on vhost '{vhost}': {e}"),
@@ -211,39 +187,13 @@ pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String
             "  {{ user = {}, vhost = {}, configure = {}, write = {}, read = {} }},\n",
             quoted(user),
             quoted(vhost),
-            quoted(text(p, "configure")),
-            quoted(text(p, "write")),
-            quoted(text(p, "read")),
+            quoted(&p.configure),
+            quoted(&p.write),
+            quoted(&p.read),
         ));
     }
     toml.push_str("]\n");
     Ok(Conversion { toml, vhosts })
-}
-
-/// A JSON value as an AMQP field value (numbers as RabbitMQ's management API takes them:
-/// integers as `long`, the rest as `double`).
-fn field_value(v: &Value) -> FieldValue {
-    match v {
-        Value::Null => FieldValue::Void,
-        Value::Bool(b) => FieldValue::Bool(*b),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => FieldValue::I64(i),
-            None => FieldValue::F64(n.as_f64().unwrap_or(0.0)),
-        },
-        Value::String(s) => FieldValue::LongStr(LongStr::from(s.as_str())),
-        Value::Array(a) => FieldValue::Array(a.iter().map(field_value).collect()),
-        Value::Object(_) => FieldValue::Table(field_table(v)),
-    }
-}
-
-fn field_table(v: &Value) -> FieldTable {
-    v.as_object()
-        .map(|o| {
-            o.iter()
-                .map(|(k, v)| (ShortStr::from(k.as_str()), field_value(v)))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// What [`apply`] added.
@@ -268,12 +218,12 @@ pub fn apply(
     let mut defs = definitions::load(data_dir).map_err(fail)?.definitions;
     let mut applied = Applied::default();
     let known_vhost = |v: &str| vhosts.iter().any(|n| n == v);
-    for x in list(root, "exchanges") {
-        let (name, vhost) = (text(x, "name"), text(x, "vhost"));
+    for x in readable(defs::exchanges(root), "exchanges", skipped) {
+        let (name, vhost) = (x.name.as_str(), x.vhost.as_str());
         let what = format!("'{name}' in vhost '{vhost}'");
         let reason = if !known_vhost(vhost) {
             Some("its vhost is not defined")
-        } else if !flag(x, "durable") {
+        } else if !x.durable {
             Some("not durable")
         } else if name.is_empty() || name.starts_with("amq.") {
             Some("a built-in exchange")
@@ -286,10 +236,10 @@ pub fn apply(
             skipped.add("exchanges", format!("{what}: {reason}"));
             continue;
         }
-        let Some(kind) = ExchangeKind::parse(text(x, "type").as_bytes()) else {
+        let Some(kind) = ExchangeKind::parse(x.kind.as_bytes()) else {
             skipped.add(
                 "exchanges",
-                format!("{what}: unknown exchange type '{}'", text(x, "type")),
+                format!("{what}: unknown exchange type '{}'", x.kind),
             );
             continue;
         };
@@ -304,27 +254,26 @@ pub fn apply(
                 name: ShortStr::from(name),
                 kind,
                 durable: true,
-                auto_delete: flag(x, "auto_delete"),
-                internal: flag(x, "internal"),
-                arguments: x.get("arguments").map(field_table).unwrap_or_default(),
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments,
             },
         );
         applied.exchanges += 1;
     }
-    for q in list(root, "queues") {
-        let (name, vhost) = (text(q, "name"), text(q, "vhost"));
+    for q in readable(defs::queues(root), "queues", skipped) {
+        let (name, vhost) = (q.name.as_str(), q.vhost.as_str());
         let what = format!("'{name}' in vhost '{vhost}'");
-        let arguments = q.get("arguments").map(field_table).unwrap_or_default();
         let reason = if !known_vhost(vhost) {
             Some("its vhost is not defined".to_owned())
-        } else if !flag(q, "durable") {
+        } else if !q.durable {
             Some("not durable".to_owned())
-        } else if flag(q, "exclusive") {
+        } else if q.exclusive {
             Some("exclusive".to_owned())
-        } else if name.is_empty() || name.len() > 255 {
+        } else if name.len() > 255 {
             Some("not a valid queue name".to_owned())
         } else {
-            queue_args::validate(&arguments).err().map(|e| match e {
+            queue_args::validate(&q.arguments).err().map(|e| match e {
                 queue_args::QueueArgError::Invalid { argument, reason } => {
                     format!("argument {argument} refused: {reason}")
                 }
@@ -346,8 +295,8 @@ pub fn apply(
             key,
             DurableQueue {
                 id,
-                auto_delete: flag(q, "auto_delete"),
-                arguments,
+                auto_delete: q.auto_delete,
+                arguments: q.arguments,
             },
         );
         applied.queues += 1;
@@ -358,11 +307,10 @@ pub fn apply(
                 .exchanges
                 .contains_key(&(vhost.to_owned(), ShortStr::from(name)))
     };
-    for b in list(root, "bindings") {
-        let (source, vhost, dest) = (text(b, "source"), text(b, "vhost"), text(b, "destination"));
-        let to_queue = text(b, "destination_type") != "exchange";
+    for b in readable(defs::bindings(root), "bindings", skipped) {
+        let (source, vhost, dest) = (b.source.as_str(), b.vhost.as_str(), b.destination.as_str());
         let what = format!("'{source}' -> '{dest}' in vhost '{vhost}'");
-        let dest_durable = if to_queue {
+        let dest_durable = if b.to_queue {
             defs.queues
                 .contains_key(&(vhost.to_owned(), ShortStr::from(dest)))
         } else {
@@ -372,7 +320,7 @@ pub fn apply(
             Some("its vhost is not defined")
         } else if source.is_empty() {
             Some("the default exchange binds every queue by itself")
-        } else if [source, dest, text(b, "routing_key")]
+        } else if [source, dest, b.routing_key.as_str()]
             .iter()
             .any(|t| t.len() > 255)
         {
@@ -389,10 +337,10 @@ pub fn apply(
         let binding = DurableBinding {
             source: ShortStr::from(source),
             destination: ShortStr::from(dest),
-            routing_key: ShortStr::from(text(b, "routing_key")),
-            arguments: b.get("arguments").map(field_table).unwrap_or_default(),
+            routing_key: ShortStr::from(b.routing_key.as_str()),
+            arguments: b.arguments,
         };
-        let list = if to_queue {
+        let list = if b.to_queue {
             defs.bindings.entry(vhost.to_owned()).or_default()
         } else {
             defs.exchange_bindings.entry(vhost.to_owned()).or_default()

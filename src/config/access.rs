@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::auth::password::Password;
 use crate::auth::permissions::{Grant, PermissionEntry};
-use crate::store::access::{AccessOverlay, StoredGrant, StoredUser};
+use crate::store::access::{AccessOverlay, LimitSubject, StoredGrant, StoredUser};
 
 use super::{Config, User};
 
@@ -45,6 +45,7 @@ pub fn overlay(file: &Config, overlay: &AccessOverlay) -> (Config, Sources) {
         sources.from_file = config.users.iter().map(|u| u.name.clone()).collect();
         return (config, sources);
     }
+    limits_over(&mut config, overlay);
     let mut users: Vec<User> = Vec::with_capacity(file.users.len() + overlay.users.len());
     for user in &file.users {
         match overlay.users.get(&user.name) {
@@ -88,6 +89,35 @@ pub fn overlay(file: &Config, overlay: &AccessOverlay) -> (Config, Sources) {
         config.permissions.entries = Some(entries);
     }
     (config, sources)
+}
+
+/// The vhost and user limits set or cleared at run time, over the file's, limit by
+/// limit (RabbitMQ's values: negative is no limit).
+fn limits_over(config: &mut Config, overlay: &AccessOverlay) {
+    let limits = &mut config.limits.resources;
+    for ((subject, name, limit), value) in &overlay.limits {
+        let value = value.and_then(|v| u32::try_from(v.min(i64::from(u32::MAX))).ok());
+        match subject {
+            LimitSubject::Vhost => {
+                let mut l = limits.vhost(name);
+                match limit.as_str() {
+                    "max-connections" => l.max_connections = value,
+                    "max-queues" => l.max_queues = value,
+                    _ => continue,
+                }
+                limits.set_vhost(name, l);
+            }
+            LimitSubject::User => {
+                let mut l = limits.user(name);
+                match limit.as_str() {
+                    "max-connections" => l.max_connections = value,
+                    "max-channels" => l.max_channels = value,
+                    _ => continue,
+                }
+                limits.set_user(name, l);
+            }
+        }
+    }
 }
 
 /// A stored user as the configuration holds it.

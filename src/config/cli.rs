@@ -67,6 +67,11 @@ pub struct Cli {
     #[arg(long = "http-listen", value_name = "ADDR|off")]
     pub http_listen: Option<String>,
 
+    /// Prometheus listener (`GET /metrics` under RabbitMQ's metric names, no
+    /// credentials; RabbitMQ serves it on 15692): an address, or `off` [default: off].
+    #[arg(long = "prometheus-listen", value_name = "ADDR|off")]
+    pub prometheus_listen: Option<String>,
+
     /// This node's name in federation (loop detection, link and queue names); unique
     /// in a topology [default: the host name].
     #[arg(long = "node-name", value_name = "NAME")]
@@ -127,6 +132,13 @@ impl Cli {
             config.http.listen =
                 super::parse_listen_or_off(text).map_err(|reason| ConfigError::Invalid {
                     key: "--http-listen".to_owned(),
+                    reason,
+                })?;
+        }
+        if let Some(text) = &self.prometheus_listen {
+            config.http.prometheus_listen =
+                super::parse_listen_or_off(text).map_err(|reason| ConfigError::Invalid {
+                    key: "--prometheus-listen".to_owned(),
                     reason,
                 })?;
         }

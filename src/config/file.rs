@@ -49,6 +49,8 @@ struct HttpSection {
     /// Milliseconds; 0 = never.
     idle_timeout_ms: Option<u64>,
     max_connections: Option<u32>,
+    /// An address or "off".
+    prometheus_listen: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -330,6 +332,10 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
             config.http.idle_timeout = optional_ms(ms);
         }
         set(&mut config.http.max_connections, h.max_connections);
+        if let Some(listen) = h.prometheus_listen {
+            config.http.prometheus_listen = super::parse_listen_or_off(&listen)
+                .map_err(|e| format!("http.prometheus_listen: {e}"))?;
+        }
     }
     if let Some(f) = file.federation {
         config.federation = f.parse()?;

@@ -4,7 +4,9 @@
 //! ([`ResourceLimits::default`]), their file sections (`[limits]` keys,
 //! `[limits.connections]`, `[limits.login]` (per (address, user), and the broker-wide
 //! ceiling on failed logins answered), `[limits.user."U"]`, and `max_connections` /
-//! `max_queues` of `[vhost."V"]`) and their validation. A limit of 0 is unlimited.
+//! `max_queues` of `[vhost."V"]`) and their validation. In the file a limit of 0 is
+//! unlimited; the per-vhost and per-user limits in force are `Option`s (`None`: no
+//! limit), because a limit set at run time may be 0 (RabbitMQ's: nothing admitted).
 //!
 //! Does not: count or enforce anything (`crate::limits` does).
 
@@ -28,8 +30,8 @@ pub struct ResourceLimits {
     pub bindings_per_exchange: u32,
     /// Per-vhost limits, only for vhosts that set one.
     pub vhosts: Vec<(String, VhostLimits)>,
-    /// `max_connections` per user, only for users that set one (non-zero).
-    pub users: Vec<(String, u32)>,
+    /// Per-user limits, only for users that set one.
+    pub users: Vec<(String, UserLimits)>,
 }
 
 /// `[limits.connections]`.
@@ -66,11 +68,21 @@ pub struct LoginThrottleSettings {
     pub max_delayed: u32,
 }
 
-/// `max_connections` and `max_queues` of one `[vhost."V"]`.
+/// RabbitMQ's vhost limits `max-connections` and `max-queues` of one vhost
+/// (`max_connections` and `max_queues` of `[vhost."V"]`, or set at run time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct VhostLimits {
-    pub max_connections: u32,
-    pub max_queues: u32,
+    pub max_connections: Option<u32>,
+    pub max_queues: Option<u32>,
+}
+
+/// RabbitMQ's user limits `max-connections` and `max-channels` of one user
+/// (`[limits.user."U"]`, or set at run time). `max_channels` counts the user's channels
+/// on all its connections together, as RabbitMQ does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct UserLimits {
+    pub max_connections: Option<u32>,
+    pub max_channels: Option<u32>,
 }
 
 impl Default for ResourceLimits {
@@ -98,13 +110,38 @@ impl Default for ResourceLimits {
 }
 
 impl ResourceLimits {
-    /// A vhost's limits (zeros when it sets none).
+    /// A vhost's limits (none when it sets none).
     pub fn vhost(&self, name: &str) -> VhostLimits {
         self.vhosts
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, l)| *l)
             .unwrap_or_default()
+    }
+
+    /// A user's limits (none when it sets none).
+    pub fn user(&self, name: &str) -> UserLimits {
+        self.users
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, l)| *l)
+            .unwrap_or_default()
+    }
+
+    /// Sets (or, with all fields `None`, removes) one vhost's limits.
+    pub fn set_vhost(&mut self, name: &str, limits: VhostLimits) {
+        self.vhosts.retain(|(n, _)| n != name);
+        if limits != VhostLimits::default() {
+            self.vhosts.push((name.to_owned(), limits));
+        }
+    }
+
+    /// Sets (or, with all fields `None`, removes) one user's limits.
+    pub fn set_user(&mut self, name: &str, limits: UserLimits) {
+        self.users.retain(|(n, _)| n != name);
+        if limits != UserLimits::default() {
+            self.users.push((name.to_owned(), limits));
+        }
     }
 
     /// Checks ranges; `vhosts` are the configured virtual hosts.
@@ -171,6 +208,7 @@ pub struct LoginSection {
 #[serde(deny_unknown_fields)]
 pub struct UserSection {
     max_connections: Option<u32>,
+    max_channels: Option<u32>,
 }
 
 /// The keys of `[limits]` this module owns.
@@ -216,10 +254,12 @@ pub fn apply(limits: &mut ResourceLimits, keys: LimitsKeys) {
         set(&mut limits.login.max_delayed, l.max_delayed);
     }
     for (name, u) in keys.user.unwrap_or_default() {
-        limits.users.retain(|(n, _)| *n != name);
-        if let Some(max) = u.max_connections.filter(|m| *m > 0) {
-            limits.users.push((name, max));
-        }
+        let current = limits.user(&name);
+        let next = UserLimits {
+            max_connections: file_limit(u.max_connections, current.max_connections),
+            max_channels: file_limit(u.max_channels, current.max_channels),
+        };
+        limits.set_user(&name, next);
     }
 }
 
@@ -232,12 +272,18 @@ pub fn apply_vhost(
 ) {
     let current = limits.vhost(name);
     let next = VhostLimits {
-        max_connections: max_connections.unwrap_or(current.max_connections),
-        max_queues: max_queues.unwrap_or(current.max_queues),
+        max_connections: file_limit(max_connections, current.max_connections),
+        max_queues: file_limit(max_queues, current.max_queues),
     };
-    limits.vhosts.retain(|(n, _)| n != name);
-    if next != VhostLimits::default() {
-        limits.vhosts.push((name.to_owned(), next));
+    limits.set_vhost(name, next);
+}
+
+/// A file's limit over the current one: absent keeps it, 0 is no limit.
+fn file_limit(value: Option<u32>, current: Option<u32>) -> Option<u32> {
+    match value {
+        None => current,
+        Some(0) => None,
+        Some(n) => Some(n),
     }
 }
 
@@ -265,6 +311,7 @@ failures_per_second = 7
 max_delayed = 8
 [limits.user."app"]
 max_connections = 7
+max_channels = 3
 [vhost."/"]
 max_connections = 2
 max_queues = 9
@@ -284,10 +331,11 @@ max_queues = 9
         assert_eq!(r.login.burst, 5);
         assert_eq!(r.login.max_delay.as_millis(), 400);
         assert_eq!((r.login.failures_per_second, r.login.max_delayed), (7, 8));
-        assert_eq!(r.users, vec![("app".to_owned(), 7)]);
-        assert_eq!(r.vhost("/").max_connections, 2);
-        assert_eq!(r.vhost("/").max_queues, 9);
-        assert_eq!(r.vhost("other").max_queues, 0);
+        assert_eq!(r.user("app").max_connections, Some(7));
+        assert_eq!(r.user("app").max_channels, Some(3));
+        assert_eq!(r.vhost("/").max_connections, Some(2));
+        assert_eq!(r.vhost("/").max_queues, Some(9));
+        assert_eq!(r.vhost("other").max_queues, None);
     }
 
     #[test]

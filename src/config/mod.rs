@@ -35,7 +35,8 @@ pub struct User {
 }
 
 impl User {
-    /// Whether the management API lets this user change things.
+    /// RabbitMQ's `administrator` tag: the management API lets this user change users,
+    /// vhosts, permissions and definitions, and reach every vhost.
     pub fn is_administrator(&self) -> bool {
         self.tags.iter().any(|t| t == "administrator")
     }
@@ -64,6 +65,9 @@ pub struct HttpConfig {
     /// Open management connections at most; over it a new one is closed as accepted.
     /// 0 = no limit.
     pub max_connections: u32,
+    /// The Prometheus listener (`GET /metrics` under RabbitMQ's names, no credentials,
+    /// as rabbitmq_prometheus serves 15692); `None` = off (the default).
+    pub prometheus_listen: Option<SocketAddr>,
 }
 
 impl Default for HttpConfig {
@@ -74,6 +78,7 @@ impl Default for HttpConfig {
             header_read_timeout: Some(Duration::from_secs(10)),
             idle_timeout: Some(Duration::from_secs(60)),
             max_connections: 1024,
+            prometheus_listen: None,
         }
     }
 }
@@ -676,6 +681,17 @@ mod tests {
         assert_eq!(c.http.idle_timeout, Some(Duration::from_millis(1500)));
         assert_eq!(c.http.max_connections, 3);
         assert!(file::apply_text(&mut c, "[http]\nlisten = \"x\"\n").is_err());
+        assert_eq!(
+            c.http.prometheus_listen, None,
+            "the Prometheus listener is off by default"
+        );
+        file::apply_text(&mut c, "[http]\nprometheus_listen = \"0.0.0.0:15692\"\n")
+            .expect("parses");
+        assert_eq!(
+            c.http.prometheus_listen,
+            Some(SocketAddr::from(([0, 0, 0, 0], 15692)))
+        );
+        assert!(file::apply_text(&mut c, "[http]\nprometheus_listen = \"x\"\n").is_err());
     }
 
     #[test]

@@ -66,6 +66,13 @@ pub fn plan(running: &Config, loaded: Config) -> Reload {
             restart.push("vhost (store_overfull_size, store_underfull_size)");
         }
     }
+    let (new_limits, old_limits) = (&loaded.limits.resources, &running.limits.resources);
+    if new_limits.vhosts != old_limits.vhosts || new_limits.users != old_limits.users {
+        // The shared connection counts take their new limits from the admin thread.
+        applied.push("limits (per vhost and per user)");
+        config.limits.resources.vhosts = new_limits.vhosts.clone();
+        config.limits.resources.users = new_limits.users.clone();
+    }
     let fixed: [(&'static str, bool); 19] = [
         ("broker.listen", loaded.listen != running.listen),
         ("broker.node_name", loaded.node_name != running.node_name),
@@ -82,8 +89,6 @@ pub fn plan(running: &Config, loaded: Config) -> Reload {
             a.connections != b.connections
                 || a.consumers_per_channel != b.consumers_per_channel
                 || a.bindings_per_exchange != b.bindings_per_exchange
-                || a.vhosts != b.vhosts
-                || a.users != b.users
         }),
         (
             "limits.login",

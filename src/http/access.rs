@@ -147,7 +147,7 @@ fn known(path: &[&str]) -> bool {
     )
 }
 
-fn ok(v: &Value) -> HttpResponse {
+pub(super) fn ok(v: &Value) -> HttpResponse {
     respond(
         StatusCode::OK,
         "application/json",
@@ -155,17 +155,17 @@ fn ok(v: &Value) -> HttpResponse {
     )
 }
 
-fn not_found() -> HttpResponse {
-    error(StatusCode::NOT_FOUND, "Object Not Found")
+pub(super) fn not_found() -> HttpResponse {
+    super::object_not_found()
 }
 
-fn bad_request(reason: &str) -> HttpResponse {
+pub(super) fn bad_request(reason: &str) -> HttpResponse {
     error(StatusCode::BAD_REQUEST, reason)
 }
 
 /// 201 for something created, 204 otherwise; the admin thread's refusals as RabbitMQ
 /// answers them.
-fn changed(outcome: Result<Changed, AdminError>) -> HttpResponse {
+pub(super) fn changed(outcome: Result<Changed, AdminError>) -> HttpResponse {
     match outcome {
         Ok(Changed::Created) => respond(StatusCode::CREATED, "application/json", Bytes::new()),
         Ok(Changed::Updated | Changed::Deleted) => {
@@ -181,7 +181,7 @@ fn changed(outcome: Result<Changed, AdminError>) -> HttpResponse {
 
 /// A user as RabbitMQ 3.10 lists it: never a plain-text password (such a user, from the
 /// file, shows an empty hash, as a user without password does).
-fn user_json(u: &User) -> Value {
+pub(super) fn user_json(u: &User) -> Value {
     json!({
         "name": u.name,
         "password_hash": u.password.encoded().unwrap_or_default(),
@@ -191,7 +191,7 @@ fn user_json(u: &User) -> Value {
     })
 }
 
-fn vhost_json(config: &Config, name: &str) -> Value {
+pub(super) fn vhost_json(config: &Config, name: &str) -> Value {
     let meta = config
         .vhost_metadata
         .iter()
@@ -244,7 +244,7 @@ fn tags_of(map: &Map<String, Value>) -> Result<Option<Vec<String>>, String> {
 
 /// Every (user, vhost) grant in force that `keep` keeps, as RabbitMQ lists them: where
 /// the file configures no permissions, every user's full grant on every vhost.
-fn permissions_of(config: &Config, keep: impl Fn(&str, &str) -> bool) -> Vec<Value> {
+pub(super) fn permissions_of(config: &Config, keep: impl Fn(&str, &str) -> bool) -> Vec<Value> {
     let mut out = Vec::new();
     for user in &config.users {
         for vhost in &config.vhosts {
@@ -270,7 +270,7 @@ fn permissions(config: &Config, keep: impl Fn(&str, &str) -> bool) -> HttpRespon
 }
 
 /// The JSON object of a request body (RabbitMQ answers a bad one 400).
-fn object(body: &Bytes) -> Result<Map<String, Value>, String> {
+pub(super) fn object(body: &Bytes) -> Result<Map<String, Value>, String> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err("body must be a JSON object".into()),

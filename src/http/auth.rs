@@ -2,7 +2,10 @@
 //! `[auth]` users, and what each may see ([`Viewer`]). Without `[auth] permissions` any
 //! valid user may read everything; with it, RabbitMQ's rules: only management-family tags
 //! get in, and `management` / `policymaker` users see their vhosts and their own
-//! connections. Changes need the `administrator` tag (checked by the router). Users
+//! connections. Who may change what is decided where the change is routed: users,
+//! vhosts, permissions and definitions need the `administrator` tag (`access`,
+//! `definitions`), queues, exchanges and bindings RabbitMQ's vhost and permission rule
+//! (`topology`), other deletions the `administrator` tag (the router). Users
 //! listed in `loopback_users` are refused from other addresses, as they are on AMQP.
 //!
 //! Failed logins are throttled per (source address, user) as AMQP logins are

@@ -40,7 +40,7 @@ pub async fn get(ctx: &Context, path: &[&str], viewer: &Viewer<'_>) -> HttpRespo
         ["state", "down"] => (None, true),
         [vhost] => (Some(*vhost), false),
         [vhost, "state", "down"] => (Some(*vhost), true),
-        _ => return error(StatusCode::NOT_FOUND, "object not found"),
+        _ => return super::object_not_found(),
     };
     if vhost.is_some_and(|v| !viewer.sees_vhost(v)) {
         return error(

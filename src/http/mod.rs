@@ -1,10 +1,15 @@
 //! Owns: the management listener — its own OS thread with a current-thread tokio runtime
 //! and hyper's HTTP/1.1 server — and the routing of its requests: `GET /metrics`
 //! (`metrics`), the management API under `/api/` (`api`; its federation links,
-//! `federation`; users, permissions and vhosts, `access`; health checks, `health`; the
+//! `federation`; users, permissions and vhosts, `access`; vhost and user limits,
+//! `limits`; publish, get and the aliveness test, `messages`, with properties as JSON in
+//! `message_json`; declaring and deleting queues, exchanges and bindings, `topology`;
+//! exporting and importing definitions, `definitions`; health checks, `health`; the
 //! node, cluster name and whoami, `nodes`), HTTP basic auth (`auth`);
 //! what one connection may hold (`conn`: the connection cap, the header-read and idle
-//! timeouts).
+//! timeouts). The Prometheus listener (`prometheus`, off by default) is a second
+//! instance of the same server on its own thread, without credentials, serving only
+//! `/metrics` and `/metrics/per-object` under RabbitMQ's names.
 //!
 //! Every figure comes from the shards by request/response through their control inboxes
 //! (`ShardMsg::Observe` with a oneshot reply, `ShardMsg::Queue`, `ShardMsg::Control`):
@@ -20,10 +25,16 @@ pub mod access;
 pub mod api;
 pub mod auth;
 mod conn;
+pub mod definitions;
 pub mod federation;
 pub mod health;
+mod limits;
+mod message_json;
+pub mod messages;
 pub mod metrics;
 pub mod nodes;
+pub mod prometheus;
+pub mod topology;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -124,21 +135,53 @@ impl HttpServer {
     }
 }
 
-/// Binds `addr` (here, so a bad address fails the broker's start) and starts the thread.
-pub fn start(addr: SocketAddr, mut ctx: Context) -> std::io::Result<HttpServer> {
+/// What a listener serves: the management listener (basic auth, the API, sluice's
+/// /metrics) or the Prometheus listener (`prometheus`: no credentials, RabbitMQ's names).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Listener {
+    Management,
+    Prometheus,
+}
+
+/// Binds `addr` (here, so a bad address fails the broker's start) and starts the
+/// management thread.
+pub fn start(addr: SocketAddr, ctx: Context) -> std::io::Result<HttpServer> {
+    start_listener(addr, ctx, Listener::Management)
+}
+
+/// Binds `addr` and starts the Prometheus listener's thread (`sluice-prometheus`), with
+/// the management listener's connection cap and timeouts.
+pub fn start_prometheus(addr: SocketAddr, ctx: Context) -> std::io::Result<HttpServer> {
+    start_listener(addr, ctx, Listener::Prometheus)
+}
+
+fn start_listener(
+    addr: SocketAddr,
+    mut ctx: Context,
+    kind: Listener,
+) -> std::io::Result<HttpServer> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
-    ctx.http = Some(bound);
+    if kind == Listener::Management {
+        ctx.http = Some(bound);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let (stop_tx, stop_rx) = oneshot::channel();
     let ctx = Arc::new(ctx);
+    let name = match kind {
+        Listener::Management => "sluice-http",
+        Listener::Prometheus => "sluice-prometheus",
+    };
     let thread = std::thread::Builder::new()
-        .name("sluice-http".into())
-        .spawn(move || runtime.block_on(serve(listener, ctx, stop_rx)))?;
-    OpsEvent::ManagementListening { addr: bound }.emit();
+        .name(name.into())
+        .spawn(move || runtime.block_on(serve(listener, ctx, kind, stop_rx)))?;
+    match kind {
+        Listener::Management => OpsEvent::ManagementListening { addr: bound }.emit(),
+        Listener::Prometheus => OpsEvent::PrometheusListening { addr: bound }.emit(),
+    }
     Ok(HttpServer {
         addr: bound,
         stop: Some(stop_tx),
@@ -149,6 +192,7 @@ pub fn start(addr: SocketAddr, mut ctx: Context) -> std::io::Result<HttpServer> 
 async fn serve(
     listener: std::net::TcpListener,
     ctx: Arc<Context>,
+    kind: Listener,
     mut stop: oneshot::Receiver<()>,
 ) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -191,7 +235,7 @@ async fn serve(
             }
             continue;
         };
-        tokio::spawn(serve_connection(Arc::clone(&ctx), stream, peer, slot));
+        tokio::spawn(serve_connection(Arc::clone(&ctx), kind, stream, peer, slot));
     }
 }
 
@@ -199,6 +243,7 @@ async fn serve(
 /// place in the connection cap until it ends.
 async fn serve_connection(
     ctx: Arc<Context>,
+    kind: Listener,
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     _slot: conn::Slot,
@@ -211,7 +256,10 @@ async fn serve_connection(
         let ctx = Arc::clone(&ctx);
         let busy = in_service.busy();
         async move {
-            let response = handle(&ctx, req, peer).await;
+            let response = match kind {
+                Listener::Management => handle(&ctx, req, peer).await,
+                Listener::Prometheus => Ok(prometheus::handle(&ctx, &req).await),
+            };
             drop(busy);
             response
         }
@@ -308,6 +356,18 @@ async fn route(
         if let Some(response) = access::route(&call).await {
             return response;
         }
+        if let Some(response) = limits::route(&call).await {
+            return response;
+        }
+        if let Some(response) = messages::route(&call).await {
+            return response;
+        }
+        if let Some(response) = topology::route(&call).await {
+            return response;
+        }
+        if let Some(response) = definitions::route(&call).await {
+            return response;
+        }
         if let Some(response) = health::route(&call).await {
             return response;
         }
@@ -330,7 +390,7 @@ async fn route(
         (_, ["metrics"] | ["api", ..]) => {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         }
-        _ => error(StatusCode::NOT_FOUND, "not found"),
+        _ => object_not_found(),
     }
 }
 
@@ -348,13 +408,37 @@ fn split_path(path: &str) -> Option<Vec<String>> {
         .collect()
 }
 
-/// A JSON error body, as RabbitMQ's management API answers.
+/// A JSON error body, as RabbitMQ's management API answers (`rabbit_mgmt_util:
+/// halt_response`): `error` is RabbitMQ's name of the refusal (`bad_request`,
+/// `not_authorised`, `not_found`, ...), `reason` the text.
 pub fn error(status: StatusCode, reason: &str) -> HttpResponse {
-    let body = serde_json::json!({
-        "error": status.canonical_reason().unwrap_or("error"),
-        "reason": reason,
-    });
+    error_named(status, error_kind(status), reason)
+}
+
+fn error_named(status: StatusCode, kind: &str, reason: &str) -> HttpResponse {
+    let body = serde_json::json!({ "error": kind, "reason": reason });
     respond(status, "application/json", body.to_string().into())
+}
+
+/// The `error` field RabbitMQ's management gives a status.
+fn error_kind(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "bad_request",
+        401 => "not_authorised",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        412 => "precondition_failed",
+        500 => "internal_server_error",
+        503 => "service_unavailable",
+        _ => status.canonical_reason().unwrap_or("error"),
+    }
+}
+
+/// 404 for a path naming no object (a queue, exchange or binding that does not exist,
+/// or a path the API does not serve), as RabbitMQ's web dispatch renders cowboy's bare
+/// 404: `{"error":"Object Not Found","reason":"Not Found"}`.
+pub fn object_not_found() -> HttpResponse {
+    error_named(StatusCode::NOT_FOUND, "Object Not Found", "Not Found")
 }
 
 pub fn respond(status: StatusCode, content_type: &'static str, body: Bytes) -> HttpResponse {

@@ -1,6 +1,7 @@
 //! Owns: [`ConnectionCounts`], the open-connection counts every shard shares (one `Arc`
-//! made by `server::start`): broker-wide, per virtual host and per user (atomics, one
-//! per limit that is set, fixed at start), and per source address (a striped map whose
+//! made by `server::start`): broker-wide (an atomic, fixed at start), per virtual host
+//! and per user, connections and channels (`super::named`: every name counted, its
+//! limit changeable at run time), and per source address (a striped map whose
 //! lock is taken only when a connection opens or closes, and only when
 //! `limits.connections.per_ip` is set), and the broker-wide ceiling on failed logins
 //! answered (`super::ceiling`, one atomic); and [`Admission`], what one open connection
@@ -13,10 +14,10 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::ceiling::FailureCeiling;
+use super::named::{Counter, NamedCounts};
 use crate::config::limits::ResourceLimits;
 use crate::session::limit::LimitRefusal;
 
@@ -24,70 +25,64 @@ use crate::session::limit::LimitRefusal;
 /// on one lock.
 const IP_STRIPES: usize = 64;
 
-/// One limited count.
-struct Counter {
-    limit: u32,
-    count: AtomicU32,
-}
-
-impl Counter {
-    fn new(limit: u32) -> Counter {
-        Counter {
-            limit,
-            count: AtomicU32::new(0),
-        }
-    }
-
-    /// Takes one unit unless the count is at the limit.
-    fn try_take(&self) -> bool {
-        self.count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.limit).then_some(n + 1)
-            })
-            .is_ok()
-    }
-
-    fn give(&self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// The broker-wide connection counts.
 pub struct ConnectionCounts {
     node: Option<Counter>,
     per_ip: u32,
     ips: Vec<Mutex<HashMap<IpAddr, u32>>>,
-    vhosts: Vec<(String, Counter)>,
-    users: Vec<(String, Counter)>,
+    /// Open connections per vhost (RabbitMQ's vhost limit `max-connections`).
+    vhosts: NamedCounts,
+    /// Open connections per user (the user limit `max-connections`).
+    users: NamedCounts,
+    /// Open channels per user, over all its connections (the user limit
+    /// `max-channels`).
+    user_channels: NamedCounts,
     /// The broker-wide ceiling on failed logins answered (`limits.login`), shared
     /// through this `Arc` with every shard and the management listener.
     pub failures: FailureCeiling,
+}
+
+/// The per-name limits of `limits`, as [`NamedCounts`] takes them.
+fn vhost_connections(limits: &ResourceLimits) -> Vec<(String, Option<u32>)> {
+    let each = limits.vhosts.iter();
+    each.map(|(n, l)| (n.clone(), l.max_connections)).collect()
+}
+
+fn user_connections(limits: &ResourceLimits) -> Vec<(String, Option<u32>)> {
+    let each = limits.users.iter();
+    each.map(|(n, l)| (n.clone(), l.max_connections)).collect()
+}
+
+fn user_channels(limits: &ResourceLimits) -> Vec<(String, Option<u32>)> {
+    let each = limits.users.iter();
+    each.map(|(n, l)| (n.clone(), l.max_channels)).collect()
 }
 
 impl ConnectionCounts {
     pub fn new(limits: &ResourceLimits) -> ConnectionCounts {
         let per_ip = limits.connections.per_ip;
         ConnectionCounts {
-            node: (limits.connections.max > 0).then(|| Counter::new(limits.connections.max)),
+            node: (limits.connections.max > 0).then(|| Counter::new(Some(limits.connections.max))),
             per_ip,
             ips: if per_ip > 0 {
                 (0..IP_STRIPES).map(|_| Mutex::default()).collect()
             } else {
                 Vec::new()
             },
-            vhosts: limits
-                .vhosts
-                .iter()
-                .filter(|(_, l)| l.max_connections > 0)
-                .map(|(name, l)| (name.clone(), Counter::new(l.max_connections)))
-                .collect(),
-            users: limits
-                .users
-                .iter()
-                .map(|(name, max)| (name.clone(), Counter::new(*max)))
-                .collect(),
+            vhosts: NamedCounts::new(&vhost_connections(limits)),
+            users: NamedCounts::new(&user_connections(limits)),
+            user_channels: NamedCounts::new(&user_channels(limits)),
             failures: FailureCeiling::new(limits.login.failures_per_second),
         }
+    }
+
+    /// Puts the per-vhost and per-user limits of `limits` in force (a change at run
+    /// time or a reload): connections and channels already open stay; the next one
+    /// is checked against the new limit.
+    pub fn set_limits(&self, limits: &ResourceLimits) {
+        self.vhosts.set_limits(&vhost_connections(limits));
+        self.users.set_limits(&user_connections(limits));
+        self.user_channels.set_limits(&user_channels(limits));
     }
 
     /// Admits one connection opening `vhost` as `user` from `ip`, in RabbitMQ's order
@@ -104,34 +99,32 @@ impl ConnectionCounts {
             vhost: None,
             user: None,
             ip: None,
+            channels: self.user_channels.counter(user),
+            channels_held: 0,
+            user_name: user.to_owned(),
         };
         if let Some(node) = &self.node {
-            if !node.try_take() {
-                return Err(LimitRefusal::NodeConnections { limit: node.limit });
-            }
+            node.try_take()
+                .map_err(|limit| LimitRefusal::NodeConnections { limit })?;
             held.node = true;
         }
-        if let Some(i) = self.vhosts.iter().position(|(n, _)| n == vhost) {
-            let counter = &self.vhosts[i].1;
-            if !counter.try_take() {
-                return Err(LimitRefusal::VhostConnections {
-                    vhost: vhost.to_owned(),
-                    user: user.to_owned(),
-                    limit: counter.limit,
-                });
-            }
-            held.vhost = Some(i);
-        }
-        if let Some(i) = self.users.iter().position(|(n, _)| n == user) {
-            let counter = &self.users[i].1;
-            if !counter.try_take() {
-                return Err(LimitRefusal::UserConnections {
-                    user: user.to_owned(),
-                    limit: counter.limit,
-                });
-            }
-            held.user = Some(i);
-        }
+        let counter = self.vhosts.counter(vhost);
+        counter
+            .try_take()
+            .map_err(|limit| LimitRefusal::VhostConnections {
+                vhost: vhost.to_owned(),
+                user: user.to_owned(),
+                limit,
+            })?;
+        held.vhost = Some(counter);
+        let counter = self.users.counter(user);
+        counter
+            .try_take()
+            .map_err(|limit| LimitRefusal::UserConnections {
+                user: user.to_owned(),
+                limit,
+            })?;
+        held.user = Some(counter);
         if self.per_ip > 0 {
             if !self.take_ip(ip) {
                 return Err(LimitRefusal::IpConnections {
@@ -142,6 +135,16 @@ impl ConnectionCounts {
             held.ip = Some(ip);
         }
         Ok(held)
+    }
+
+    /// Open connections to `vhost` (figures and tests).
+    pub fn vhost_count(&self, vhost: &str) -> u32 {
+        self.vhosts.count(vhost)
+    }
+
+    /// Open channels of `user` over all its connections (figures and tests).
+    pub fn user_channel_count(&self, user: &str) -> u32 {
+        self.user_channels.count(user)
     }
 
     fn stripe(&self, ip: IpAddr) -> Option<&Mutex<HashMap<IpAddr, u32>>> {
@@ -193,13 +196,41 @@ impl ConnectionCounts {
     }
 }
 
-/// What one open connection holds of the shared counts; given back on drop.
+/// What one open connection holds of the shared counts, its channels included; given
+/// back on drop.
 pub struct Admission {
     counts: Arc<ConnectionCounts>,
     node: bool,
-    vhost: Option<usize>,
-    user: Option<usize>,
+    vhost: Option<Arc<Counter>>,
+    user: Option<Arc<Counter>>,
     ip: Option<IpAddr>,
+    /// The user's channel count, and how many of them this connection holds.
+    channels: Arc<Counter>,
+    channels_held: u32,
+    user_name: String,
+}
+
+impl Admission {
+    /// A channel of this connection opens: refused (RabbitMQ's 530) when its user has
+    /// `max-channels` open over all its connections.
+    pub fn open_channel(&mut self) -> Result<(), LimitRefusal> {
+        self.channels
+            .try_take()
+            .map_err(|limit| LimitRefusal::UserChannels {
+                user: self.user_name.clone(),
+                limit,
+            })?;
+        self.channels_held += 1;
+        Ok(())
+    }
+
+    /// A channel of this connection is gone.
+    pub fn close_channel(&mut self) {
+        if self.channels_held > 0 {
+            self.channels_held -= 1;
+            self.channels.give(1);
+        }
+    }
 }
 
 impl Drop for Admission {
@@ -207,15 +238,16 @@ impl Drop for Admission {
         let c = &self.counts;
         if self.node {
             if let Some(node) = &c.node {
-                node.give();
+                node.give(1);
             }
         }
-        if let Some(i) = self.vhost {
-            c.vhosts[i].1.give();
+        if let Some(counter) = &self.vhost {
+            counter.give(1);
         }
-        if let Some(i) = self.user {
-            c.users[i].1.give();
+        if let Some(counter) = &self.user {
+            counter.give(1);
         }
+        self.channels.give(self.channels_held);
         if let Some(ip) = self.ip {
             c.give_ip(ip);
         }
@@ -225,7 +257,7 @@ impl Drop for Admission {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::limits::VhostLimits;
+    use crate::config::limits::{UserLimits, VhostLimits};
 
     fn counts(f: impl FnOnce(&mut ResourceLimits)) -> Arc<ConnectionCounts> {
         let mut l = ResourceLimits::default();
@@ -241,8 +273,8 @@ mod tests {
             l.vhosts.push((
                 "/".into(),
                 VhostLimits {
-                    max_connections: 2,
-                    max_queues: 0,
+                    max_connections: Some(2),
+                    max_queues: None,
                 },
             ))
         });
@@ -271,11 +303,17 @@ mod tests {
         // A refusal by a later limit gives back what earlier ones took.
         let c = counts(|l| {
             l.connections.max = 5;
-            l.users.push(("u".into(), 1));
+            l.users.push((
+                "u".into(),
+                UserLimits {
+                    max_connections: Some(1),
+                    max_channels: None,
+                },
+            ));
         });
         let _a = c.admit(LO, "/", "u").expect("first");
         assert!(c.admit(LO, "/", "u").is_err());
-        let held = c.node.as_ref().map(|n| n.count.load(Ordering::Acquire));
+        let held = c.node.as_ref().map(Counter::count);
         assert_eq!(held, Some(1));
     }
 

@@ -13,6 +13,7 @@
 pub mod ceiling;
 pub mod connections;
 pub mod login;
+mod named;
 pub mod objects;
 pub mod report;
 mod shard;

@@ -28,8 +28,10 @@ pub fn new_queue(
     name: &ShortStr,
     now: Instant,
 ) -> Result<(), ChannelError> {
-    let max = limits.vhost(&dir.name).max_queues;
-    if max == 0 || dir.queue_count() < max as usize {
+    let Some(max) = limits.vhost(&dir.name).max_queues else {
+        return Ok(());
+    };
+    if dir.queue_count() < max as usize {
         return Ok(());
     }
     let refusal = LimitRefusal::Queues {

@@ -151,6 +151,23 @@ impl ShardLimits {
         }
     }
 
+    /// A channel of `conn` opens: refused when its user is at its `max-channels` over
+    /// all its connections (RabbitMQ's 530). A connection not admitted (yet) holds no
+    /// channel count.
+    pub fn open_channel(&self, conn: ConnId) -> Result<(), LimitRefusal> {
+        match self.opened.borrow_mut().get_mut(&conn) {
+            Some(admission) => admission.open_channel(),
+            None => Ok(()),
+        }
+    }
+
+    /// A channel of `conn` is gone (closed by either side).
+    pub fn close_channel(&self, conn: ConnId) {
+        if let Some(admission) = self.opened.borrow_mut().get_mut(&conn) {
+            admission.close_channel();
+        }
+    }
+
     /// A connection of this shard is gone: its admission is given back, or, if it
     /// never opened, its unauthenticated place.
     pub fn conn_gone(&self, conn: ConnId) {

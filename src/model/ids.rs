@@ -35,6 +35,20 @@ pub struct ConnOwner {
     pub conn: ConnId,
 }
 
+impl ConnOwner {
+    /// The management API as the requester of a declare or bind: no connection, so
+    /// never the owner of an exclusive queue (another connection's exclusive queue is
+    /// 405 RESOURCE_LOCKED to it, as to any connection). No connection slab reaches this
+    /// slot.
+    pub const MANAGEMENT: ConnOwner = ConnOwner {
+        shard: ShardId::MAX,
+        conn: ConnId {
+            slot: u32::MAX,
+            generation: u32::MAX,
+        },
+    };
+}
+
 /// Where a queue sends a delivery: the consumer's shard, connection, channel and the
 /// channel-local consumer number (which maps to the consumer tag there).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -53,6 +53,20 @@ pub enum AdminEvent {
     /// USR-1008: a vhost was deleted at run time: its connections closed, its queues
     /// and exchanges deleted (`messages` dropped with them, once known).
     VhostDeleted { vhost: String, acting: String },
+    /// USR-1009: a vhost or user limit was set at run time (`subject` is `vhost 'x'` or
+    /// `user 'x'`; a negative value is no limit).
+    LimitSet {
+        subject: String,
+        limit: String,
+        value: i64,
+        acting: String,
+    },
+    /// USR-1010: a vhost or user limit was cleared at run time.
+    LimitCleared {
+        subject: String,
+        limit: String,
+        acting: String,
+    },
 }
 
 impl AdminEvent {
@@ -66,6 +80,8 @@ impl AdminEvent {
             AdminEvent::StoredEntryUnusable { .. } => "USR-1006",
             AdminEvent::VhostPut { .. } => "USR-1007",
             AdminEvent::VhostDeleted { .. } => "USR-1008",
+            AdminEvent::LimitSet { .. } => "USR-1009",
+            AdminEvent::LimitCleared { .. } => "USR-1010",
         }
     }
 
@@ -171,6 +187,29 @@ impl fmt::Display for AdminEvent {
                 f,
                 "{code} : Vhost deleted : '{}' by '{}' : its connections are closed, its queues and exchanges deleted",
                 Escaped(vhost),
+                Escaped(acting)
+            ),
+            AdminEvent::LimitSet {
+                subject,
+                limit,
+                value,
+                acting,
+            } => write!(
+                f,
+                "{code} : Limit set : {} {} = {value} by '{}'",
+                Escaped(subject),
+                Escaped(limit),
+                Escaped(acting)
+            ),
+            AdminEvent::LimitCleared {
+                subject,
+                limit,
+                acting,
+            } => write!(
+                f,
+                "{code} : Limit cleared : {} {} by '{}'",
+                Escaped(subject),
+                Escaped(limit),
                 Escaped(acting)
             ),
             AdminEvent::StoredEntryUnusable { what } => write!(

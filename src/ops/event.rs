@@ -89,6 +89,9 @@ pub enum OpsEvent {
     NotifyFailed { socket: String, error: String },
     /// BRK-1014: the management listener (metrics and HTTP API) is bound.
     ManagementListening { addr: SocketAddr },
+    /// BRK-1023: the Prometheus listener (RabbitMQ's metric names, no credentials) is
+    /// bound.
+    PrometheusListening { addr: SocketAddr },
     /// BRK-1015: a TLS (amqps) listener is bound.
     TlsListening { addr: SocketAddr },
     /// CON-1010: a TLS handshake failed or timed out; the socket was closed. Rate-limited
@@ -259,6 +262,7 @@ impl OpsEvent {
             OpsEvent::Panic { .. } => "BRK-1012",
             OpsEvent::NotifyFailed { .. } => "BRK-1013",
             OpsEvent::ManagementListening { .. } => "BRK-1014",
+            OpsEvent::PrometheusListening { .. } => "BRK-1023",
             OpsEvent::AcceptFailed { .. } => "CON-1005",
             OpsEvent::TlsListening { .. } => "BRK-1015",
             OpsEvent::TlsHandshakeFailed { .. } => "CON-1010",
@@ -479,6 +483,9 @@ impl fmt::Display for OpsEvent {
             ),
             OpsEvent::ManagementListening { addr } => {
                 write!(f, "{code} : Management listening on http://{addr}")
+            }
+            OpsEvent::PrometheusListening { addr } => {
+                write!(f, "{code} : Prometheus listening on http://{addr}/metrics")
             }
             OpsEvent::TlsListening { addr } => {
                 write!(f, "{code} : Starting : Listening on TLS {addr}")
@@ -745,6 +752,7 @@ impl LogFields for OpsEvent {
             | OpsEvent::Panic { .. }
             | OpsEvent::NotifyFailed { .. }
             | OpsEvent::ManagementListening { .. }
+            | OpsEvent::PrometheusListening { .. }
             | OpsEvent::TlsListening { .. }
             | OpsEvent::TlsHandshakeFailed { .. }
             | OpsEvent::MemoryReport { .. }

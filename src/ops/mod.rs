@@ -6,6 +6,7 @@
 
 pub mod admin_event;
 pub mod config_event;
+pub mod definitions_event;
 pub mod escape;
 pub mod event;
 pub mod federation_event;

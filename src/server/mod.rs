@@ -28,6 +28,8 @@ pub enum StartError {
     Thread(std::io::Error),
     /// The management listener could not bind.
     Http(std::net::SocketAddr, std::io::Error),
+    /// The Prometheus listener could not bind.
+    Prometheus(std::net::SocketAddr, std::io::Error),
 }
 
 impl std::fmt::Display for StartError {
@@ -40,6 +42,10 @@ impl std::fmt::Display for StartError {
             StartError::Http(addr, e) => write!(
                 f,
                 "cannot listen for HTTP on {addr}: {e} (set http.listen or --http-listen, or \"off\")"
+            ),
+            StartError::Prometheus(addr, e) => write!(
+                f,
+                "cannot listen for Prometheus on {addr}: {e} (set http.prometheus_listen or --prometheus-listen, or \"off\")"
             ),
         }
     }
@@ -59,6 +65,8 @@ pub struct Broker {
     pub tls_addresses: Vec<std::net::SocketAddr>,
     /// The management listener, when `http.listen` is not off.
     http: Option<crate::http::HttpServer>,
+    /// The Prometheus listener, when `http.prometheus_listen` is not off.
+    prometheus: Option<crate::http::HttpServer>,
     /// The owner of the configuration in force: SIGHUP reloads and the management
     /// API's changes of users and permissions, one at a time (`crate::admin`).
     admin: Option<crate::admin::Admin>,
@@ -253,16 +261,17 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     let disk = Arc::new(DiskBoard::new(config.shards, quotas, free));
     let changes = Arc::new(recovered.changes);
     let (live, live_rx) = tokio::sync::watch::channel(Arc::clone(&config));
+    let limits = Arc::new(crate::limits::ConnectionCounts::new(
+        &config.limits.resources,
+    ));
     let admin_seed = crate::admin::AdminSeed {
         file,
         overlay,
         in_force: Arc::clone(&config),
         peers: peers.clone(),
         live,
+        counts: Arc::clone(&limits),
     };
-    let limits = Arc::new(crate::limits::ConnectionCounts::new(
-        &config.limits.resources,
-    ));
     let link_credential = if config.federation.is_enabled() {
         Some(Arc::new(
             crate::auth::local_link::LinkCredential::generate().ok_or_else(|| {
@@ -341,36 +350,43 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         _ => None,
     };
     let admin = crate::admin::Admin::start(admin_seed).map_err(StartError::Thread)?;
-    // The management listener starts once every shard answers its inbox.
+    // The management and Prometheus listeners start once every shard answers its inbox;
+    // each has its own thread and its own copy of the handles.
+    let context = || crate::http::Context {
+        config: Arc::clone(&config),
+        live: live_rx.clone(),
+        peers: peers.clone(),
+        memory: Arc::clone(&memory),
+        disk: Arc::clone(&disk),
+        started,
+        amqp: addresses.clone(),
+        amqps: tls_addresses.clone(),
+        http: None,
+        limits: Arc::clone(&limits),
+        federation: federation.as_ref().map(|f| f.handle()),
+        admin: admin.handle(),
+    };
     let http = match config.http.listen {
-        Some(addr) => {
-            let ctx = crate::http::Context {
-                config: Arc::clone(&config),
-                live: live_rx.clone(),
-                peers: peers.clone(),
-                memory: Arc::clone(&memory),
-                disk: Arc::clone(&disk),
-                started,
-                amqp: addresses.clone(),
-                amqps: tls_addresses.clone(),
-                http: None,
-                limits: Arc::clone(&limits),
-                federation: federation.as_ref().map(|f| f.handle()),
-                admin: admin.handle(),
-            };
-            match crate::http::start(addr, ctx) {
-                Ok(server) => Some(server),
-                Err(e) => {
-                    for shard in 0..peers.len() {
-                        peers.send(shard as u16, ShardMsg::Shutdown);
-                    }
-                    for t in threads {
-                        let _ = t.join();
-                    }
-                    return Err(StartError::Http(addr, e));
-                }
+        Some(addr) => match crate::http::start(addr, context()) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                stop_shards(&peers, threads);
+                return Err(StartError::Http(addr, e));
             }
-        }
+        },
+        None => None,
+    };
+    let prometheus = match config.http.prometheus_listen {
+        Some(addr) => match crate::http::start_prometheus(addr, context()) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                if let Some(http) = http {
+                    http.stop();
+                }
+                stop_shards(&peers, threads);
+                return Err(StartError::Prometheus(addr, e));
+            }
+        },
         None => None,
     };
     OpsEvent::BrokerReady.emit();
@@ -382,9 +398,20 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         addresses,
         tls_addresses,
         http,
+        prometheus,
         admin: Some(admin),
         federation,
     })
+}
+
+/// A start that failed after the shards started: they are stopped and joined.
+fn stop_shards(peers: &inbox::Peers, threads: Vec<std::thread::JoinHandle<std::io::Result<()>>>) {
+    for shard in 0..peers.len() {
+        peers.send(shard as u16, ShardMsg::Shutdown);
+    }
+    for t in threads {
+        let _ = t.join();
+    }
 }
 
 impl Broker {
@@ -417,6 +444,9 @@ impl Broker {
         notify::stopping("shutting down: closing connections (320 CONNECTION_FORCED)");
         if let Some(http) = self.http.take() {
             http.stop();
+        }
+        if let Some(prometheus) = self.prometheus.take() {
+            prometheus.stop();
         }
         if let Some(admin) = self.admin.take() {
             admin.stop();

@@ -244,7 +244,7 @@ impl fmt::Display for ChannelError {
                 write!(f, "{kind} '{name}' in vhost '{vhost}' in use")
             }
             ChannelError::NotEmpty { queue, vhost } => {
-                write!(f, "queue '{queue}' in vhost '{vhost}' is not empty")
+                write!(f, "queue '{queue}' in vhost '{vhost}' not empty")
             }
             ChannelError::UnknownDeliveryTag(tag) => write!(f, "unknown delivery tag {tag}"),
             ChannelError::DefaultExchange => {

@@ -26,6 +26,9 @@ pub enum LimitRefusal {
     },
     /// `[limits.user."U"] max_connections`: RabbitMQ's user limit `max-connections`.
     UserConnections { user: String, limit: u32 },
+    /// `[limits.user."U"] max_channels`: RabbitMQ's user limit `max-channels`, the
+    /// user's channels on all its connections.
+    UserChannels { user: String, limit: u32 },
     /// `channel.open` with `opened` channels already open: the negotiated channel_max.
     ChannelMax { opened: usize, max: u16 },
     /// `[vhost."V"] max_queues`: RabbitMQ's vhost limit `max-queues`.
@@ -68,6 +71,9 @@ impl LimitRefusal {
             LimitRefusal::UserConnections { user, .. } => {
                 format!("limits.user.\"{user}\".max_connections")
             }
+            LimitRefusal::UserChannels { user, .. } => {
+                format!("limits.user.\"{user}\".max_channels")
+            }
             LimitRefusal::ChannelMax { .. } => "limits.channel_max".into(),
             LimitRefusal::Queues { vhost, .. } => format!("vhost.\"{vhost}\".max_queues"),
             LimitRefusal::ConsumersPerChannel { .. } => "limits.consumers_per_channel".into(),
@@ -94,6 +100,10 @@ impl fmt::Display for LimitRefusal {
             LimitRefusal::UserConnections { user, limit } => write!(
                 f,
                 "connection refused for user '{user}': user connection limit ({limit}) is reached"
+            ),
+            LimitRefusal::UserChannels { user, limit } => write!(
+                f,
+                "number of channels opened for user '{user}' has reached the maximum allowed user limit of {limit}"
             ),
             LimitRefusal::ChannelMax { opened, max } => write!(
                 f,

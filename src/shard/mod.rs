@@ -18,6 +18,7 @@ pub mod housekeeping;
 pub mod inbox;
 pub mod mailbox;
 pub mod memory;
+pub mod messages;
 pub mod observe;
 pub mod outbox;
 pub mod placement;
@@ -186,11 +187,29 @@ pub struct ShardCounters {
     pub bytes_read: Cell<u64>,
     /// Bytes written to client sockets.
     pub bytes_written: Cell<u64>,
+    /// Connections that reached `connection.open-ok` (RabbitMQ's
+    /// `connections_opened_total`); one add per connection.
+    pub connections_opened: Cell<u64>,
+    /// Of those, the ones released since (`connections_closed_total`).
+    pub connections_closed: Cell<u64>,
+    /// Channels opened (`channels_opened_total`; the closed ones are those opened and no
+    /// longer open).
+    pub channels_opened: Cell<u64>,
+    /// Logins accepted at `connection.start-ok` (`auth_attempts_succeeded_total`).
+    pub logins_succeeded: Cell<u64>,
+    /// Logins refused: a wrong password or mechanism, a loopback-only user from
+    /// elsewhere, a refused `update-secret` (`auth_attempts_failed_total`).
+    pub logins_failed: Cell<u64>,
 }
 
 impl ShardCounters {
     pub fn add(cell: &Cell<u64>, n: usize) {
         cell.set(cell.get().wrapping_add(n as u64));
+    }
+
+    /// One more of a connection or login event (never called per message).
+    pub fn bump(cell: &Cell<u64>) {
+        cell.set(cell.get().wrapping_add(1));
     }
 }
 

@@ -2,7 +2,8 @@
 //! snapshot of its home queues, its connections, channels and consumers, its counters, and
 //! (from any one replica) the directory's exchanges and bindings — and the operator's
 //! actions a shard performs on what it owns: force-closing one of its connections and
-//! purging one of its home queues.
+//! purging one of its home queues; the management API's publish and get are handed to
+//! `shard::messages`.
 //!
 //! Each request is answered from the shard's own `State` in one borrow, in the turn the
 //! request arrives ([`answer`]). The reply is plain owned data sent back on a oneshot, so
@@ -19,8 +20,8 @@ use crate::protocol::ShortStr;
 use crate::queue::Queue;
 use crate::session::connection::{Conn, Phase};
 use crate::shard::inbox::observe::{
-    BindingView, ChannelView, ConnView, ConsumerView, ExchangeView, FlowView, ObserveReply,
-    ObserveRequest, QueueView, ShardView, SlowView, VhostView, Want, QUEUE_CHUNK,
+    BindingView, ChannelView, Churn, ConnView, ConsumerView, ExchangeView, FlowView, ObserveReply,
+    ObserveRequest, QueueDefView, QueueView, ShardView, SlowView, VhostView, Want, QUEUE_CHUNK,
 };
 use crate::shard::inbox::{QueueReply, QueueRequest};
 use crate::shard::{Shard, State};
@@ -44,6 +45,14 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
             let mut view = snapshot(&st, shard.id, now, want);
             view.bytes_read = shard.counters.bytes_read.get();
             view.bytes_written = shard.counters.bytes_written.get();
+            let c = &shard.counters;
+            view.churn = Churn {
+                connections_opened: c.connections_opened.get(),
+                connections_closed: c.connections_closed.get(),
+                channels_opened: c.channels_opened.get(),
+                logins_succeeded: c.logins_succeeded.get(),
+                logins_failed: c.logins_failed.get(),
+            };
             view.cpu_seconds = thread_cpu_seconds();
             ObserveReply::Snapshot(Box::new(view))
         }
@@ -93,6 +102,29 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
                 _ => ObserveReply::Purged(None),
             }
         }
+        ObserveRequest::Route {
+            vhost,
+            exchange,
+            routing_key,
+            raw_properties,
+        } => ObserveReply::Routed(super::messages::route(
+            shard,
+            &vhost,
+            &exchange,
+            &routing_key,
+            &raw_properties,
+        )),
+        ObserveRequest::Enqueue {
+            queues,
+            msg,
+            permits,
+        } => ObserveReply::Enqueued(super::messages::enqueue(shard, &queues, msg, permits)),
+        ObserveRequest::Get {
+            vhost,
+            name,
+            count,
+            mode,
+        } => ObserveReply::Got(super::messages::get(shard, &vhost, &name, count, mode)),
     }
 }
 
@@ -172,6 +204,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
         view.channel_count += c.channels.len() as u64;
         for ch in c.channels.values() {
             view.consumer_count += ch.consumers.len() as u64;
+            view.publisher_count += u64::from(ch.publisher.published);
         }
     }
     if want.queues {
@@ -267,7 +300,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
     view
 }
 
-/// Every vhost's exchanges and bindings, from this replica.
+/// Every vhost's exchanges, queues and bindings, from this replica.
 fn directory_view(directory: &Directory) -> Vec<VhostView> {
     (0..directory.vhost_count())
         .filter(|i| !directory.is_closed(*i))
@@ -303,9 +336,21 @@ fn directory_view(directory: &Directory) -> Vec<VhostView> {
                     });
                 }
             }
+            let mut queues: Vec<QueueDefView> = d
+                .queues()
+                .map(|q| QueueDefView {
+                    name: text(&q.name),
+                    durable: q.durable,
+                    exclusive: q.exclusive_owner.is_some(),
+                    auto_delete: q.auto_delete,
+                    arguments: q.arguments.clone(),
+                })
+                .collect();
+            queues.sort_by(|a, b| a.name.cmp(&b.name));
             VhostView {
                 vhost: d.name.clone(),
                 exchanges,
+                queues,
                 bindings,
             }
         })

@@ -1,7 +1,8 @@
 //! Owns: the access definitions changed at run time (over the management API) — users
 //! (a password hash and tags, or deleted), permissions (three patterns per user and
-//! vhost, or cleared) and virtual hosts (created with a description and tags, or
-//! deleted) — kept as an overlay on the configuration file's, their records in
+//! vhost, or cleared), virtual hosts (created with a description and tags, or
+//! deleted) and the vhost and user limits (RabbitMQ's `max-connections`, `max-queues`,
+//! `max-channels`: a value, or cleared) — kept as an overlay on the configuration file's, their records in
 //! `definitions.log`, and their replay.
 //!
 //! Does not: hash or check passwords, compile patterns (`auth` does), decide what wins
@@ -25,11 +26,42 @@ pub const PERMISSION_CLEARED: u8 = 13;
 // 14 and 15 are the operator policies' (`super::policies`).
 pub const VHOST: u8 = 16;
 pub const VHOST_DELETED: u8 = 17;
+pub const LIMIT: u8 = 18;
+pub const LIMIT_CLEARED: u8 = 19;
 
 /// Whether a record kind is one of this module's.
 pub fn is_access_record(tag: u8) -> bool {
-    (USER..=PERMISSION_CLEARED).contains(&tag) || tag == VHOST || tag == VHOST_DELETED
+    (USER..=PERMISSION_CLEARED).contains(&tag) || (VHOST..=LIMIT_CLEARED).contains(&tag)
 }
+
+/// What a limit set at run time limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LimitSubject {
+    /// RabbitMQ's vhost limits (`/api/vhost-limits`).
+    Vhost,
+    /// RabbitMQ's user limits (`/api/user-limits`).
+    User,
+}
+
+impl LimitSubject {
+    fn code(self) -> u8 {
+        match self {
+            LimitSubject::Vhost => 0,
+            LimitSubject::User => 1,
+        }
+    }
+
+    fn of_code(code: u8) -> Result<LimitSubject, String> {
+        match code {
+            0 => Ok(LimitSubject::Vhost),
+            1 => Ok(LimitSubject::User),
+            other => Err(format!("limit subject {other}")),
+        }
+    }
+}
+
+/// A limit's key: the subject kind, the vhost or user name, RabbitMQ's limit name.
+pub type LimitKey = (LimitSubject, String, String);
 
 /// A virtual host created at run time.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -83,6 +115,18 @@ pub enum AccessChange {
     DeleteVhost {
         name: String,
     },
+    /// A vhost or user limit set to `value` (RabbitMQ's: negative is no limit).
+    SetLimit {
+        subject: LimitSubject,
+        name: String,
+        limit: String,
+        value: i64,
+    },
+    ClearLimit {
+        subject: LimitSubject,
+        name: String,
+        limit: String,
+    },
 }
 
 /// What was changed at run time, on top of the file: `None` is a deletion.
@@ -92,12 +136,17 @@ pub struct AccessOverlay {
     /// Keyed by (user, vhost).
     pub permissions: BTreeMap<(String, String), Option<StoredGrant>>,
     pub vhosts: BTreeMap<String, Option<StoredVhost>>,
+    /// Vhost and user limits: `None` is cleared (the file's limit no longer applies).
+    pub limits: BTreeMap<LimitKey, Option<i64>>,
 }
 
 impl AccessOverlay {
     /// Whether nothing was ever changed at run time.
     pub fn is_empty(&self) -> bool {
-        self.users.is_empty() && self.permissions.is_empty() && self.vhosts.is_empty()
+        self.users.is_empty()
+            && self.permissions.is_empty()
+            && self.vhosts.is_empty()
+            && self.limits.is_empty()
     }
 
     /// The vhosts in force: the file's, less those deleted at run time, then those
@@ -142,6 +191,23 @@ impl AccessOverlay {
             }
             AccessChange::DeleteVhost { name } => {
                 self.vhosts.insert(name.clone(), None);
+            }
+            AccessChange::SetLimit {
+                subject,
+                name,
+                limit,
+                value,
+            } => {
+                let key = (*subject, name.clone(), limit.clone());
+                self.limits.insert(key, Some(*value));
+            }
+            AccessChange::ClearLimit {
+                subject,
+                name,
+                limit,
+            } => {
+                self.limits
+                    .insert((*subject, name.clone(), limit.clone()), None);
             }
         }
     }
@@ -197,6 +263,31 @@ impl AccessOverlay {
             VHOST_DELETED => AccessChange::DeleteVhost {
                 name: get_str(&mut payload, "vhost")?,
             },
+            LIMIT | LIMIT_CLEARED => {
+                if payload.remaining() < 1 {
+                    return Err("short limit subject".into());
+                }
+                let subject = LimitSubject::of_code(payload.get_u8())?;
+                let name = get_str(&mut payload, "limit's vhost or user")?;
+                let limit = get_str(&mut payload, "limit name")?;
+                if tag == LIMIT_CLEARED {
+                    AccessChange::ClearLimit {
+                        subject,
+                        name,
+                        limit,
+                    }
+                } else {
+                    if payload.remaining() < 8 {
+                        return Err("short limit value".into());
+                    }
+                    AccessChange::SetLimit {
+                        subject,
+                        name,
+                        limit,
+                        value: payload.get_i64_le(),
+                    }
+                }
+            }
             other => return Err(format!("record type {other}")),
         };
         self.apply(&change);
@@ -223,6 +314,23 @@ impl AccessOverlay {
                     user: user.clone(),
                 },
                 None => AccessChange::DeleteUser { name: name.clone() },
+            };
+            encode(out, &change);
+        }
+        for ((subject, name, limit), value) in &self.limits {
+            let (subject, name, limit) = (*subject, name.clone(), limit.clone());
+            let change = match value {
+                Some(value) => AccessChange::SetLimit {
+                    subject,
+                    name,
+                    limit,
+                    value: *value,
+                },
+                None => AccessChange::ClearLimit {
+                    subject,
+                    name,
+                    limit,
+                },
             };
             encode(out, &change);
         }
@@ -277,6 +385,28 @@ pub fn encode(out: &mut BytesMut, change: &AccessChange) {
         AccessChange::DeleteVhost { name } => {
             o.put_u8(VHOST_DELETED);
             put_str(o, name);
+        }
+        AccessChange::SetLimit {
+            subject,
+            name,
+            limit,
+            value,
+        } => {
+            o.put_u8(LIMIT);
+            o.put_u8(subject.code());
+            put_str(o, name);
+            put_str(o, limit);
+            o.put_i64_le(*value);
+        }
+        AccessChange::ClearLimit {
+            subject,
+            name,
+            limit,
+        } => {
+            o.put_u8(LIMIT_CLEARED);
+            o.put_u8(subject.code());
+            put_str(o, name);
+            put_str(o, limit);
         }
     });
 }
@@ -370,6 +500,23 @@ mod tests {
                 },
             },
             AccessChange::DeleteVhost { name: "/".into() },
+            AccessChange::SetLimit {
+                subject: LimitSubject::Vhost,
+                name: "orders".into(),
+                limit: "max-connections".into(),
+                value: 0,
+            },
+            AccessChange::SetLimit {
+                subject: LimitSubject::User,
+                name: "app".into(),
+                limit: "max-channels".into(),
+                value: -1,
+            },
+            AccessChange::ClearLimit {
+                subject: LimitSubject::User,
+                name: "app".into(),
+                limit: "max-connections".into(),
+            },
         ];
         let mut out = BytesMut::new();
         let mut expected = AccessOverlay::default();
@@ -384,6 +531,14 @@ mod tests {
             Some(vec!["administrator".to_owned(), "monitoring".to_owned()])
         );
         assert_eq!(overlay.users["guest"], None);
+        let key = |s, n: &str, l: &str| (s, n.to_owned(), l.to_owned());
+        let limit = |s, n, l| overlay.limits[&key(s, n, l)];
+        assert_eq!(
+            limit(LimitSubject::Vhost, "orders", "max-connections"),
+            Some(0)
+        );
+        assert_eq!(limit(LimitSubject::User, "app", "max-channels"), Some(-1));
+        assert_eq!(limit(LimitSubject::User, "app", "max-connections"), None);
         assert_eq!(overlay.permissions[&("guest".into(), "/".into())], None);
         assert_eq!(
             overlay.vhosts_over(&["/".to_owned(), "other".to_owned()]),

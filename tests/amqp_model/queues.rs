@@ -236,7 +236,7 @@ async fn queue_delete_conditions(shards: usize) {
     assert_eq!(code, 406);
     assert_eq!(
         text,
-        format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' is not empty")
+        format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' not empty")
     );
 
     // Both conditions now hold for if-unused; plain delete reports the message count.

@@ -40,6 +40,18 @@ pub fn request_json(
     send(port, method, path, auth, Some(&body.to_string()))
 }
 
+/// As [`request`], with `body` sent as it is (`Content-Type: application/json`), for
+/// bodies that are not JSON.
+pub fn request_raw(
+    port: u16,
+    method: &str,
+    path: &str,
+    auth: Option<(&str, &str)>,
+    body: &str,
+) -> Response {
+    send(port, method, path, auth, Some(body))
+}
+
 fn send(
     port: u16,
     method: &str,
@@ -187,6 +199,38 @@ fn parse_sample(line: &str) -> Sample {
         labels,
         value,
     }
+}
+
+/// Parses the Prometheus text format 0.0.4 (what rabbitmq_prometheus serves): `# HELP`
+/// and `# TYPE` lines (each TYPE one of counter, gauge, untyped, histogram, summary,
+/// before its samples), and samples; no `# EOF`. Panics on anything else.
+pub fn parse_prometheus_text(text: &str) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    let mut typed = std::collections::BTreeSet::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(meta) = line.strip_prefix("# ") {
+            let mut words = meta.splitn(3, ' ');
+            match (words.next(), words.next(), words.next()) {
+                (Some("HELP"), Some(_), _) => {}
+                (Some("TYPE"), Some(name), Some(kind)) => {
+                    assert!(
+                        ["counter", "gauge", "untyped", "histogram", "summary"].contains(&kind),
+                        "bad type: {line}"
+                    );
+                    assert!(typed.insert(name.to_owned()), "family typed twice: {line}");
+                }
+                _ => panic!("bad comment line: {line}"),
+            }
+            continue;
+        }
+        let sample = parse_sample(line);
+        assert!(
+            typed.contains(&sample.name),
+            "sample before its # TYPE: {line}"
+        );
+        samples.push(sample);
+    }
+    samples
 }
 
 /// The value of `name` with exactly these labels (others ignored if not listed).

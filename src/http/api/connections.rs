@@ -110,7 +110,7 @@ pub(super) async fn connection(ctx: &Context, name: &str, viewer: &Viewer<'_>) -
         .find(|c| c.name == name && viewer.sees_connection_of(&c.user));
     match found {
         Some(c) => ok_json(&connection_json(c, &ctx.config.node_name)),
-        None => not_found("connection"),
+        None => not_found(),
     }
 }
 
@@ -129,6 +129,6 @@ pub(super) async fn close_connection(ctx: &Context, name: &str) -> HttpResponse 
     {
         no_content()
     } else {
-        not_found("connection")
+        not_found()
     }
 }

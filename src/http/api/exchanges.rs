@@ -1,5 +1,5 @@
-//! Owns: exchanges and bindings as JSON (`/api/exchanges`, `/api/bindings`), from the
-//! shards' directory.
+//! Owns: the exchange lists as JSON (`/api/exchanges`, `/api/exchanges/{vhost}`), from
+//! the shards' directory (one exchange and the bindings are `http::topology`'s).
 
 use serde_json::{json, Value};
 
@@ -27,26 +27,6 @@ pub(super) async fn exchanges(
     })
     .await
 }
-
-pub(super) async fn bindings(
-    ctx: &Context,
-    vhost: Option<&str>,
-    viewer: &Viewer<'_>,
-) -> HttpResponse {
-    per_vhost(ctx, vhost, viewer, |v| {
-        let each = v.bindings.iter();
-        each.map(|b| {
-            json!({
-                "source": b.source, "vhost": v.vhost, "destination": b.destination,
-                "destination_type": b.destination_type, "routing_key": b.routing_key,
-                "arguments": table_json(&b.arguments), "properties_key": b.routing_key,
-            })
-        })
-        .collect()
-    })
-    .await
-}
-
 /// The directory's entries of every vhost `viewer` sees (only `vhost`, if given).
 async fn per_vhost(
     ctx: &Context,

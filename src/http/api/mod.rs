@@ -1,13 +1,15 @@
 //! Owns: the management API's JSON under `/api/` — RabbitMQ's paths and field names for
-//! the subset served (overview, queues, exchanges, bindings, connections, channels,
-//! consumers; the federation links are `super::federation`'s), with sluice's own fields beside them (home shard, flow state,
-//! slow-consumer policy, headroom and prediction) — and its actions: closing a
-//! connection (320 CONNECTION_FORCED), purging and deleting a queue, each sent to the
-//! shard that owns the object.
+//! the subset served (overview, queues, exchanges, connections, channels,
+//! consumers; the federation links are `super::federation`'s), with sluice's own fields
+//! beside them (home shard, flow state, slow-consumer policy, headroom and prediction) —
+//! and its actions: closing a connection (320 CONNECTION_FORCED) and purging a queue,
+//! each sent to the shard that owns the object (declaring and deleting queues,
+//! exchanges and bindings is `super::topology`'s).
 //!
-//! Rooms: `overview` (the node and its totals), `queues` (queue JSON, purge, delete),
-//! `exchanges` (exchanges and bindings), `connections` (connections — listed, or one by
-//! name — channels, consumers, closing a connection), `json` (field tables as JSON).
+//! Rooms: `overview` (the node and its totals), `queues` (queue JSON, purge),
+//! `exchanges` (the exchange list; bindings are `super::topology`'s), `connections`
+//! (connections — listed, or one by name — channels, consumers, closing a connection),
+//! `json` (field tables as JSON).
 //!
 //! Does not: change anything except through a shard's inbox.
 
@@ -40,8 +42,9 @@ pub(super) fn no_content() -> HttpResponse {
     respond(StatusCode::NO_CONTENT, "application/json", Bytes::new())
 }
 
-pub(super) fn not_found(what: &str) -> HttpResponse {
-    error(StatusCode::NOT_FOUND, &format!("{what} not found"))
+/// 404 for an object that does not exist (RabbitMQ's `Object Not Found`).
+pub(super) fn not_found() -> HttpResponse {
+    super::object_not_found()
 }
 
 /// A GET under `/api/`, showing `viewer` what it may see: a vhost named in the path that
@@ -62,9 +65,6 @@ pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>
         ["queues", vhost, name] => queues::queue(ctx, vhost, name).await,
         ["exchanges"] | ["exchanges", _] => {
             exchanges::exchanges(ctx, path.get(1).copied(), viewer).await
-        }
-        ["bindings"] | ["bindings", _] => {
-            exchanges::bindings(ctx, path.get(1).copied(), viewer).await
         }
         ["connections"] => {
             listing(ctx, CONNECTIONS, |s| {
@@ -92,7 +92,7 @@ pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>
             .await
         }
         ["federation-links", rest @ ..] => super::federation::get(ctx, rest, viewer).await,
-        _ => not_found("object"),
+        _ => not_found(),
     }
 }
 
@@ -100,8 +100,7 @@ pub async fn delete(ctx: &Context, path: &[&str]) -> HttpResponse {
     match path {
         ["connections", name] => connections::close_connection(ctx, name).await,
         ["queues", vhost, name, "contents"] => queues::purge(ctx, vhost, name).await,
-        ["queues", vhost, name] => queues::delete_queue(ctx, vhost, name).await,
-        _ => not_found("object"),
+        _ => not_found(),
     }
 }
 

@@ -1,17 +1,13 @@
-//! Owns: queues as JSON (`/api/queues`), and purging and deleting a queue, each sent to
-//! the shard that owns it.
+//! Owns: queues as JSON (`/api/queues`), and purging a queue, sent to the shard that
+//! owns it (deleting one is `http::topology`'s).
 
-use hyper::StatusCode;
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
 
 use super::json::table_json;
 use super::{no_content, not_found, ok_json, QUEUES};
 use crate::http::auth::Viewer;
-use crate::http::{error, unavailable, Context, HttpResponse};
-use crate::protocol::ShortStr;
+use crate::http::{unavailable, Context, HttpResponse};
 use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, QueueView};
-use crate::shard::inbox::{ControlOk, ControlRequest, ShardMsg};
 
 pub fn queue_json(q: &QueueView) -> Value {
     let slow = q.slow.as_ref().map(|s| {
@@ -95,7 +91,7 @@ pub(super) async fn queue(ctx: &Context, vhost: &str, name: &str) -> HttpRespons
         .iter()
         .flat_map(|s| &s.queues)
         .find(|q| q.vhost == vhost && q.name == name)
-        .map_or_else(|| not_found("queue"), |q| ok_json(&queue_json(q)))
+        .map_or_else(not_found, |q| ok_json(&queue_json(q)))
 }
 
 pub(super) async fn purge(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
@@ -106,34 +102,7 @@ pub(super) async fn purge(ctx: &Context, vhost: &str, name: &str) -> HttpRespons
     };
     match ctx.ask_one(usize::from(home), req).await {
         Some(ObserveReply::Purged(Some(_))) => no_content(),
-        Some(_) => not_found("queue"),
+        Some(_) => not_found(),
         None => unavailable(),
-    }
-}
-
-pub(super) async fn delete_queue(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
-    let Some(idx) = ctx.live.borrow().vhost_index(vhost) else {
-        return not_found("vhost");
-    };
-    let (tx, rx) = oneshot::channel();
-    let req = ControlRequest::DeleteQueue {
-        vhost: idx,
-        name: ShortStr::from(name),
-        if_unused: false,
-        if_empty: false,
-        requester: None,
-    };
-    ctx.peers.send(0, ShardMsg::Control(req, tx));
-    match tokio::time::timeout(crate::http::SHARD_TIMEOUT, rx).await {
-        Ok(Ok(Ok(ControlOk::QueueDeleted { .. }))) => no_content(),
-        Ok(Ok(Ok(_))) => no_content(),
-        Ok(Ok(Err(e))) => {
-            if e.code() == crate::protocol::ReplyCode::NotFound {
-                not_found("queue")
-            } else {
-                error(StatusCode::BAD_REQUEST, &e.to_string())
-            }
-        }
-        _ => unavailable(),
     }
 }

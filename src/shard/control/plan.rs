@@ -263,7 +263,9 @@ impl Planner<'_> {
             return Ok((Vec::new(), ControlOk::QueueDeclared { queue: meta.queue }));
         }
         validate_queue_args(&name, &dir.name, &arguments)?;
-        let (limits, now) = (&self.shard.config.limits.resources, self.shard.clock.now());
+        // The limits in force (changed at run time by the admin thread or SIGHUP).
+        let live = self.shard.live();
+        let (limits, now) = (&live.limits.resources, self.shard.clock.now());
         crate::limits::objects::new_queue(limits, &self.shard.limits, dir, &name, now)?;
         let home = placement::home_shard(&dir.name, name.as_bytes(), self.shard.shards);
         let queue = QueueRef {
@@ -326,7 +328,9 @@ impl Planner<'_> {
             arguments,
         };
         if !unbind {
-            let (limits, now) = (&self.shard.config.limits.resources, self.shard.clock.now());
+            // The limits in force (changed at run time by the admin thread or SIGHUP).
+            let live = self.shard.live();
+            let (limits, now) = (&live.limits.resources, self.shard.clock.now());
             let existing = || ex.has_binding(&binding);
             let limiter = &self.shard.limits;
             crate::limits::objects::new_binding(limits, limiter, dir, &exchange, existing, now)?;
@@ -364,7 +368,9 @@ impl Planner<'_> {
         let vhost = self.vhost;
         let dir = vhost_dir(self.st, vhost)?;
         if !unbind {
-            let (limits, now) = (&self.shard.config.limits.resources, self.shard.clock.now());
+            // The limits in force (changed at run time by the admin thread or SIGHUP).
+            let live = self.shard.live();
+            let (limits, now) = (&live.limits.resources, self.shard.clock.now());
             let binding = (&destination, &routing_key, &arguments);
             let limiter = &self.shard.limits;
             crate::limits::objects::new_exchange_binding(

@@ -13,7 +13,7 @@ use crate::queue::QueueCounters;
 pub enum ObserveRequest {
     /// The shard's counters, and the detail asked for.
     Snapshot(Want),
-    /// The exchanges and bindings of every vhost (any replica has them all).
+    /// The exchanges, queues and bindings of every vhost (any replica has them all).
     Directory,
     /// Close the connection with this name (if it is on this shard) with 320.
     CloseConnection { name: String, reason: String },
@@ -21,6 +21,65 @@ pub enum ObserveRequest {
     Purge { vhost: String, name: String },
     /// The vhosts open in this shard's directory (the vhosts health check).
     Vhosts,
+    /// The management API's publish, step one (any replica): the queues a message
+    /// published to `exchange` with this routing key and these properties reaches.
+    Route {
+        vhost: String,
+        exchange: crate::protocol::ShortStr,
+        routing_key: crate::protocol::ShortStr,
+        raw_properties: bytes::Bytes,
+    },
+    /// Step two, on the queues' home shard: the message into each of them, as a routed
+    /// AMQP publish goes in; the sender holds `permits` of this shard's publish byte
+    /// budget, given back once the message is in.
+    Enqueue {
+        queues: Vec<crate::model::ids::QueueId>,
+        msg: crate::model::message::Message,
+        permits: u32,
+    },
+    /// The management API's get, on the queue's home shard: up to `count` messages as
+    /// `basic.get` takes them, then settled as `mode` says.
+    Get {
+        vhost: String,
+        name: String,
+        count: u32,
+        mode: AckMode,
+    },
+}
+
+/// How the management API's get settles what it took (RabbitMQ's `ackmode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckMode {
+    /// Taken, then requeued (`basic.nack` with requeue, once all are taken).
+    AckRequeueTrue,
+    /// Taken with no-ack: removed.
+    AckRequeueFalse,
+    /// Taken, then rejected with requeue.
+    RejectRequeueTrue,
+    /// Taken, then rejected without requeue (dead-lettered where the queue has a DLX).
+    RejectRequeueFalse,
+}
+
+/// Why a shard did not route a management publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteRefused {
+    /// The vhost is not (or no longer) there.
+    NoVhost,
+    NoExchange,
+    /// The exchange is internal: clients may not publish to it.
+    Internal,
+}
+
+/// A message the management API's get took.
+#[derive(Debug, Clone)]
+pub struct GotView {
+    pub exchange: String,
+    pub routing_key: String,
+    pub raw_properties: bytes::Bytes,
+    pub body: bytes::Bytes,
+    pub redelivered: bool,
+    /// Messages left in the queue after this one was taken.
+    pub remaining: u32,
 }
 
 /// Home queues per snapshot answer: a shard with many queues answers in several turns
@@ -52,6 +111,12 @@ pub enum ObserveReply {
     Purged(Option<u32>),
     /// The names of the vhosts open in this shard's directory.
     Vhosts(Vec<String>),
+    /// The queues a management publish reaches.
+    Routed(Result<Vec<crate::model::ids::QueueRef>, RouteRefused>),
+    /// Whether every queue took the message (false: one refused it, `reject-publish`).
+    Enqueued(bool),
+    /// What a get took, or `None` when the queue is not a home queue of this shard.
+    Got(Option<Vec<GotView>>),
 }
 
 /// One shard's figures.
@@ -69,11 +134,25 @@ pub struct ShardView {
     pub connection_count: u64,
     pub channel_count: u64,
     pub consumer_count: u64,
+    /// Channels that have published at least once (RabbitMQ's `publishers`).
+    pub publisher_count: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// The shard's connection and login totals since start (`ShardCounters`).
+    pub churn: Churn,
     /// CPU time the shard's thread has used (`CLOCK_THREAD_CPUTIME_ID`): its rate is the
     /// event loop's busy fraction, since a waiting loop sleeps in the kernel.
     pub cpu_seconds: f64,
+}
+
+/// A shard's connection, channel and login totals since start.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Churn {
+    pub connections_opened: u64,
+    pub connections_closed: u64,
+    pub channels_opened: u64,
+    pub logins_succeeded: u64,
+    pub logins_failed: u64,
 }
 
 /// A home queue.
@@ -183,12 +262,24 @@ pub struct ConsumerView {
     pub unacked: u32,
 }
 
-/// One vhost's exchanges and bindings.
+/// One vhost's exchanges, queues and bindings.
 #[derive(Debug, Clone)]
 pub struct VhostView {
     pub vhost: String,
     pub exchanges: Vec<ExchangeView>,
+    /// The queues as declared (their contents are the home shard's: `QueueView`).
+    pub queues: Vec<QueueDefView>,
     pub bindings: Vec<BindingView>,
+}
+
+/// A queue as the directory knows it: what its declare said.
+#[derive(Debug, Clone)]
+pub struct QueueDefView {
+    pub name: String,
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    pub arguments: crate::protocol::FieldTable,
 }
 
 #[derive(Debug, Clone)]

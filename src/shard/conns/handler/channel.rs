@@ -241,7 +241,9 @@ impl ConnSide<'_> {
     ) -> Result<AfterFrame, MethodError> {
         self.release_channel(shard, conn, number);
         if let Some(c) = self.conn_mut(conn) {
-            c.channels.remove(&number);
+            if c.channels.remove(&number).is_some() {
+                shard.limits.close_channel(conn);
+            }
             c.out
                 .method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
         }

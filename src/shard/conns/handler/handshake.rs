@@ -221,6 +221,7 @@ impl ConnSide<'_> {
                 c.vhost = vhost;
                 c.vhost_name = name;
                 c.opened();
+                crate::shard::ShardCounters::bump(&shard.counters.connections_opened);
                 c.out.method(
                     0,
                     &Method::ConnectionOpenOk(ConnectionOpenOk {

@@ -55,6 +55,7 @@ impl ConnSide<'_> {
         let Some(peer) = self.conn(conn).map(|c| c.peer) else {
             return AfterFrame::Stop;
         };
+        crate::shard::ShardCounters::bump(&shard.counters.logins_failed);
         let answer = shard
             .limits
             .login_failed(peer, user, mechanism, shard.clock.now());
@@ -87,6 +88,7 @@ impl ConnSide<'_> {
                 self.close_connection(shard, conn, &refusal);
             }
             Ok(()) => {
+                crate::shard::ShardCounters::bump(&shard.counters.logins_succeeded);
                 let limits = &shard.config.limits;
                 let Some(c) = self.conn_mut(conn) else {
                     return;

@@ -243,10 +243,18 @@ impl ConnSide<'_> {
             (None, FrameKind::Method) => {
                 let method = Method::decode(frame.payload)
                     .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
+                let id = MethodId::of(&method);
                 match method {
                     Method::ChannelOpen(_) => {
+                        if let Err(refusal) = shard.limits.open_channel(conn) {
+                            let now = shard.clock.now();
+                            let subject = c.log_subject();
+                            shard.limits.channel_refused(subject, number, &refusal, now);
+                            return Err(ConnectionError::Limit(refusal).on(id));
+                        }
                         let epoch = c.channel_epoch();
                         c.channels.insert(number, Channel::new(number, epoch));
+                        crate::shard::ShardCounters::bump(&shard.counters.channels_opened);
                         c.out.method(
                             number,
                             &Method::ChannelOpenOk(ChannelOpenOk {
@@ -284,9 +292,11 @@ impl ConnSide<'_> {
                 match Method::decode(frame.payload) {
                     Ok(Method::ChannelCloseOk(_)) => {
                         c.channels.remove(&number);
+                        shard.limits.close_channel(conn);
                     }
                     Ok(Method::ChannelClose(_)) => {
                         c.channels.remove(&number);
+                        shard.limits.close_channel(conn);
                         c.out
                             .method(number, &Method::ChannelCloseOk(ChannelCloseOk {}));
                         self.mark_writer(conn);
@@ -571,6 +581,10 @@ impl ConnSide<'_> {
         }
         let slot = conn.slot as usize;
         let removed = self.conns.slab.remove(slot);
+        if !removed.vhost_name.is_empty() {
+            // It had reached connection.open-ok (vhost_name is set just before).
+            crate::shard::ShardCounters::bump(&shard.counters.connections_closed);
+        }
         if removed.phase() != Phase::AwaitHeader
             && !removed.vhost_name.is_empty()
             && !removed.close_logged
