@@ -222,7 +222,10 @@ fn queues_are_declared_and_deleted_as_rabbitmq_answers() {
         passive_count(&mut c, 2, "orders"),
         Err((404, "NOT_FOUND - no queue 'orders' in vhost '/'".to_owned()))
     );
-    assert!(broker.count_logs("QUE-1001") >= 2, "declares are logged");
+    assert!(
+        common::wait_until(common::EVENT_TIMEOUT, || broker.count_logs("QUE-1001") >= 2),
+        "declares are logged"
+    );
 }
 
 #[test]
@@ -342,7 +345,10 @@ fn exchanges_are_declared_and_deleted_as_rabbitmq_answers() {
     assert_eq!((gone.status, gone.json()), (404, object_not_found()));
     let again = admin(port, "DELETE", "/api/exchanges/%2F/prices", None);
     assert_eq!((again.status, again.json()), (404, object_not_found()));
-    assert!(broker.count_logs("EXH-1002") >= 1, "the deletion is logged");
+    assert!(
+        common::wait_until(common::EVENT_TIMEOUT, || broker.count_logs("EXH-1002") >= 1),
+        "the deletion is logged"
+    );
 }
 
 /// A declare, a bind and a delete answered over HTTP are in force on every shard: right

@@ -35,7 +35,7 @@ pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
         ["port-listener", port] => port_listener(ctx, port),
         ["protocol-listener", protocols] => protocol_listener(ctx, protocols),
         ["virtual-hosts"] => virtual_hosts(call).await,
-        _ => super::error(StatusCode::NOT_FOUND, "Not Found"),
+        _ => super::object_not_found(),
     })
 }
 

@@ -33,7 +33,7 @@ pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
     Some(match call.path {
         ["nodes"] => ok(&Value::Array(vec![node_json(ctx, call.config)])),
         ["nodes", name] if *name == node.as_str() => ok(&node_json(ctx, call.config)),
-        ["nodes", _] => super::error(StatusCode::NOT_FOUND, "Not Found"),
+        ["nodes", _] => super::object_not_found(),
         ["cluster-name"] => ok(&json!({ "name": node })),
         ["whoami"] => ok(&json!({
             "name": call.user.name,

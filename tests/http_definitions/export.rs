@@ -231,7 +231,11 @@ fn definitions_export_in_rabbitmqs_format_and_import_into_a_fresh_broker() {
         &defs,
     );
     assert_empty(&r, 204);
-    assert_eq!(target.count_logs("BRK-1021"), 2);
+    assert!(
+        crate::common::wait_until(EVENT_TIMEOUT, || target.count_logs("BRK-1021") == 2),
+        "BRK-1021 lines: {}",
+        target.count_logs("BRK-1021")
+    );
     assert_eq!(target.count_logs("BRK-1022"), 0);
     drop(holder);
 }
@@ -332,7 +336,11 @@ fn malformed_imports_are_refused_with_rabbitmqs_reasons() {
         200
     );
     assert_eq!(broker.count_logs("BRK-1021"), 0);
-    assert_eq!(broker.count_logs("BRK-1022"), 6);
+    assert!(
+        crate::common::wait_until(EVENT_TIMEOUT, || broker.count_logs("BRK-1022") == 6),
+        "BRK-1022 lines: {}",
+        broker.count_logs("BRK-1022")
+    );
     // An empty body imports nothing.
     let r = http::request_raw(port, "POST", "/api/definitions", guest, "");
     assert_empty(&r, 204);

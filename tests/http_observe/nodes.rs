@@ -107,7 +107,7 @@ async fn one_node_with_plausible_figures(shards: usize) {
     for other in ["rabbit@elsewhere", "obs", "obs@node-2"] {
         let r = get(port, &format!("/api/nodes/{}", segment(other))).await;
         assert_eq!(r.status, 404, "{other}: {}", r.body);
-        assert_eq!(r.json()["error"], "Not Found", "{}", r.body);
+        assert_eq!(r.json()["error"], "Object Not Found", "{}", r.body);
     }
 
     // The cluster of one node is named after it, as the overview says.
