@@ -80,14 +80,26 @@ fn objects_round_trip_with_exact_output() {
         ""
     );
     let queues = ok(port, &["queues"]);
-    let row = queues.lines().find(|l| l.contains("ctl.q")).expect("listed");
+    let row = queues
+        .lines()
+        .find(|l| l.contains("ctl.q"))
+        .expect("listed");
     assert!(row.starts_with("/      ctl.q"), "{queues}");
     let exchanges = ok(port, &["exchanges", "--vhost", "/"]);
     assert!(
-        exchanges.lines().any(|l| l == "/      ctl.x               direct   false"),
+        exchanges
+            .lines()
+            .any(|l| l == "/      ctl.x               direct   false"),
         "{exchanges}"
     );
-    let bind = ["--source", "ctl.x", "--destination", "ctl.q", "--routing-key", "k1"];
+    let bind = [
+        "--source",
+        "ctl.x",
+        "--destination",
+        "ctl.q",
+        "--routing-key",
+        "k1",
+    ];
     assert_eq!(ok(port, &[&["bind"][..], &bind].concat()), "");
     let bindings = ok(port, &["bindings"]);
     assert!(
@@ -121,7 +133,13 @@ fn publish_then_get_returns_the_payload() {
     let broker = Broker::start_with_config(2, FILE);
     let port = broker.http_port();
     ok(port, &["declare-queue", "ctl.m"]);
-    let publish = ["publish", "--routing-key", "ctl.m", "--payload", "hello ctl"];
+    let publish = [
+        "publish",
+        "--routing-key",
+        "ctl.m",
+        "--payload",
+        "hello ctl",
+    ];
     assert_eq!(ok(port, &publish), "routed\n");
     let lost = ["publish", "--routing-key", "nowhere", "--payload", "x"];
     assert_eq!(ok(port, &lost), "not routed\n");
@@ -143,13 +161,18 @@ fn publish_then_get_returns_the_payload() {
 fn users_permissions_and_limits_take_effect() {
     let broker = Broker::start_with_config(1, FILE);
     let port = broker.http_port();
-    ok(port, &["add-user", "ctl.u", "secret", "--tags", "management"]);
+    ok(
+        port,
+        &["add-user", "ctl.u", "secret", "--tags", "management"],
+    );
     let users = ok(port, &["users"]);
     assert!(users.lines().any(|l| l == "ctl.u  management"), "{users}");
     ok(port, &["set-permissions", "ctl.u", "--read", "^ctl"]);
     let perms = ok(port, &["permissions", "--vhost", "/"]);
     assert!(
-        perms.lines().any(|l| l == "/      ctl.u  .*         .*     ^ctl"),
+        perms
+            .lines()
+            .any(|l| l == "/      ctl.u  .*         .*     ^ctl"),
         "{perms}"
     );
     // The new user can use the API with its password.
@@ -168,7 +191,10 @@ fn users_permissions_and_limits_take_effect() {
     assert_eq!(login(&broker), Err(530));
     ok(port, &["clear-limit", "vhost", "/", "max-connections"]);
     assert_eq!(login(&broker), Ok(()));
-    ok(port, &["set-limit", "user", "guest", "max-connections", "0"]);
+    ok(
+        port,
+        &["set-limit", "user", "guest", "max-connections", "0"],
+    );
     assert_eq!(login(&broker), Err(530));
     ok(port, &["clear-limit", "user", "guest", "max-connections"]);
     assert_eq!(login(&broker), Ok(()));
@@ -204,7 +230,10 @@ fn exit_statuses_passwords_and_global_flags() {
     assert_eq!(ok(port, &["check-alarms"]), "ok\n");
     assert_eq!(ok(port, &["check-virtual-hosts"]), "ok\n");
     assert_eq!(ok(port, &["aliveness"]), "ok\n");
-    assert_eq!(ok(port, &["check-port", &broker.port().to_string()]), "ok\n");
+    assert_eq!(
+        ok(port, &["check-port", &broker.port().to_string()]),
+        "ok\n"
+    );
     assert_eq!(ok(port, &["check-protocol", "amqp"]), "ok\n");
     let closed = ctl(port, &["check-port", "1"]);
     assert_eq!(closed.status.code(), Some(1));
@@ -215,11 +244,17 @@ fn exit_statuses_passwords_and_global_flags() {
     // top: a header, then the queues.
     let top = ok(port, &["top", "--iterations", "1"]);
     assert!(top.starts_with("node "), "{top}");
-    assert!(top.lines().nth(1).is_some_and(|l| l.starts_with("vhost")), "{top}");
+    assert!(
+        top.lines().nth(1).is_some_and(|l| l.starts_with("vhost")),
+        "{top}"
+    );
     // Unreachable: port 1 is closed.
     let down = ctl(1, &["queues"]);
     assert_eq!(down.status.code(), Some(1));
-    assert!(stderr(&down).starts_with("sluicectl: cannot reach http://127.0.0.1:1"), "{down:?}");
+    assert!(
+        stderr(&down).starts_with("sluicectl: cannot reach http://127.0.0.1:1"),
+        "{down:?}"
+    );
     // https against the plain listener: the handshake fails, non-zero.
     let tls = Command::new(env!("CARGO_BIN_EXE_sluicectl"))
         .args(["--server", &format!("https://127.0.0.1:{port}"), "queues"])
@@ -234,7 +269,10 @@ fn exit_statuses_passwords_and_global_flags() {
 fn export_then_import_into_a_second_broker() {
     let first = Broker::start_with_config(1, FILE);
     let second = Broker::start_with_config(1, FILE);
-    ok(first.http_port(), &["declare-queue", "ctl.exported", "--durable"]);
+    ok(
+        first.http_port(),
+        &["declare-queue", "ctl.exported", "--durable"],
+    );
     let dir = TestDir::new("sluicectl-defs");
     let file = dir.path().join("defs.json");
     let path = file.to_str().expect("utf-8");

@@ -12,7 +12,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 )]
 pub struct Args {
     /// The management listener: http://HOST:PORT, https://HOST:PORT or HOST:PORT (http).
-    #[arg(long, global = true, default_value = "127.0.0.1:15672", value_name = "URL")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "127.0.0.1:15672",
+        value_name = "URL"
+    )]
     pub server: String,
     /// User name (basic auth).
     #[arg(long, short = 'u', global = true, default_value = "guest")]
@@ -75,9 +80,13 @@ pub enum Command {
     /// last change, and why a link is down (--vhost: only that vhost's).
     Federation,
     /// Close a connection (320 CONNECTION_FORCED); NAME as listed by `connections`.
-    CloseConnection { name: String },
+    CloseConnection {
+        name: String,
+    },
     /// Purge a queue.
-    Purge { queue: String },
+    Purge {
+        queue: String,
+    },
     /// Queues refreshed every interval, like `top`, under a line of broker totals:
     /// soonest predicted slow-consumer breach first, then the largest.
     Top {
@@ -103,7 +112,9 @@ pub enum Command {
         args: Vec<String>,
     },
     /// Delete a queue.
-    DeleteQueue { queue: String },
+    DeleteQueue {
+        queue: String,
+    },
     /// Declare an exchange.
     DeclareExchange {
         name: String,
@@ -113,7 +124,9 @@ pub enum Command {
         durable: bool,
     },
     /// Delete an exchange.
-    DeleteExchange { name: String },
+    DeleteExchange {
+        name: String,
+    },
     /// Bind a queue or an exchange to an exchange.
     Bind(Binding),
     /// Remove a binding (found among the bindings by its routing key).
@@ -130,10 +143,16 @@ pub enum Command {
         #[arg(long, default_value = "")]
         tags: String,
     },
-    DeleteUser { name: String },
+    DeleteUser {
+        name: String,
+    },
     Vhosts,
-    AddVhost { name: String },
-    DeleteVhost { name: String },
+    AddVhost {
+        name: String,
+    },
+    DeleteVhost {
+        name: String,
+    },
     /// Permissions (--vhost: only that vhost's).
     Permissions,
     /// Set a user's permissions in --vhost (default /).
@@ -167,16 +186,24 @@ pub enum Command {
         limit: String,
     },
     /// Write the definitions to FILE (- for stdout).
-    Export { file: String },
+    Export {
+        file: String,
+    },
     /// Load definitions from FILE (- for stdin).
-    Import { file: String },
+    Import {
+        file: String,
+    },
     /// Publish a message through an exchange; prints whether it was routed.
     Publish {
         #[arg(long, default_value = "")]
         exchange: String,
         #[arg(long, default_value = "")]
         routing_key: String,
-        #[arg(long, conflicts_with = "payload_file", required_unless_present = "payload_file")]
+        #[arg(
+            long,
+            conflicts_with = "payload_file",
+            required_unless_present = "payload_file"
+        )]
         payload: Option<String>,
         #[arg(long, value_name = "FILE")]
         payload_file: Option<String>,
@@ -198,9 +225,13 @@ pub enum Command {
     /// No local alarm (memory, disk) is in effect.
     CheckAlarms,
     /// A listener is active on PORT.
-    CheckPort { port: u16 },
+    CheckPort {
+        port: u16,
+    },
     /// A listener for PROTO (amqp, amqp/ssl, http, ...) is active.
-    CheckProtocol { proto: String },
+    CheckProtocol {
+        proto: String,
+    },
     /// Every vhost is running.
     CheckVirtualHosts,
     /// Declare, publish to and get from a test queue in VHOST (default: --vhost or /).

@@ -92,8 +92,7 @@ impl Client {
             .tls_config(tls.build())
             .build()
             .into();
-        let token =
-            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
         Ok(Client {
             agent,
             base: base_url(server),

@@ -199,7 +199,15 @@ pub fn run(c: &Client, args: &Args) -> Option<Result<String, Error>> {
             payload,
             payload_file,
             mandatory,
-        } => publish(c, args, exchange, routing_key, payload, payload_file, *mandatory),
+        } => publish(
+            c,
+            args,
+            exchange,
+            routing_key,
+            payload,
+            payload_file,
+            *mandatory,
+        ),
         Command::Get {
             queue,
             count,
@@ -207,10 +215,11 @@ pub fn run(c: &Client, args: &Args) -> Option<Result<String, Error>> {
         } => {
             let body = json!({"count": count, "ackmode": ackmode, "encoding": "auto"});
             let path = format!("/api/queues/{}/{}/get", enc(vh), enc(queue));
-            c.call("POST", &path, Some(&body)).and_then(|v| match (&v, args.json) {
-                (Value::Array(items), false) => Ok(table(items, tables::MESSAGES)),
-                _ => pretty(&v),
-            })
+            c.call("POST", &path, Some(&body))
+                .and_then(|v| match (&v, args.json) {
+                    (Value::Array(items), false) => Ok(table(items, tables::MESSAGES)),
+                    _ => pretty(&v),
+                })
         }
         _ => return None,
     })
