@@ -3,10 +3,16 @@
 //! exit statuses (1 with the API's reason, 1 on a wrong password, non-zero when the
 //! server is unreachable, 2 for usage), health checks, the password from
 //! SLUICE_PASSWORD and --password-file, global flags after the subcommand, and export
-//! then import into a second broker. The management listener has no TLS option, so
-//! https is tested only as far as a failing handshake against the plain listener.
+//! then import into a second broker; https with `--cacert` through a TLS proxy
+//! (`sluicectl/https.rs`: the management listener has no TLS option of its own).
 
+// Pki::client is for tests/tls.rs only.
+#[allow(dead_code)]
+#[path = "tls/certs.rs"]
+mod certs;
 mod common;
+#[path = "sluicectl/https.rs"]
+mod https;
 
 use std::process::{Command, Output};
 
@@ -14,7 +20,7 @@ use common::raw::RawConn;
 use common::wire::m;
 use common::{Broker, TestDir};
 
-const FILE: &str = r#"
+pub const FILE: &str = r#"
 [auth]
 users = [{ name = "guest", password = "guest", tags = ["administrator"] }]
 permissions = [{ user = "guest", vhost = "/", configure = ".*", write = ".*", read = ".*" }]
