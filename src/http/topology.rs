@@ -452,17 +452,33 @@ async fn get_exchange(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
         Err(r) => return r,
     };
     let name = exchange_name(name);
-    if name.is_empty() {
-        return ok(&default_exchange_json(vhost));
-    }
-    match view.exchanges.iter().find(|e| e.name == name) {
-        Some(e) => ok(&json!({
-            "name": e.name, "vhost": vhost, "type": e.kind, "durable": e.durable,
-            "auto_delete": e.auto_delete, "internal": e.internal,
-            "arguments": table_json(&e.arguments),
-        })),
-        None => object_not_found(),
-    }
+    let mut found = if name.is_empty() {
+        default_exchange_json(vhost)
+    } else {
+        match view.exchanges.iter().find(|e| e.name == name) {
+            Some(e) => json!({
+                "name": e.name, "vhost": vhost, "type": e.kind, "durable": e.durable,
+                "auto_delete": e.auto_delete, "internal": e.internal,
+                "arguments": table_json(&e.arguments),
+            }),
+            None => return object_not_found(),
+        }
+    };
+    let Some(counters) = super::rates::counters(ctx).await else {
+        return unavailable();
+    };
+    let key = (vhost.to_owned(), name.to_owned());
+    let counts = super::rates::exchange_totals(&counters)
+        .get(&key)
+        .copied()
+        .unwrap_or_default();
+    let table = ctx.rates.current();
+    found["message_stats"] = super::rates::message_stats(
+        &super::rates::EXCHANGE_FIELDS,
+        &counts,
+        table.exchange(vhost, name),
+    );
+    ok(&found)
 }
 
 /// `PUT /api/exchanges/{vhost}/{name}` (`type`, `durable`, `auto_delete`, `internal`,
