@@ -472,12 +472,15 @@ async fn get_exchange(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
         .get(&key)
         .copied()
         .unwrap_or_default();
-    let table = ctx.rates.current();
-    found["message_stats"] = super::rates::message_stats(
-        &super::rates::EXCHANGE_FIELDS,
-        &counts,
-        table.exchange(vhost, name),
-    );
+    // As RabbitMQ's: no `message_stats` until the exchange is published to.
+    if counts != [0, 0] {
+        let table = ctx.rates.current();
+        found["message_stats"] = super::rates::message_stats(
+            &super::rates::EXCHANGE_FIELDS,
+            &counts,
+            table.exchange(vhost, name),
+        );
+    }
     ok(&found)
 }
 

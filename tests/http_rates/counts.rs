@@ -135,7 +135,8 @@ async fn counts_exact(shards: usize) {
     assert_eq!(stats(&default)["publish_in"], 7, "{default}");
     assert_eq!(stats(&default)["publish_out"], 6, "{default}");
     let direct = api_json(port, "/api/exchanges/%2F/amq.direct").await;
-    assert_eq!(stats(&direct)["publish_in"], 0, "{direct}");
+    // As RabbitMQ's: no message_stats for an exchange nothing was published to.
+    assert!(direct.get("message_stats").is_none(), "{direct}");
 
     // The overview: what the exchanges took in; what the queues delivered and were acked.
     let o = api_json(port, "/api/overview").await;

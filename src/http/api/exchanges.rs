@@ -22,20 +22,24 @@ pub(super) async fn exchanges(
     let rates = ctx.rates.current();
     let stats = |vhost: &str, name: &str| {
         let key = (vhost.to_owned(), name.to_owned());
-        let n = counts.get(&key).copied().unwrap_or_default();
-        rates::message_stats(&rates::EXCHANGE_FIELDS, &n, rates.exchange(vhost, name))
+        // As RabbitMQ's: no `message_stats` until the exchange is published to.
+        let n = counts.get(&key).copied().filter(|n| *n != [0, 0])?;
+        Some(rates::message_stats(&rates::EXCHANGE_FIELDS, &n, rates.exchange(vhost, name)))
     };
     let all: Vec<Value> = dir
         .iter()
         .filter(|v| vhost.is_none_or(|h| v.vhost == h) && viewer.sees_vhost(&v.vhost))
         .flat_map(|v| {
             v.exchanges.iter().map(|e| {
-                json!({
+                let mut one = json!({
                     "name": e.name, "vhost": v.vhost, "type": e.kind, "durable": e.durable,
                     "auto_delete": e.auto_delete, "internal": e.internal,
                     "arguments": table_json(&e.arguments),
-                    "message_stats": stats(&v.vhost, &e.name),
-                })
+                });
+                if let Some(stats) = stats(&v.vhost, &e.name) {
+                    one["message_stats"] = stats;
+                }
+                one
             })
         })
         .collect();
