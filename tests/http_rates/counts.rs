@@ -120,7 +120,10 @@ async fn counts_exact(shards: usize) {
     let fan = api_json(port, "/api/exchanges/%2F/stats.fan").await;
     assert_eq!(stats(&fan)["publish_in"], 4, "{fan}");
     assert_eq!(stats(&fan)["publish_out"], 8, "{fan}");
-    assert!(stats(&fan)["publish_in_details"]["rate"].is_number(), "{fan}");
+    assert!(
+        stats(&fan)["publish_in_details"]["rate"].is_number(),
+        "{fan}"
+    );
     let listed = api_json(port, "/api/exchanges/%2F").await;
     let entry = listed
         .as_array()

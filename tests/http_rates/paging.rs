@@ -39,7 +39,11 @@ fn expected(range: impl Iterator<Item = u32>) -> Vec<String> {
 async fn refused(port: u16, path: &str, error: &str, reason: &str) {
     let r = api(port, path).await;
     assert_eq!(r.status, 400, "GET {path}: {}", r.body);
-    assert_eq!(r.json(), json!({"error": error, "reason": reason}), "GET {path}");
+    assert_eq!(
+        r.json(),
+        json!({"error": error, "reason": reason}),
+        "GET {path}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,12 +83,18 @@ async fn pages_filters_columns_and_sorts() {
         assert_eq!(names(&first), expected(0..10));
         // The default page size is 100.
         let one = api_json(port, "/api/queues?page=1").await;
-        assert_eq!((one["page_size"].clone(), one["item_count"].clone()), (json!(100), json!(25)));
+        assert_eq!(
+            (one["page_size"].clone(), one["item_count"].clone()),
+            (json!(100), json!(25))
+        );
 
         // The name filter: a substring, or a regular expression with use_regex=true.
         let sub = api_json(port, "/api/queues?page=1&page_size=100&name=pq-1").await;
         assert_eq!(names(&sub), expected(10..20));
-        assert_eq!((sub["filtered_count"].clone(), sub["total_count"].clone()), (json!(10), json!(25)));
+        assert_eq!(
+            (sub["filtered_count"].clone(), sub["total_count"].clone()),
+            (json!(10), json!(25))
+        );
         assert_eq!(sub["page_count"], 1);
         let re = "/api/queues?page=1&page_size=100&use_regex=true&name=%5Epq-2%5B0-2%5D%24";
         let re = api_json(port, re).await;
@@ -137,9 +147,16 @@ async fn pages_filters_columns_and_sorts() {
             .find(|q| q["name"] == "pq-07")
             .cloned()
             .expect("pq-07");
-        assert_eq!(q7, json!({"name": "pq-07", "message_stats": {"publish": 2}}));
+        assert_eq!(
+            q7,
+            json!({"name": "pq-07", "message_stats": {"publish": 2}})
+        );
         let paged_cols = api_json(port, "/api/queues?page=2&page_size=10&columns=name").await;
-        assert_eq!(paged_cols["items"][0], json!({"name": "pq-10"}), "{paged_cols}");
+        assert_eq!(
+            paged_cols["items"][0],
+            json!({"name": "pq-10"}),
+            "{paged_cols}"
+        );
 
         // Sorting: by name reversed; by a nested column (then vhost and name).
         let rev = api_json(port, "/api/queues?sort=name&sort_reverse=true").await;
@@ -150,7 +167,11 @@ async fn pages_filters_columns_and_sorts() {
         assert_eq!(names(&by_publish), expected(want.iter().copied()));
         let top = "/api/queues?sort=message_stats.publish&sort_reverse=true&page=1&page_size=5";
         let top = api_json(port, top).await;
-        assert_eq!(names(&top), expected([24, 19, 14, 9, 4].into_iter()), "{top}");
+        assert_eq!(
+            names(&top),
+            expected([24, 19, 14, 9, 4].into_iter()),
+            "{top}"
+        );
         conn.close().await;
     })
     .await;

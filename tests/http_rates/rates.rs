@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::common::{bounded, Broker};
 use super::api_json;
+use super::common::{bounded, Broker};
 
 const CONFIG: &str = "[http]\nstats_interval_ms = 200\n";
 
@@ -56,7 +56,11 @@ async fn publish_rate_follows_a_steady_publisher_and_returns_to_zero() {
             if rate(&q) == 0.0 {
                 break;
             }
-            assert!(Instant::now() < deadline, "rate still {} after 5 s: {q}", rate(&q));
+            assert!(
+                Instant::now() < deadline,
+                "rate still {} after 5 s: {q}",
+                rate(&q)
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         // The overview's publish rate also falls back to 0.

@@ -24,7 +24,11 @@ pub(super) async fn exchanges(
         let key = (vhost.to_owned(), name.to_owned());
         // As RabbitMQ's: no `message_stats` until the exchange is published to.
         let n = counts.get(&key).copied().filter(|n| *n != [0, 0])?;
-        Some(rates::message_stats(&rates::EXCHANGE_FIELDS, &n, rates.exchange(vhost, name)))
+        Some(rates::message_stats(
+            &rates::EXCHANGE_FIELDS,
+            &n,
+            rates.exchange(vhost, name),
+        ))
     };
     let all: Vec<Value> = dir
         .iter()
