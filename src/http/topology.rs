@@ -117,7 +117,7 @@ pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
             delete_queue(ctx, vhost, name, flag("if-unused"), flag("if-empty")).await
         }
         (&Method::GET, ["queues", vhost, name, "bindings"]) => {
-            bindings::of_queue(ctx, vhost, name).await
+            bindings::of_queue(ctx, vhost, name, query).await
         }
         (&Method::GET, ["exchanges", vhost, name]) => get_exchange(ctx, vhost, name).await,
         (&Method::PUT, ["exchanges", vhost, name]) => put_exchange(ctx, vhost, name, body).await,
@@ -125,9 +125,9 @@ pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
             delete_exchange(ctx, vhost, name, flag("if-unused")).await
         }
         (&Method::GET, ["exchanges", vhost, name, "bindings", side]) => {
-            bindings::of_exchange(ctx, vhost, name, *side == "source").await
+            bindings::of_exchange(ctx, vhost, name, *side == "source", query).await
         }
-        (_, ["bindings", ..]) => bindings::route(ctx, &viewer, method, path, body).await,
+        (_, ["bindings", ..]) => bindings::route(ctx, &viewer, method, path, query, body).await,
         _ => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
     };
     Some(response)

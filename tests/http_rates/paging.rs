@@ -172,6 +172,11 @@ async fn pages_filters_columns_and_sorts() {
             expected([24, 19, 14, 9, 4].into_iter()),
             "{top}"
         );
+        // The bindings (each queue's to the default exchange) sort and take columns too.
+        let b = "/api/bindings/%2F?columns=destination&sort=destination&sort_reverse=true";
+        let b = api_json(port, b).await;
+        assert_eq!(b[0], json!({"destination": "pq-24"}), "{b}");
+        assert_eq!(b.as_array().map(Vec::len), Some(25), "{b}");
         conn.close().await;
     })
     .await;
