@@ -1,5 +1,7 @@
 //! RabbitMQ's own rabbitmqadmin (from Debian's rabbitmq-server package) against sluice's
-//! management API: declare, list and delete users, permissions and vhosts. Skips
+//! management API: declare, list and delete users, permissions and vhosts; declare, list
+//! and delete exchanges, queues and bindings, publish, get, purge, vhost limits, close a
+//! connection, export and import. Skips
 //! with a message where /usr/bin/rabbitmqadmin is not installed.
 
 use std::process::Command;
@@ -115,4 +117,176 @@ fn rabbitmqadmin_administers_users_and_permissions() {
         "deleting a missing user: {text}"
     );
     assert_eq!(broker.stop().code(), Some(0));
+}
+
+/// rabbitmqadmin's topology, message, limit and definitions commands: declare and list
+/// an exchange, a queue and a binding, publish and get through them, purge, a vhost
+/// limit, close a connection, export and import, then delete what it declared.
+#[test]
+fn rabbitmqadmin_declares_publishes_gets_exports_and_imports() {
+    if !std::path::Path::new(RABBITMQADMIN).exists() {
+        eprintln!("SKIP rabbitmqadmin_declares_publishes_gets_exports_and_imports: {RABBITMQADMIN} is not installed (apt-get install rabbitmq-server)");
+        return;
+    }
+    let dir = crate::common::TestDir::new("sluice-rabbitmqadmin");
+    let broker = Broker::start_with_config(2, FILE);
+    let port = broker.http_port();
+    let run = |args: &[&str]| {
+        let (ok, text) = rabbitmqadmin(port, args);
+        assert!(ok, "rabbitmqadmin {args:?} failed: {text}");
+        text
+    };
+    let tsv = |args: &[&str]| {
+        let mut all = vec!["-f", "tsv", "-q"];
+        all.extend_from_slice(args);
+        run(&all)
+    };
+    let text = run(&[
+        "declare",
+        "exchange",
+        "name=orders",
+        "type=topic",
+        "durable=true",
+    ]);
+    assert!(text.contains("exchange declared"), "{text}");
+    let text = run(&["declare", "queue", "name=eu", "durable=true"]);
+    assert!(text.contains("queue declared"), "{text}");
+    let text = run(&[
+        "declare",
+        "binding",
+        "source=orders",
+        "destination=eu",
+        "routing_key=eu.#",
+    ]);
+    assert!(text.contains("binding declared"), "{text}");
+    let exchanges = tsv(&["list", "exchanges", "name", "type", "durable"]);
+    assert!(
+        exchanges.lines().any(|l| l == "orders\ttopic\tTrue"),
+        "{exchanges}"
+    );
+    let bindings = tsv(&["list", "bindings", "source", "destination", "routing_key"]);
+    assert!(
+        bindings.lines().any(|l| l == "orders\teu\teu.#"),
+        "{bindings}"
+    );
+
+    // Publish through the binding, then look without taking, then take.
+    for i in 0..3 {
+        let payload = format!("payload=order {i}");
+        let text = run(&["publish", "exchange=orders", "routing_key=eu.de", &payload]);
+        assert!(text.contains("Message published"), "{text}");
+    }
+    let text = run(&[
+        "publish",
+        "exchange=orders",
+        "routing_key=us.ny",
+        "payload=x",
+    ]);
+    assert!(text.contains("Message published but NOT routed"), "{text}");
+    let queues = tsv(&["list", "queues", "name", "messages"]);
+    assert!(queues.lines().any(|l| l == "eu\t3"), "{queues}");
+    let got = run(&[
+        "-f",
+        "raw_json",
+        "get",
+        "queue=eu",
+        "ackmode=ack_requeue_true",
+        "count=2",
+    ]);
+    let got: serde_json::Value = serde_json::from_str(got.trim()).expect("raw_json of get");
+    let payloads: Vec<&str> = got
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|m| m["payload"].as_str())
+        .collect();
+    assert_eq!(payloads, ["order 0", "order 1"]);
+    let got = run(&[
+        "-f",
+        "raw_json",
+        "get",
+        "queue=eu",
+        "ackmode=ack_requeue_false",
+        "count=1",
+    ]);
+    assert!(got.contains("\"order 0\""), "{got}");
+    let queues = tsv(&["list", "queues", "name", "messages"]);
+    assert!(queues.lines().any(|l| l == "eu\t2"), "{queues}");
+    let text = run(&["purge", "queue", "name=eu"]);
+    assert!(text.contains("queue purged"), "{text}");
+    let queues = tsv(&["list", "queues", "name", "messages"]);
+    assert!(queues.lines().any(|l| l == "eu\t0"), "{queues}");
+
+    // A vhost limit, listed and deleted.
+    let text = run(&[
+        "declare",
+        "vhost_limit",
+        "vhost=/",
+        "name=max-queues",
+        "value=10",
+    ]);
+    assert!(text.contains("vhost_limit declared"), "{text}");
+    let limits = run(&["-f", "raw_json", "list", "vhost_limits"]);
+    assert!(
+        limits.contains("\"max-queues\": 10") || limits.contains("\"max-queues\":10"),
+        "{limits}"
+    );
+    let text = run(&["delete", "vhost_limit", "vhost=/", "name=max-queues"]);
+    assert!(text.contains("vhost_limit deleted"), "{text}");
+
+    // Close a connection by the name it is listed under.
+    let mut held = login(&broker, "guest", "guest").expect("open");
+    let names = tsv(&["list", "connections", "name"]);
+    let name = names
+        .lines()
+        .next()
+        .expect("one connection listed")
+        .to_owned();
+    let text = run(&["close", "connection", &format!("name={name}")]);
+    assert!(text.contains("connection closed"), "{text}");
+    match held.read_until_closed(crate::common::EVENT_TIMEOUT) {
+        Some(crate::common::raw::Ending::Close { code, .. }) => assert_eq!(code, 320),
+        other => panic!("expected connection.close, got {other:?}"),
+    }
+
+    // Export, delete everything, import: it is all back.
+    let file = dir.path().join("defs.json");
+    let file = file.to_str().expect("utf-8 path");
+    let text = run(&["export", file]);
+    assert!(text.contains("Exported definitions"), "{text}");
+    let text = run(&[
+        "delete",
+        "binding",
+        "source=orders",
+        "destination_type=queue",
+        "destination=eu",
+        "properties_key=eu.%23",
+    ]);
+    assert!(text.contains("binding deleted"), "{text}");
+    let text = run(&["delete", "queue", "name=eu"]);
+    assert!(text.contains("queue deleted"), "{text}");
+    let text = run(&["delete", "exchange", "name=orders"]);
+    assert!(text.contains("exchange deleted"), "{text}");
+    let queues = tsv(&["list", "queues", "name"]);
+    assert!(!queues.lines().any(|l| l == "eu"), "{queues}");
+    let (ok, text) = rabbitmqadmin(port, &["delete", "queue", "name=eu"]);
+    assert!(
+        !ok && text.contains("Not found"),
+        "deleting a missing queue: {text}"
+    );
+    let text = run(&["import", file]);
+    assert!(text.contains("Uploaded definitions"), "{text}");
+    let bindings = tsv(&["list", "bindings", "source", "destination", "routing_key"]);
+    assert!(
+        bindings.lines().any(|l| l == "orders\teu\teu.#"),
+        "{bindings}"
+    );
+    let text = run(&[
+        "publish",
+        "exchange=orders",
+        "routing_key=eu.fr",
+        "payload=back",
+    ]);
+    assert!(text.contains("Message published"), "{text}");
+    assert!(!text.contains("NOT routed"), "{text}");
 }
