@@ -362,28 +362,24 @@ async fn route(
             body: req.body(),
             user,
         };
-        // Each area of the API answers the paths it owns and passes (None) on the rest.
-        if let Some(response) = access::route(&call).await {
-            return response;
+        // Each area of the API answers the paths it owns and passes (None) on the rest;
+        // the first that answers wins.
+        macro_rules! first_area_that_answers {
+            ($($area:ident),+) => {
+                $(if let Some(response) = $area::route(&call).await {
+                    return response;
+                })+
+            };
         }
-        if let Some(response) = limits::route(&call).await {
-            return response;
-        }
-        if let Some(response) = messages::route(&call).await {
-            return response;
-        }
-        if let Some(response) = topology::route(&call).await {
-            return response;
-        }
-        if let Some(response) = definitions::route(&call).await {
-            return response;
-        }
-        if let Some(response) = health::route(&call).await {
-            return response;
-        }
-        if let Some(response) = nodes::route(&call).await {
-            return response;
-        }
+        first_area_that_answers!(
+            access,
+            limits,
+            messages,
+            topology,
+            definitions,
+            health,
+            nodes
+        );
     }
     if method == Method::DELETE && !user.is_administrator() {
         return error(
