@@ -51,6 +51,8 @@ struct HttpSection {
     max_connections: Option<u32>,
     /// An address or "off".
     prometheus_listen: Option<String>,
+    /// Milliseconds, at least 100.
+    stats_interval_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -335,6 +337,14 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         if let Some(listen) = h.prometheus_listen {
             config.http.prometheus_listen = super::parse_listen_or_off(&listen)
                 .map_err(|e| format!("http.prometheus_listen: {e}"))?;
+        }
+        if let Some(ms) = h.stats_interval_ms {
+            if ms < 100 {
+                return Err(format!(
+                    "http.stats_interval_ms: {ms} is below the minimum of 100"
+                ));
+            }
+            config.http.stats_interval = Duration::from_millis(ms);
         }
     }
     if let Some(f) = file.federation {

@@ -68,6 +68,9 @@ pub struct HttpConfig {
     /// The Prometheus listener (`GET /metrics` under RabbitMQ's names, no credentials,
     /// as rabbitmq_prometheus serves 15692); `None` = off (the default).
     pub prometheus_listen: Option<SocketAddr>,
+    /// How often the management thread samples the shards' message counters for the
+    /// rates of `/api` (`http::rates`; RabbitMQ's `collect_statistics_interval`).
+    pub stats_interval: Duration,
 }
 
 impl Default for HttpConfig {
@@ -79,6 +82,7 @@ impl Default for HttpConfig {
             idle_timeout: Some(Duration::from_secs(60)),
             max_connections: 1024,
             prometheus_listen: None,
+            stats_interval: Duration::from_secs(5),
         }
     }
 }

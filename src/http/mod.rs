@@ -5,7 +5,8 @@
 //! `limits`; publish, get and the aliveness test, `messages`, with properties as JSON in
 //! `message_json`; declaring and deleting queues, exchanges and bindings, `topology`;
 //! exporting and importing definitions, `definitions`; health checks, `health`; the
-//! node, cluster name and whoami, `nodes`), HTTP basic auth (`auth`);
+//! node, cluster name and whoami, `nodes`; paging, columns and sorting of every list,
+//! `paging`; the message rates' sampler, `rates`), HTTP basic auth (`auth`);
 //! what one connection may hold (`conn`: the connection cap, the header-read and idle
 //! timeouts). The Prometheus listener (`prometheus`, off by default) is a second
 //! instance of the same server on its own thread, without credentials, serving only
@@ -33,7 +34,9 @@ mod message_json;
 pub mod messages;
 pub mod metrics;
 pub mod nodes;
+pub mod paging;
 pub mod prometheus;
+pub mod rates;
 pub mod topology;
 
 use std::net::SocketAddr;
@@ -85,6 +88,9 @@ pub struct Context {
     /// The owner of the configuration in force: run-time changes of users and
     /// permissions go through it (`access`).
     pub admin: crate::admin::AdminHandle,
+    /// The message rates, as the sampler (`rates::sample`, a task on this thread) last
+    /// computed them.
+    pub rates: rates::Board,
 }
 
 /// One authenticated API request as the areas of the API (`access`, ...) see it: each
@@ -202,6 +208,10 @@ async fn serve(
             return;
         }
     };
+    // The rates' sampler lives as long as the management listener's runtime.
+    if kind == Listener::Management {
+        tokio::spawn(rates::sample(Arc::clone(&ctx)));
+    }
     let slots = conn::Slots::new(ctx.config.http.max_connections);
     let over_cap = Reporter::default();
     loop {
@@ -352,28 +362,24 @@ async fn route(
             body: req.body(),
             user,
         };
-        // Each area of the API answers the paths it owns and passes (None) on the rest.
-        if let Some(response) = access::route(&call).await {
-            return response;
+        // Each area of the API answers the paths it owns and passes (None) on the rest;
+        // the first that answers wins.
+        macro_rules! first_area_that_answers {
+            ($($area:ident),+) => {
+                $(if let Some(response) = $area::route(&call).await {
+                    return response;
+                })+
+            };
         }
-        if let Some(response) = limits::route(&call).await {
-            return response;
-        }
-        if let Some(response) = messages::route(&call).await {
-            return response;
-        }
-        if let Some(response) = topology::route(&call).await {
-            return response;
-        }
-        if let Some(response) = definitions::route(&call).await {
-            return response;
-        }
-        if let Some(response) = health::route(&call).await {
-            return response;
-        }
-        if let Some(response) = nodes::route(&call).await {
-            return response;
-        }
+        first_area_that_answers!(
+            access,
+            limits,
+            messages,
+            topology,
+            definitions,
+            health,
+            nodes
+        );
     }
     if method == Method::DELETE && !user.is_administrator() {
         return error(

@@ -117,7 +117,7 @@ pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
             delete_queue(ctx, vhost, name, flag("if-unused"), flag("if-empty")).await
         }
         (&Method::GET, ["queues", vhost, name, "bindings"]) => {
-            bindings::of_queue(ctx, vhost, name).await
+            bindings::of_queue(ctx, vhost, name, query).await
         }
         (&Method::GET, ["exchanges", vhost, name]) => get_exchange(ctx, vhost, name).await,
         (&Method::PUT, ["exchanges", vhost, name]) => put_exchange(ctx, vhost, name, body).await,
@@ -125,9 +125,9 @@ pub async fn route(call: &Call<'_>) -> Option<HttpResponse> {
             delete_exchange(ctx, vhost, name, flag("if-unused")).await
         }
         (&Method::GET, ["exchanges", vhost, name, "bindings", side]) => {
-            bindings::of_exchange(ctx, vhost, name, *side == "source").await
+            bindings::of_exchange(ctx, vhost, name, *side == "source", query).await
         }
-        (_, ["bindings", ..]) => bindings::route(ctx, &viewer, method, path, body).await,
+        (_, ["bindings", ..]) => bindings::route(ctx, &viewer, method, path, query, body).await,
         _ => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
     };
     Some(response)
@@ -452,17 +452,36 @@ async fn get_exchange(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
         Err(r) => return r,
     };
     let name = exchange_name(name);
-    if name.is_empty() {
-        return ok(&default_exchange_json(vhost));
+    let mut found = if name.is_empty() {
+        default_exchange_json(vhost)
+    } else {
+        match view.exchanges.iter().find(|e| e.name == name) {
+            Some(e) => json!({
+                "name": e.name, "vhost": vhost, "type": e.kind, "durable": e.durable,
+                "auto_delete": e.auto_delete, "internal": e.internal,
+                "arguments": table_json(&e.arguments),
+            }),
+            None => return object_not_found(),
+        }
+    };
+    let Some(counters) = super::rates::counters(ctx).await else {
+        return unavailable();
+    };
+    let key = (vhost.to_owned(), name.to_owned());
+    let counts = super::rates::exchange_totals(&counters)
+        .get(&key)
+        .copied()
+        .unwrap_or_default();
+    // As RabbitMQ's: no `message_stats` until the exchange is published to.
+    if counts != [0, 0] {
+        let table = ctx.rates.current();
+        found["message_stats"] = super::rates::message_stats(
+            &super::rates::EXCHANGE_FIELDS,
+            &counts,
+            table.exchange(vhost, name),
+        );
     }
-    match view.exchanges.iter().find(|e| e.name == name) {
-        Some(e) => ok(&json!({
-            "name": e.name, "vhost": vhost, "type": e.kind, "durable": e.durable,
-            "auto_delete": e.auto_delete, "internal": e.internal,
-            "arguments": table_json(&e.arguments),
-        })),
-        None => object_not_found(),
-    }
+    ok(&found)
 }
 
 /// `PUT /api/exchanges/{vhost}/{name}` (`type`, `durable`, `auto_delete`, `internal`,

@@ -111,6 +111,10 @@ pub struct VhostDirectory {
     queues: HashMap<ShortStr, QueueMeta>,
     /// Bumped by each route through a chain; an exchange it reached carries it.
     route_epoch: Cell<u64>,
+    /// The default exchange's `publish_in` / `publish_out` on this replica (it has no
+    /// slot in `exchanges`); the named ones count on their `Exchange`.
+    pub default_publish_in: Cell<u64>,
+    pub default_publish_out: Cell<u64>,
 }
 
 /// Why a publish could not be routed at all.
@@ -128,6 +132,8 @@ impl VhostDirectory {
             by_name: HashMap::new(),
             queues: HashMap::new(),
             route_epoch: Cell::new(0),
+            default_publish_in: Cell::new(0),
+            default_publish_out: Cell::new(0),
         };
         for (name, kind) in PREDECLARED {
             dir.declare_exchange(ExchangeDef {
@@ -192,8 +198,12 @@ impl VhostDirectory {
         out: &mut Targets,
     ) -> Result<(), RouteError> {
         if exchange.is_empty() {
+            self.default_publish_in
+                .set(self.default_publish_in.get() + 1);
             if let Some(meta) = self.queues.get(routing_key) {
                 out.push(meta.queue);
+                self.default_publish_out
+                    .set(self.default_publish_out.get() + 1);
             }
             return Ok(());
         }
@@ -205,6 +215,9 @@ impl VhostDirectory {
         if ex.has_exchange_bindings() {
             self.follow_chain(id, routing_key.as_bytes(), &mut headers, out, start);
         }
+        ex.publish_in.set(ex.publish_in.get() + 1);
+        ex.publish_out
+            .set(ex.publish_out.get() + (out.len() - start) as u64);
         Ok(())
     }
 

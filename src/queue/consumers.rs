@@ -337,7 +337,7 @@ impl Queue {
         let mut pick = self.round_robin;
         // No-ack dispatches leave the queue's entries but stay held until written; their
         // totals are applied once after the loop.
-        let (mut gone, mut gone_bytes) = (0u64, 0u64);
+        let (mut gone, mut gone_bytes, mut redeliveries) = (0u64, 0u64, 0u64);
         // An evicted head (its body on disk only) ends the loop: `pop_ready_by` stops
         // there and the shard reads it back.
         while sent < budget && !H::is_empty(&self.ready) {
@@ -355,6 +355,7 @@ impl Queue {
             pick = if found + 1 == n { 0 } else { found + 1 };
             let (target, no_ack) = (consumer.target, consumer.no_ack);
             let (seq, redelivered) = (entry.seq, entry.redelivered);
+            redeliveries += u64::from(redelivered);
             let msg = if no_ack {
                 consumer.inflight += 1;
                 consumer.inflight_bytes += size;
@@ -382,6 +383,8 @@ impl Queue {
         self.inflight_bytes += gone_bytes;
         self.round_robin = pick;
         self.counters.delivered += sent as u64;
+        self.counters.delivered_no_ack += gone;
+        self.counters.redelivered += redeliveries;
         if sent > 0 {
             self.last_used = now;
         }

@@ -98,6 +98,14 @@ pub struct QueueCounters {
     pub discarded: u64,
     /// Refused by `x-overflow = reject-publish`.
     pub rejected: u64,
+    /// The management API's split of `delivered` (RabbitMQ's `deliver_no_ack`, `get`,
+    /// `get_no_ack`; `deliver` is the rest) and its `ack` and `redeliver` counts.
+    pub delivered_no_ack: u64,
+    pub got: u64,
+    pub got_no_ack: u64,
+    pub acked: u64,
+    /// Deliveries and gets of messages marked redelivered.
+    pub redelivered: u64,
 }
 
 /// How many `basic.get` channels a queue remembers (for the slow-consumer close).
@@ -505,11 +513,14 @@ impl Queue {
         let entry = self.pop_ready(now)?;
         if no_ack {
             self.counters.consumed += 1;
+            self.counters.got_no_ack += 1;
             self.finished(&entry);
         } else {
+            self.counters.got += 1;
             self.hold_unacked(entry.clone());
         }
         self.counters.delivered += 1;
+        self.counters.redelivered += u64::from(entry.redelivered);
         let remaining = u32::try_from(self.ready.len()).unwrap_or(u32::MAX);
         Some((entry, remaining))
     }
@@ -603,6 +614,7 @@ impl Queue {
         };
         self.finished(&entry);
         self.counters.consumed += 1;
+        self.counters.acked += 1;
         true
     }
 

@@ -365,6 +365,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         limits: Arc::clone(&limits),
         federation: federation.as_ref().map(|f| f.handle()),
         admin: admin.handle(),
+        rates: crate::http::rates::Board::default(),
     };
     let http = match config.http.listen {
         Some(addr) => match crate::http::start(addr, context()) {

@@ -96,6 +96,21 @@ pub struct Channel {
     /// queue went meanwhile, told with `basic.cancel` only after `delete-ok` (RabbitMQ's
     /// order; py-amqp fails on a cancel while it waits for the delete-ok).
     held_cancels: Option<Vec<ShortStr>>,
+    /// What the management API shows as the channel's `message_stats`.
+    pub stats: ChannelStats,
+}
+
+/// A channel's message counts since it opened (RabbitMQ's channel `message_stats`):
+/// plain adds where the channel publishes, delivers, answers a get and takes an ack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    pub publish: u64,
+    pub deliver: u64,
+    pub deliver_no_ack: u64,
+    pub get: u64,
+    pub get_no_ack: u64,
+    pub redeliver: u64,
+    pub ack: u64,
 }
 
 impl Channel {
@@ -121,6 +136,7 @@ impl Channel {
             last_queue: ShortStr::default(),
             next_generated_tag: 1,
             held_cancels: None,
+            stats: ChannelStats::default(),
         }
     }
 
@@ -220,16 +236,33 @@ impl Channel {
         self.next_tag
     }
 
-    /// Assigns the next delivery tag and, unless `no_ack`, remembers the delivery.
+    /// Counts a publish on this channel (`message_stats.publish`); returns the channel.
+    pub fn count_publish(&mut self) -> &mut Channel {
+        self.stats.publish += 1;
+        self
+    }
+
+    /// Assigns the next delivery tag and, unless `no_ack`, remembers the delivery;
+    /// counts it in `stats` (a consumer's delivery or a get, with or without ack).
     pub fn record_delivery(
         &mut self,
         queue: QueueRef,
         seq: u64,
         consumer: Option<u32>,
         no_ack: bool,
+        redelivered: bool,
     ) -> u64 {
         let tag = self.next_tag;
         self.next_tag += 1;
+        let stats = &mut self.stats;
+        let count = match (consumer.is_some(), no_ack) {
+            (true, false) => &mut stats.deliver,
+            (true, true) => &mut stats.deliver_no_ack,
+            (false, false) => &mut stats.get,
+            (false, true) => &mut stats.get_no_ack,
+        };
+        *count += 1;
+        stats.redeliver += u64::from(redelivered);
         if !no_ack {
             self.unacked.push_back(Unacked {
                 tag,
@@ -340,7 +373,7 @@ mod tests {
     fn ack_single_multiple_and_unknown() {
         let mut ch = Channel::new(1, 1);
         for seq in 1..=5 {
-            ch.record_delivery(q(), seq, None, false);
+            ch.record_delivery(q(), seq, None, false, false);
         }
         assert_eq!(ch.take_unacked(2, false).map(|v| v.len()), Ok(1));
         assert_eq!(
@@ -359,8 +392,8 @@ mod tests {
     #[test]
     fn no_ack_deliveries_are_not_tracked() {
         let mut ch = Channel::new(1, 1);
-        assert_eq!(ch.record_delivery(q(), 1, None, true), 1);
-        assert_eq!(ch.record_delivery(q(), 2, None, true), 2);
+        assert_eq!(ch.record_delivery(q(), 1, None, true, false), 1);
+        assert_eq!(ch.record_delivery(q(), 2, None, true, false), 2);
         assert!(ch.unacked.is_empty());
     }
 }

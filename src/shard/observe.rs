@@ -20,8 +20,9 @@ use crate::protocol::ShortStr;
 use crate::queue::Queue;
 use crate::session::connection::{Conn, Phase};
 use crate::shard::inbox::observe::{
-    BindingView, ChannelView, Churn, ConnView, ConsumerView, ExchangeView, FlowView, ObserveReply,
-    ObserveRequest, QueueDefView, QueueView, ShardView, SlowView, VhostView, Want, QUEUE_CHUNK,
+    BindingView, ChannelView, Churn, ConnView, ConsumerView, CounterView, ExchangeCounters,
+    ExchangeView, FlowView, ObserveReply, ObserveRequest, QueueDefView, QueueView, ShardView,
+    SlowView, VhostView, Want, QUEUE_CHUNK,
 };
 use crate::shard::inbox::{QueueReply, QueueRequest};
 use crate::shard::{Shard, State};
@@ -125,6 +126,49 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
             count,
             mode,
         } => ObserveReply::Got(super::messages::get(shard, &vhost, &name, count, mode)),
+        ObserveRequest::Counters => {
+            ObserveReply::Counters(Box::new(counters(&shard.state.borrow())))
+        }
+    }
+}
+
+/// The message counters of this shard's home queues, channels and exchanges: copies of
+/// plain numbers (no names but the exchanges that were published to).
+fn counters(st: &State) -> CounterView {
+    let queues = st.home.iter().map(|q| (q.id.0, q.counters)).collect();
+    let mut channels = Vec::new();
+    for c in st.conns.iter() {
+        channels.extend(
+            c.channels
+                .values()
+                .map(|ch| ((c.serial, ch.number), ch.stats)),
+        );
+    }
+    let directory = &st.common.directory;
+    let mut exchanges = Vec::new();
+    let open = (0..directory.vhost_count()).filter(|i| !directory.is_closed(*i));
+    for d in open.filter_map(|i| directory.vhost(i)) {
+        if d.default_publish_in.get() > 0 {
+            exchanges.push(ExchangeCounters {
+                vhost: d.name.clone(),
+                name: String::new(),
+                publish_in: d.default_publish_in.get(),
+                publish_out: d.default_publish_out.get(),
+            });
+        }
+        for ex in d.exchanges().filter(|ex| ex.publish_in.get() > 0) {
+            exchanges.push(ExchangeCounters {
+                vhost: d.name.clone(),
+                name: text(&ex.def.name),
+                publish_in: ex.publish_in.get(),
+                publish_out: ex.publish_out.get(),
+            });
+        }
+    }
+    CounterView {
+        queues,
+        channels,
+        exchanges,
     }
 }
 
@@ -146,6 +190,7 @@ fn queue_view(q: &Queue, home: ShardId, now: Instant) -> QueueView {
     let holdings = q.holdings(now);
     let slow = &q.limits.slow;
     QueueView {
+        id: q.id.0,
         vhost: q.vhost.clone(),
         name: text(&q.name),
         home,
@@ -268,6 +313,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
             view.channels.push(ChannelView {
                 connection: name.clone(),
                 peer: c.peer.to_string(),
+                serial: c.serial,
                 number: ch.number,
                 user: c.user.clone(),
                 vhost: c.vhost_name.clone(),
@@ -278,6 +324,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
                 confirm: ch.confirms.is_some(),
                 transactional: ch.tx.is_some(),
                 flow_blocked: ch.publisher.told_stopped(),
+                stats: ch.stats,
             });
             if !with_consumers {
                 continue;

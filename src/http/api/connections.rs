@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::json::table_json;
 use super::{no_content, not_found, ok_json, CONNECTIONS};
 use crate::http::auth::Viewer;
+use crate::http::rates::{channel_counts, message_stats, RateTable, MESSAGE_FIELDS};
 use crate::http::{unavailable, Context, HttpResponse};
 use crate::shard::inbox::observe::{ObserveReply, ObserveRequest};
 
@@ -59,7 +60,15 @@ fn split_addr(addr: &str) -> (&str, Option<u16>) {
     }
 }
 
-pub(super) fn channel_json(c: &crate::shard::inbox::observe::ChannelView) -> Value {
+pub(super) fn channel_json(
+    c: &crate::shard::inbox::observe::ChannelView,
+    rates: &RateTable,
+) -> Value {
+    let stats = message_stats(
+        &MESSAGE_FIELDS,
+        &channel_counts(&c.stats),
+        rates.channel(c.serial, c.number),
+    );
     json!({
         "name": format!("{} ({})", c.connection, c.number),
         "number": c.number,
@@ -78,6 +87,7 @@ pub(super) fn channel_json(c: &crate::shard::inbox::observe::ChannelView) -> Val
         "transactional": c.transactional,
         "state": if c.flow_blocked { "flow" } else { "running" },
         "flow_blocked": c.flow_blocked,
+        "message_stats": stats,
     })
 }
 

@@ -4,43 +4,48 @@
 use serde_json::{json, Value};
 
 use super::json::table_json;
-use super::ok_json;
+use super::list;
 use crate::http::auth::Viewer;
+use crate::http::{paging, rates};
 use crate::http::{unavailable, Context, HttpResponse};
-use crate::shard::inbox::observe::VhostView;
 
 pub(super) async fn exchanges(
     ctx: &Context,
     vhost: Option<&str>,
+    query: &str,
     viewer: &Viewer<'_>,
 ) -> HttpResponse {
-    per_vhost(ctx, vhost, viewer, |v| {
-        let each = v.exchanges.iter();
-        each.map(|e| {
-            json!({
-                "name": e.name, "vhost": v.vhost, "type": e.kind, "durable": e.durable,
-                "auto_delete": e.auto_delete, "internal": e.internal,
-                "arguments": table_json(&e.arguments),
-            })
-        })
-        .collect()
-    })
-    .await
-}
-/// The directory's entries of every vhost `viewer` sees (only `vhost`, if given).
-async fn per_vhost(
-    ctx: &Context,
-    vhost: Option<&str>,
-    viewer: &Viewer<'_>,
-    each: impl Fn(&VhostView) -> Vec<Value>,
-) -> HttpResponse {
-    let Some(dir) = ctx.directory().await else {
+    let (Some(dir), Some(counters)) = (ctx.directory().await, rates::counters(ctx).await) else {
         return unavailable();
+    };
+    let counts = rates::exchange_totals(&counters);
+    let rates = ctx.rates.current();
+    let stats = |vhost: &str, name: &str| {
+        let key = (vhost.to_owned(), name.to_owned());
+        // As RabbitMQ's: no `message_stats` until the exchange is published to.
+        let n = counts.get(&key).copied().filter(|n| *n != [0, 0])?;
+        Some(rates::message_stats(
+            &rates::EXCHANGE_FIELDS,
+            &n,
+            rates.exchange(vhost, name),
+        ))
     };
     let all: Vec<Value> = dir
         .iter()
         .filter(|v| vhost.is_none_or(|h| v.vhost == h) && viewer.sees_vhost(&v.vhost))
-        .flat_map(each)
+        .flat_map(|v| {
+            v.exchanges.iter().map(|e| {
+                let mut one = json!({
+                    "name": e.name, "vhost": v.vhost, "type": e.kind, "durable": e.durable,
+                    "auto_delete": e.auto_delete, "internal": e.internal,
+                    "arguments": table_json(&e.arguments),
+                });
+                if let Some(stats) = stats(&v.vhost, &e.name) {
+                    one["message_stats"] = stats;
+                }
+                one
+            })
+        })
         .collect();
-    ok_json(&Value::Array(all))
+    list(query, all, paging::BY_VHOST_AND_NAME)
 }

@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::shard::inbox::observe::{ShardView, Want};
 
 use super::auth::Viewer;
-use super::{error, respond, unavailable, Context, HttpResponse};
+use super::{error, paging, respond, unavailable, Context, HttpResponse};
 
 pub use queues::queue_json;
 
@@ -49,7 +49,10 @@ pub(super) fn not_found() -> HttpResponse {
 
 /// A GET under `/api/`, showing `viewer` what it may see: a vhost named in the path that
 /// it may not see is 401, as RabbitMQ's management answers; listings leave out the rest.
-pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>) -> HttpResponse {
+///
+/// Every list is answered through `paging::reply` (RabbitMQ's `columns`, `sort`,
+/// `sort_reverse`, `page`, `page_size`, `name`, `use_regex`).
+pub async fn get(ctx: &Context, path: &[&str], query: &str, viewer: &Viewer<'_>) -> HttpResponse {
     if let ["queues" | "exchanges" | "bindings", vhost, ..] = path {
         if !viewer.sees_vhost(vhost) {
             return error(
@@ -60,14 +63,14 @@ pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>
     }
     match path {
         ["overview"] => overview::overview(ctx).await,
-        ["queues"] => queues::queues(ctx, None, viewer).await,
-        ["queues", vhost] => queues::queues(ctx, Some(vhost), viewer).await,
+        ["queues"] => queues::queues(ctx, None, query, viewer).await,
+        ["queues", vhost] => queues::queues(ctx, Some(vhost), query, viewer).await,
         ["queues", vhost, name] => queues::queue(ctx, vhost, name).await,
         ["exchanges"] | ["exchanges", _] => {
-            exchanges::exchanges(ctx, path.get(1).copied(), viewer).await
+            exchanges::exchanges(ctx, path.get(1).copied(), query, viewer).await
         }
         ["connections"] => {
-            listing(ctx, CONNECTIONS, |s| {
+            listing(ctx, CONNECTIONS, query, |s| {
                 let mine = s.connections.iter();
                 let mine = mine.filter(|c| viewer.sees_connection_of(&c.user));
                 mine.map(|c| connections::connection_json(c, &ctx.config.node_name))
@@ -77,15 +80,16 @@ pub async fn get(ctx: &Context, path: &[&str], _query: &str, viewer: &Viewer<'_>
         }
         ["connections", name] => connections::connection(ctx, name, viewer).await,
         ["channels"] => {
-            listing(ctx, CONNECTIONS, |s| {
+            let rates = ctx.rates.current();
+            listing(ctx, CONNECTIONS, query, |s| {
                 let mine = s.channels.iter();
                 let mine = mine.filter(|c| viewer.sees_connection_of(&c.user));
-                mine.map(connections::channel_json).collect()
+                mine.map(|c| connections::channel_json(c, &rates)).collect()
             })
             .await
         }
         ["consumers"] => {
-            listing(ctx, CONSUMERS, |s| {
+            listing(ctx, CONSUMERS, query, |s| {
                 let seen = s.consumers.iter().filter(|c| viewer.sees_vhost(&c.vhost));
                 seen.map(connections::consumer_json).collect()
             })
@@ -126,11 +130,17 @@ pub(super) const CONSUMERS: Want = Want {
 pub(super) async fn listing(
     ctx: &Context,
     want: Want,
+    query: &str,
     each: impl Fn(&ShardView) -> Vec<Value>,
 ) -> HttpResponse {
     let Some(shards) = ctx.snapshots(want).await else {
         return unavailable();
     };
     let all: Vec<Value> = shards.iter().flat_map(each).collect();
-    ok_json(&Value::Array(all))
+    list(query, all, paging::BY_VHOST_AND_NAME)
+}
+
+/// A list answered as the query asks (`paging`): every list endpoint ends here.
+pub(super) fn list(query: &str, items: Vec<Value>, default_sort: &[&str]) -> HttpResponse {
+    paging::reply(query, items, default_sort)
 }

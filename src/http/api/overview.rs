@@ -5,26 +5,34 @@
 use serde_json::json;
 
 use super::{ok_json, QUEUES};
-use crate::http::{unavailable, Context, HttpResponse};
+use crate::http::{rates, unavailable, Context, HttpResponse};
 use crate::shard::inbox::observe::ShardView;
 
 pub(super) async fn overview(ctx: &Context) -> HttpResponse {
-    let Some(shards) = ctx.snapshots(QUEUES).await else {
+    let (Some(shards), Some(counters)) = (ctx.snapshots(QUEUES).await, rates::counters(ctx).await)
+    else {
         return unavailable();
     };
+    let queue_counts: Vec<rates::Counts> = counters
+        .iter()
+        .flat_map(|v| &v.queues)
+        .map(|(_, c)| rates::queue_counts(c))
+        .collect();
+    let published = rates::exchange_totals(&counters)
+        .into_values()
+        .map(|e| e[0]);
+    let totals = rates::overview_counts(queue_counts.iter(), published);
+    let table = ctx.rates.current();
+    let message_stats = rates::message_stats(&rates::MESSAGE_FIELDS, &totals, table.overview());
     let exchanges = ctx
         .directory()
         .await
         .map_or(0, |d| d.iter().map(|v| v.exchanges.len()).sum::<usize>());
     let queues = shards.iter().flat_map(|s| &s.queues);
-    let (mut ready, mut unacked, mut publish, mut deliver, mut ack) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut ready, mut unacked) = (0u64, 0u64);
     for q in queues {
         ready += q.ready;
         unacked += q.unacked;
-        publish += q.counters.enqueued;
-        deliver += q.counters.delivered;
-        ack += q.counters.consumed;
     }
     let count = |f: fn(&ShardView) -> u64| shards.iter().map(f).sum::<u64>();
     let node = &ctx.config.node_name;
@@ -55,7 +63,7 @@ pub(super) async fn overview(ctx: &Context) -> HttpResponse {
             "messages_ready": ready,
             "messages_unacknowledged": unacked,
         },
-        "message_stats": { "publish": publish, "deliver_get": deliver, "ack": ack },
+        "message_stats": message_stats,
         "listeners": crate::http::health::listeners(ctx).into_iter()
             .map(|(protocol, a)| json!({
                 "node": node, "protocol": protocol, "ip_address": a.ip().to_string(),

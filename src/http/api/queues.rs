@@ -4,12 +4,14 @@
 use serde_json::{json, Value};
 
 use super::json::table_json;
-use super::{no_content, not_found, ok_json, QUEUES};
+use super::{list, no_content, not_found, ok_json, QUEUES};
 use crate::http::auth::Viewer;
+use crate::http::paging::BY_VHOST_AND_NAME;
+use crate::http::rates::{message_stats, queue_counts, RateTable, MESSAGE_FIELDS};
 use crate::http::{unavailable, Context, HttpResponse};
 use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, QueueView};
 
-pub fn queue_json(q: &QueueView) -> Value {
+pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
     let slow = q.slow.as_ref().map(|s| {
         json!({
             "policy": s.action,
@@ -50,12 +52,7 @@ pub fn queue_json(q: &QueueView) -> Value {
         "message_bytes_ready": q.ready_bytes,
         "message_bytes_unacknowledged": q.bytes.saturating_sub(q.ready_bytes),
         "consumers": q.consumers,
-        "message_stats": {
-            "publish": q.counters.enqueued,
-            "deliver": q.counters.delivered,
-            "deliver_get": q.counters.delivered,
-            "ack": q.counters.consumed,
-        },
+        "message_stats": message_stats(&MESSAGE_FIELDS, &queue_counts(&q.counters), rates.queue(q.id)),
         "home_shard": q.home,
         "oldest_message_age_seconds": q.oldest_age_secs,
         "discarded": q.counters.discarded,
@@ -69,18 +66,20 @@ pub fn queue_json(q: &QueueView) -> Value {
 pub(super) async fn queues(
     ctx: &Context,
     vhost: Option<&str>,
+    query: &str,
     viewer: &Viewer<'_>,
 ) -> HttpResponse {
     let Some(shards) = ctx.snapshots(QUEUES).await else {
         return unavailable();
     };
-    let mut all: Vec<&QueueView> = shards
+    let rates = ctx.rates.current();
+    let all: Vec<Value> = shards
         .iter()
         .flat_map(|s| &s.queues)
         .filter(|q| vhost.is_none_or(|v| q.vhost == v) && viewer.sees_vhost(&q.vhost))
+        .map(|q| queue_json(q, &rates))
         .collect();
-    all.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
-    ok_json(&Value::Array(all.into_iter().map(queue_json).collect()))
+    list(query, all, BY_VHOST_AND_NAME)
 }
 
 pub(super) async fn queue(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
@@ -91,7 +90,7 @@ pub(super) async fn queue(ctx: &Context, vhost: &str, name: &str) -> HttpRespons
         .iter()
         .flat_map(|s| &s.queues)
         .find(|q| q.vhost == vhost && q.name == name)
-        .map_or_else(not_found, |q| ok_json(&queue_json(q)))
+        .map_or_else(not_found, |q| ok_json(&queue_json(q, &ctx.rates.current())))
 }
 
 pub(super) async fn purge(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {

@@ -104,8 +104,10 @@ fn listed(view: &VhostView) -> Vec<Listed<'_>> {
     implicit.chain(explicit).collect()
 }
 
-fn listing<'a>(items: impl Iterator<Item = &'a Listed<'a>>) -> HttpResponse {
-    ok(&Value::Array(items.map(Listed::json).collect()))
+/// A list of bindings, sorted and with the columns asked for as RabbitMQ's (`paging`).
+fn listing<'a>(query: &str, items: impl Iterator<Item = &'a Listed<'a>>) -> HttpResponse {
+    let all = items.map(Listed::json).collect();
+    crate::http::paging::reply(query, all, crate::http::paging::BINDINGS)
 }
 
 /// RabbitMQ's `quote_plus` (`rabbit_http_util`): letters, digits and `-_.~` kept,
@@ -177,6 +179,7 @@ pub(super) async fn route(
     viewer: &Viewer<'_>,
     method: &Method,
     path: &[&str],
+    query: &str,
     body: &Bytes,
 ) -> HttpResponse {
     match (method, path) {
@@ -187,10 +190,10 @@ pub(super) async fn route(
             let seen: Vec<&VhostView> =
                 dir.iter().filter(|v| viewer.sees_vhost(&v.vhost)).collect();
             let all: Vec<Listed<'_>> = seen.iter().flat_map(|v| listed(v)).collect();
-            listing(all.iter())
+            listing(query, all.iter())
         }
         (&Method::GET, ["bindings", vhost]) => match vhost_view(ctx, vhost).await {
-            Ok(view) => listing(listed(&view).iter()),
+            Ok(view) => listing(query, listed(&view).iter()),
             Err(r) => r,
         },
         (&Method::GET, ["bindings", vhost, "e", source, kind, dest]) => {
@@ -201,6 +204,7 @@ pub(super) async fn route(
             let (source, to_queue) = (exchange_name(source), *kind == "q");
             let all = listed(&view);
             listing(
+                query,
                 all.iter()
                     .filter(|b| b.source == source && b.destination == *dest)
                     .filter(|b| b.to_queue == to_queue),
@@ -356,7 +360,7 @@ async fn remove(
 
 /// `GET /api/queues/{vhost}/{name}/bindings`: every binding to the queue, the default
 /// exchange's first.
-pub(super) async fn of_queue(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
+pub(super) async fn of_queue(ctx: &Context, vhost: &str, name: &str, query: &str) -> HttpResponse {
     let view = match vhost_view(ctx, vhost).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -365,7 +369,10 @@ pub(super) async fn of_queue(ctx: &Context, vhost: &str, name: &str) -> HttpResp
         return object_not_found();
     }
     let all = listed(&view);
-    listing(all.iter().filter(|b| b.to_queue && b.destination == name))
+    listing(
+        query,
+        all.iter().filter(|b| b.to_queue && b.destination == name),
+    )
 }
 
 /// `GET /api/exchanges/{vhost}/{name}/bindings/source` (`source`) or `/destination`.
@@ -374,6 +381,7 @@ pub(super) async fn of_exchange(
     vhost: &str,
     name: &str,
     source: bool,
+    query: &str,
 ) -> HttpResponse {
     let view = match vhost_view(ctx, vhost).await {
         Ok(v) => v,
@@ -384,13 +392,16 @@ pub(super) async fn of_exchange(
         return object_not_found();
     }
     let all = listed(&view);
-    listing(all.iter().filter(|b| {
-        if source {
-            b.source == name
-        } else {
-            !b.to_queue && b.destination == name
-        }
-    }))
+    listing(
+        query,
+        all.iter().filter(|b| {
+            if source {
+                b.source == name
+            } else {
+                !b.to_queue && b.destination == name
+            }
+        }),
+    )
 }
 
 #[cfg(test)]

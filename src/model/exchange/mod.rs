@@ -134,6 +134,11 @@ pub struct Exchange {
     /// The route (of the directory's `route_epoch`) that last reached this exchange:
     /// a publish visits each exchange at most once.
     pub(crate) visited: Cell<u64>,
+    /// Messages published to this exchange on this shard, and the queues they reached
+    /// (RabbitMQ's `publish_in` / `publish_out`): plain adds in `Directory::route`, read
+    /// by the management sampler through `shard::observe`.
+    pub publish_in: Cell<u64>,
+    pub publish_out: Cell<u64>,
 }
 
 impl Exchange {
@@ -145,6 +150,8 @@ impl Exchange {
             exchanges: None,
             sources: HashMap::new(),
             visited: Cell::new(0),
+            publish_in: Cell::new(0),
+            publish_out: Cell::new(0),
         }
     }
 

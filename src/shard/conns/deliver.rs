@@ -62,7 +62,7 @@ impl ConnSide<'_> {
             };
             let first_tag = ch.next_delivery_tag();
             for d in run {
-                ch.record_delivery(queue, d.seq, Some(target.consumer), d.no_ack);
+                ch.record_delivery(queue, d.seq, Some(target.consumer), d.no_ack, d.redelivered);
             }
             let global = if ch.global_prefetch > 0 {
                 ch.global_room()

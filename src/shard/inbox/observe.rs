@@ -6,7 +6,9 @@
 //! format them (`http` does).
 
 use crate::model::ids::ShardId;
-use crate::queue::QueueCounters;
+// Re-exported: the counters' types are part of the views the operator interfaces read.
+pub use crate::queue::QueueCounters;
+pub use crate::session::channel::ChannelStats;
 
 /// What the operator interfaces ask a shard.
 #[derive(Debug, Clone)]
@@ -45,6 +47,8 @@ pub enum ObserveRequest {
         count: u32,
         mode: AckMode,
     },
+    /// The message counters alone (`http::rates` samples them every few seconds).
+    Counters,
 }
 
 /// How the management API's get settles what it took (RabbitMQ's `ackmode`).
@@ -117,6 +121,28 @@ pub enum ObserveReply {
     Enqueued(bool),
     /// What a get took, or `None` when the queue is not a home queue of this shard.
     Got(Option<Vec<GotView>>),
+    Counters(Box<CounterView>),
+}
+
+/// One shard's message counters, keyed without names where an id is unique: what the
+/// management sampler keeps a few samples of.
+#[derive(Debug, Default)]
+pub struct CounterView {
+    /// Per home queue: its id (`QueueView::id`).
+    pub queues: Vec<(u64, QueueCounters)>,
+    /// Per channel: (connection serial, channel number).
+    pub channels: Vec<((u64, u16), ChannelStats)>,
+    /// The exchanges this shard's publishers published to (the others are all zero).
+    pub exchanges: Vec<ExchangeCounters>,
+}
+
+/// An exchange's counts on one shard's replica (the broker's are the sum).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangeCounters {
+    pub vhost: String,
+    pub name: String,
+    pub publish_in: u64,
+    pub publish_out: u64,
 }
 
 /// One shard's figures.
@@ -158,6 +184,8 @@ pub struct Churn {
 /// A home queue.
 #[derive(Debug, Clone)]
 pub struct QueueView {
+    /// The queue's id, unique in the broker (a queue declared again gets a new one).
+    pub id: u64,
     pub vhost: String,
     pub name: String,
     pub home: ShardId,
@@ -237,6 +265,8 @@ pub struct ChannelView {
     pub connection: String,
     /// The connection's peer address (`connection_details`).
     pub peer: String,
+    /// The connection's serial (`ConnView::serial`).
+    pub serial: u64,
     pub number: u16,
     pub user: String,
     pub vhost: String,
@@ -248,6 +278,7 @@ pub struct ChannelView {
     pub transactional: bool,
     /// `channel.flow(active=false)` was sent to it (flow control or the memory alarm).
     pub flow_blocked: bool,
+    pub stats: ChannelStats,
 }
 
 #[derive(Debug, Clone)]

@@ -384,7 +384,7 @@ impl ConnSide<'_> {
                     }
                     if let Some(c) = self.conn_mut(conn) {
                         if let Some(ch) = c.channels.get_mut(&number) {
-                            let tag = ch.record_delivery(queue, seq, None, no_ack);
+                            let tag = ch.record_delivery(queue, seq, None, no_ack, redelivered);
                             c.out.method_with_content(
                                 number,
                                 &Method::BasicGetOk(BasicGetOk {

@@ -73,7 +73,7 @@ impl ConnSide<'_> {
             .conn_mut(conn)
             .and_then(|c| c.channels.get_mut(&number))
         {
-            Some(ch) => match ch.tx.as_mut() {
+            Some(ch) => match ch.count_publish().tx.as_mut() {
                 Some(tx) if tx.len() >= max_tx => {
                     Err(MethodError::Channel(ChannelError::TxTooLarge {
                         max: max_tx,

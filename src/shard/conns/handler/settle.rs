@@ -115,6 +115,9 @@ impl ConnSide<'_> {
         let taken = ch
             .take_unacked(tag, multiple)
             .map_err(MethodError::Channel)?;
+        if matches!(how, AckKind::Ack) {
+            ch.stats.ack += taken.len() as u64;
+        }
         let mut touched: SmallVec<[u32; 4]> = SmallVec::new();
         for u in &taken {
             if let Some(id) = u.consumer {
