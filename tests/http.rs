@@ -502,7 +502,10 @@ async fn sluicectl_top_orders_by_size_without_predictions() {
                 .expect("sluicectl top");
         assert!(ok, "{err}");
         let lines: Vec<&str> = out.lines().collect();
-        assert!(lines[0].starts_with("vhost"), "{out}");
+        // A header of the node's totals, then the table.
+        assert!(lines[0].starts_with("node "), "{out}");
+        assert!(lines[0].contains("queues 2"), "{out}");
+        assert!(lines[1].starts_with("vhost"), "{out}");
         let pos = |q: &str| lines.iter().position(|l| l.contains(q)).expect("row");
         assert!(pos(&big) < pos(&small), "{out}");
     })
