@@ -107,6 +107,17 @@ fn one(samples: &[Sample], name: &str) -> f64 {
     value(samples, name, &[]).unwrap_or_else(|| panic!("{name} is not served"))
 }
 
+/// An open connection with channel 1 and `queues` declared on it (not durable).
+fn with_queues(broker: &Broker, queues: &[&str]) -> RawConn {
+    let mut c = RawConn::connect(&broker.addr());
+    c.handshake();
+    c.channel_open(1);
+    for queue in queues {
+        c.queue_declare(1, queue, false, false, false);
+    }
+    c
+}
+
 fn publish(c: &mut RawConn, queue: &str, n: usize) {
     for i in 0..n {
         c.publish(
@@ -124,11 +135,7 @@ fn publish(c: &mut RawConn, queue: &str, n: usize) {
 fn rabbitmq_names_and_figures_without_credentials() {
     let broker = Broker::start_with_config(2, FILE);
     let port = prometheus_port(&broker);
-    let mut a = RawConn::connect(&broker.addr());
-    a.handshake();
-    a.channel_open(1);
-    a.queue_declare(1, "prom.a", false, false, false);
-    a.queue_declare(1, "prom.b", false, false, false);
+    let mut a = with_queues(&broker, &["prom.a", "prom.b"]);
     publish(&mut a, "prom.a", 3);
     publish(&mut a, "prom.b", 2);
     let mut b = RawConn::connect(&broker.addr());
@@ -283,10 +290,7 @@ fn rabbitmq_names_and_figures_without_credentials() {
 fn the_overview_dashboards_metric_names_are_served() {
     let broker = Broker::start_with_config(1, FILE);
     let port = prometheus_port(&broker);
-    let mut c = RawConn::connect(&broker.addr());
-    c.handshake();
-    c.channel_open(1);
-    c.queue_declare(1, "dash", false, false, false);
+    let mut c = with_queues(&broker, &["dash"]);
     publish(&mut c, "dash", 1);
     let s = scrape(port, "/metrics");
     let served: Vec<&str> = OVERVIEW_DASHBOARD

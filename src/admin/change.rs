@@ -304,8 +304,7 @@ fn check_limit(
     if !exists {
         return Err(AdminError::NotFound(missing.into()));
     }
-    if !known && value.is_some() {
-        let value = value.unwrap_or_default();
+    if let (false, Some(value)) = (known, value) {
         return Err(AdminError::Invalid(format!(
             "Validation failed\n\nUnrecognised terms [{{<<\"{limit}\">>,{value}}}] in limits\n"
         )));

@@ -100,13 +100,10 @@ fn exists(config: &Config, subject: LimitSubject, name: &str) -> bool {
 /// limit).
 fn limit_value(body: &bytes::Bytes) -> Result<i64, String> {
     let map = object(body)?;
-    match map.get("value") {
-        None => Err("Missing key(s): value".into()),
-        Some(Value::Number(n)) if n.as_i64().is_some() => Ok(n.as_i64().unwrap_or_default()),
-        Some(other) => Err(format!(
-            "Validation failed\n\nvalue should be a number, actually was {other}\n"
-        )),
-    }
+    let value = map.get("value").ok_or("Missing key(s): value")?;
+    value.as_i64().ok_or_else(|| {
+        format!("Validation failed\n\nvalue should be a number, actually was {value}\n")
+    })
 }
 
 /// RabbitMQ's listing: one entry per vhost (or user) with a limit in force, its limits
