@@ -13,6 +13,7 @@
 //! reload themselves: refreshed grants, deleted users' connections closed).
 
 mod change;
+pub mod policy;
 
 use std::sync::Arc;
 
@@ -25,6 +26,7 @@ use crate::shard::inbox::{Peers, ShardMsg};
 use crate::store::access::{AccessChange, AccessOverlay};
 
 pub use change::{AccessRequest, AdminError, Changed, NewPassword, USER_LIMITS, VHOST_LIMITS};
+pub use policy::PolicyRequest;
 
 /// Requests waiting for the admin thread at most; the management listener's own
 /// connection cap bounds the callers, this bounds the queue between.
