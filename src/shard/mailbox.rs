@@ -213,12 +213,18 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             drop(st);
             let _ = ack.send(());
         }
-        ShardMsg::PersistAccess(changes, ack) => {
+        ShardMsg::PersistRuntime(records, ack) => {
             let shard = Rc::clone(shard);
             tokio_uring::spawn(async move {
-                super::home::persist::persist_access(&shard, &changes).await;
+                super::home::persist::persist_runtime(&shard, &records).await;
                 let _ = ack.send(());
             });
+        }
+        ShardMsg::Policies(config, ack) => {
+            shard.reload(config);
+            let changed = shard.state.borrow_mut().queue_side().apply_policies(shard);
+            shard.flush_soon();
+            let _ = ack.send(changed);
         }
     }
 }

@@ -198,6 +198,7 @@ fn queue_view(q: &Queue, home: ShardId, now: Instant) -> QueueView {
         exclusive: q.settings.exclusive,
         auto_delete: q.settings.auto_delete,
         arguments: q.settings.arguments.clone(),
+        policy: q.limits.policy.clone(),
         ready: u64::from(stats.messages),
         unacked: q.held_count().saturating_sub(u64::from(stats.messages)),
         ready_bytes: stats.depth_bytes,

@@ -1,6 +1,7 @@
 //! Owns: the queue side of a shard — the queues whose home this shard is, their
 //! consumers and credit, dispatch, settlements and queue requests (`queues`), the queue
-//! policies (`policy`), publishes arriving from other shards (`arrivals`), dead letters
+//! policies (`policy`) and the run-time policies put in force on them
+//! (`runtime_policy`), publishes arriving from other shards (`arrivals`), dead letters
 //! (`dead_letter`), paging bodies out and back (`paging`), and the durable queues'
 //! persistence and held confirms (`persist`).
 //!
@@ -16,6 +17,7 @@ pub mod paging;
 pub mod persist;
 pub mod policy;
 pub mod queues;
+pub mod runtime_policy;
 
 use std::time::Instant;
 

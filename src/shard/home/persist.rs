@@ -28,7 +28,7 @@ use crate::store::recovery::RecoveredShard;
 use crate::store::shard_store::{self, Group, ShardStore, Spare, COMPACT_MAX_LIVE};
 
 use super::QueueSide;
-use crate::shard::inbox::ConfirmDone;
+use crate::shard::inbox::{ConfirmDone, RuntimeRecords};
 use crate::shard::{Shard, State};
 
 /// What a shard owns of the store.
@@ -221,16 +221,26 @@ pub async fn persist_definitions(shard: &Rc<Shard>, changes: &[DirectoryChange])
     let _ = waiter.await;
 }
 
-/// Records users and permissions changed at run time and returns once they are synced
-/// (at once where the broker keeps no definitions log). Coordinator only.
-pub async fn persist_access(shard: &Rc<Shard>, changes: &[crate::store::access::AccessChange]) {
+/// Records what the admin thread changed at run time (users, permissions, vhosts,
+/// limits, policies: `RuntimeRecords`) and returns once it is synced (at once where the
+/// broker keeps no definitions log). Coordinator only.
+pub async fn persist_runtime(shard: &Rc<Shard>, records: &RuntimeRecords) {
     let waiter = {
         let mut writer = shard.definitions.borrow_mut();
         let Some(writer) = writer.as_mut() else {
             return;
         };
-        for change in changes {
-            writer.append_access(change);
+        match records {
+            RuntimeRecords::Access(changes) => {
+                for change in changes {
+                    writer.append_access(change);
+                }
+            }
+            RuntimeRecords::Policies(changes) => {
+                for change in changes {
+                    writer.append_policy(change);
+                }
+            }
         }
         writer.has_pending().then(|| writer.waiter())
     };

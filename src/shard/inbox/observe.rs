@@ -194,6 +194,8 @@ pub struct QueueView {
     pub auto_delete: bool,
     /// The declare arguments.
     pub arguments: crate::protocol::FieldTable,
+    /// The run-time policy in force on the queue.
+    pub policy: Option<std::sync::Arc<crate::policy::set::Policy>>,
     pub ready: u64,
     pub unacked: u64,
     pub ready_bytes: u64,
