@@ -377,19 +377,17 @@ async fn import_policies(
     acting: &str,
     counts: &mut ImportCounts,
 ) -> Result<(), String> {
-    let requests = crate::admin::policy::import_requests(policies, acting)
-        .map_err(|e| admin_refused("policies", counts.policies, "", e))?;
-    for (i, request) in requests.into_iter().enumerate() {
-        let what = match &request {
-            crate::admin::PolicyRequest::Put { draft, .. } => {
-                format!("'{}' in vhost '{}'", draft.name, draft.vhost)
-            }
-            crate::admin::PolicyRequest::Delete { name, .. } => format!("'{name}'"),
-        };
-        ctx.admin
-            .policy(request)
-            .await
+    for (i, entry) in policies.iter().enumerate() {
+        let field = |key: &str| entry.get(key).and_then(Value::as_str).unwrap_or_default();
+        let what = format!("'{}' in vhost '{}'", field("name"), field("vhost"));
+        let requests = crate::admin::policy::import_requests(std::slice::from_ref(entry), acting)
             .map_err(|e| admin_refused("policies", i, &what, e))?;
+        for request in requests {
+            ctx.admin
+                .policy(request)
+                .await
+                .map_err(|e| admin_refused("policies", i, &what, e))?;
+        }
         counts.policies += 1;
     }
     Ok(())

@@ -191,9 +191,7 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
                 .queue_request(shard, req);
             let _ = reply.send(answer);
         }
-        ShardMsg::Observe(req, reply) => {
-            let _ = reply.send(super::observe::answer(shard, req));
-        }
+        ShardMsg::Observe(req, reply) => super::observe::answer_to(shard, req, reply),
         ShardMsg::WatchBindings(tx, watched) => {
             let st = shard.state.borrow();
             shard.binding_watch.start(&st.common.directory, tx, watched);

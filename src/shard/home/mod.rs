@@ -58,6 +58,10 @@ pub struct HomeQueues {
     /// Confirms of publishes that entered durable queues this turn: they go out once
     /// the group sealed at the turn's end is on disk (`persist`).
     held_confirms: Vec<super::inbox::ConfirmDone>,
+    /// Management API publishes of persistent messages waiting, like the confirms, for
+    /// the group sealed at the turn's end: told true once it is on disk, false when it
+    /// could not be written.
+    sync_waiters: Vec<tokio::sync::oneshot::Sender<bool>>,
     /// Home queues with evicted entries (`paging`), and those being read back now.
     evicting: Vec<QueueId>,
     paging_in: Vec<QueueId>,
