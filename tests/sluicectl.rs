@@ -213,7 +213,10 @@ fn policies_are_set_listed_and_cleared() {
     ok(port, &["declare-queue", "ctl.p"]);
     for i in 0..4 {
         let payload = format!("m{i}");
-        ok(port, &["publish", "--routing-key", "ctl.p", "--payload", &payload]);
+        ok(
+            port,
+            &["publish", "--routing-key", "ctl.p", "--payload", &payload],
+        );
     }
     let set = [
         "set-policy",
@@ -234,16 +237,25 @@ fn policies_are_set_listed_and_cleared() {
     let queue: serde_json::Value =
         serde_json::from_str(&ok(port, &["queues", "--json"])).expect("json");
     let queue = &queue[0];
-    assert_eq!((&queue["name"], &queue["messages"], &queue["policy"]), (
-        &serde_json::json!("ctl.p"),
-        &serde_json::json!(2),
-        &serde_json::json!("cap")
-    ));
+    assert_eq!(
+        (&queue["name"], &queue["messages"], &queue["policy"]),
+        (
+            &serde_json::json!("ctl.p"),
+            &serde_json::json!(2),
+            &serde_json::json!("cap")
+        )
+    );
     let bad = ctl(port, &["set-policy", "bad", ".*", "{\"nope\": 1}"]);
     assert_eq!(bad.status.code(), Some(1), "{bad:?}");
-    assert!(stderr(&bad).contains("are not recognised policy settings"), "{bad:?}");
+    assert!(
+        stderr(&bad).contains("are not recognised policy settings"),
+        "{bad:?}"
+    );
     assert_eq!(ok(port, &["clear-policy", "cap"]), "");
-    assert_eq!(ok(port, &["policies"]), "vhost  name  pattern  apply-to  priority  definition\n");
+    assert_eq!(
+        ok(port, &["policies"]),
+        "vhost  name  pattern  apply-to  priority  definition\n"
+    );
     assert_eq!(ctl(port, &["clear-policy", "cap"]).status.code(), Some(1));
 }
 

@@ -3,12 +3,12 @@
 //! (the import), for administrators only. Export and import are built section by section,
 //! one function each (users, vhosts, permissions, topic permissions, parameters, global
 //! parameters, policies, queues, exchanges, bindings), so a section sluice gains later
-//! (policies: `admin::policy`) is wired in as one more function.
+//! is wired in as one more function.
 //!
 //! An import is read whole first (`crate::definitions`, the parser `sluice
 //! import-definitions` uses too: a malformed item refuses the import before anything
-//! changes), then applied in RabbitMQ's order: users, vhosts and permissions through the
-//! admin thread (`AccessRequest`), queues, exchanges and bindings through the
+//! changes), then applied in RabbitMQ's order: users, vhosts, permissions and policies
+//! through the admin thread (`AccessRequest`, `PolicyRequest`), queues, exchanges and bindings through the
 //! coordinator as declares are (`topology`). It stops at the first item refused and
 //! answers 400 naming it (BRK-1022); the items before it stay applied, as in RabbitMQ.
 //! As RabbitMQ's import does, a queue or exchange that exists already is passed over
@@ -153,12 +153,15 @@ fn export_policies(config: &Config, vhost: Option<&str>) -> Value {
     let Some(vhost) = vhost else {
         return Value::Array(all);
     };
-    let mine = all.into_iter().filter(|p| p["vhost"] == vhost).map(|mut p| {
-        if let Some(item) = p.as_object_mut() {
-            item.remove("vhost");
-        }
-        p
-    });
+    let mine = all
+        .into_iter()
+        .filter(|p| p["vhost"] == vhost)
+        .map(|mut p| {
+            if let Some(item) = p.as_object_mut() {
+                item.remove("vhost");
+            }
+            p
+        });
     Value::Array(mine.collect())
 }
 

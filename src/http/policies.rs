@@ -90,7 +90,10 @@ fn allowed(config: &Config, user: &User, vhost: Option<&str>) -> bool {
     }
     match vhost {
         None => true,
-        Some(v) => config.permissions.entries.is_none() || config.permissions.grant(&user.name, v).is_some(),
+        Some(v) => {
+            config.permissions.entries.is_none()
+                || config.permissions.grant(&user.name, v).is_some()
+        }
     }
 }
 

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use crate::model::ids::{ChannelRef, IdHasher};
 use crate::policy::capacity::Capacity;
 use crate::policy::max_length::MaxLength;
-use crate::policy::set::Policy;
 use crate::policy::rate::{RateEstimator, WindowMeter};
+use crate::policy::set::Policy;
 use crate::policy::slow_consumer::{Prediction, SlowConsumerPolicy, SlowConsumerSettings};
 
 /// A queue's limits and policy state.

@@ -191,7 +191,17 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
                 .queue_request(shard, req);
             let _ = reply.send(answer);
         }
-        ShardMsg::Observe(req, reply) => super::observe::answer_to(shard, req, reply),
+        ShardMsg::Observe(req, reply) => match super::observe::answer_or_wait(shard, req) {
+            super::observe::Answer::Now(answer) => {
+                let _ = reply.send(answer);
+            }
+            super::observe::Answer::OnceSynced(synced) => {
+                tokio_uring::spawn(async move {
+                    let written = synced.await.unwrap_or(false);
+                    let _ = reply.send(super::inbox::observe::ObserveReply::Enqueued(written));
+                });
+            }
+        },
         ShardMsg::WatchBindings(tx, watched) => {
             let st = shard.state.borrow();
             shard.binding_watch.start(&st.common.directory, tx, watched);

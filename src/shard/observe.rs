@@ -6,7 +6,7 @@
 //! `shard::messages`.
 //!
 //! Each request is answered from the shard's own `State` in one borrow, in the turn the
-//! request arrives ([`answer`]; a persistent publish once it is on disk, [`answer_to`]). The reply is plain owned data sent back on a oneshot, so
+//! request arrives ([`answer`]; a persistent publish once it is on disk, [`answer_or_wait`]). The reply is plain owned data sent back on a oneshot, so
 //! the HTTP thread formats it at its own pace: a slow HTTP client never holds a shard.
 //!
 //! Does not: format anything for the wire (JSON and the exposition format are `http`'s),
@@ -37,36 +37,38 @@ fn text(s: &ShortStr) -> String {
     s.as_str_lossy().into_owned()
 }
 
-/// Answers a request: in this turn, except a management API publish of a persistent
-/// message, answered once what this turn staged is on disk (as a publisher confirm
-/// is), so that the message an answer says was routed survives a crash.
-pub fn answer_to(
-    shard: &Shard,
-    req: ObserveRequest,
-    reply: tokio::sync::oneshot::Sender<ObserveReply>,
-) {
+/// How a request is answered: now, or (a management API publish of a persistent
+/// message) once what this turn staged is on disk, as a publisher confirm is, so that
+/// a message the answer says was routed survives a crash.
+pub enum Answer {
+    Now(ObserveReply),
+    /// Told whether the group holding the message was written.
+    OnceSynced(tokio::sync::oneshot::Receiver<bool>),
+}
+
+/// Answers a request from the shard's own state (see [`Answer`]).
+pub fn answer_or_wait(shard: &Shard, req: ObserveRequest) -> Answer {
     let ObserveRequest::Enqueue {
         queues,
         msg,
         permits,
     } = req
     else {
-        let _ = reply.send(answer(shard, req));
-        return;
+        return Answer::Now(answer(shard, req));
     };
     let persistent = msg.is_persistent();
     let accepted = super::messages::enqueue(shard, &queues, msg, permits);
     if !(accepted && persistent) {
-        let _ = reply.send(ObserveReply::Enqueued(accepted));
-        return;
+        return Answer::Now(ObserveReply::Enqueued(accepted));
     }
     let (synced_tx, synced) = tokio::sync::oneshot::channel();
-    shard.state.borrow_mut().queue_side().wait_for_sync(synced_tx);
+    shard
+        .state
+        .borrow_mut()
+        .queue_side()
+        .wait_for_sync(synced_tx);
     shard.flush_soon();
-    tokio_uring::spawn(async move {
-        let written = synced.await.unwrap_or(false);
-        let _ = reply.send(ObserveReply::Enqueued(written));
-    });
+    Answer::OnceSynced(synced)
 }
 
 /// Answers a request in this turn, from the shard's own state.

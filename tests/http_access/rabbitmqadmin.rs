@@ -249,7 +249,9 @@ fn rabbitmqadmin_declares_publishes_gets_exports_and_imports() {
         "priority=3",
     ]);
     assert!(text.contains("policy declared"), "{text}");
-    let policies = tsv(&["list", "policies", "name", "pattern", "apply-to", "priority"]);
+    let policies = tsv(&[
+        "list", "policies", "name", "pattern", "apply-to", "priority",
+    ]);
     assert!(
         policies.lines().any(|l| l == "eu-cap\t^eu$\tqueues\t3"),
         "{policies}"

@@ -14,7 +14,12 @@ use crate::common::{Broker, RawConn, TestDir};
 use crate::{admin, as_user, assert_empty, assert_error, open};
 
 fn put_policy(port: u16, name: &str, body: Value) -> u16 {
-    let r = admin(port, "PUT", &format!("/api/policies/%2F/{name}"), Some(body));
+    let r = admin(
+        port,
+        "PUT",
+        &format!("/api/policies/%2F/{name}"),
+        Some(body),
+    );
     assert!(r.body.is_empty() || r.status >= 400, "{}", r.body);
     r.status
 }
@@ -38,7 +43,12 @@ fn declare(port: u16, name: &str, arguments: Value) {
 /// The payloads left in `name`, taken from it (oldest first).
 fn drain(port: u16, name: &str) -> Vec<String> {
     let body = json!({"count": 1000, "ackmode": "ack_requeue_false", "encoding": "auto"});
-    let r = admin(port, "POST", &format!("/api/queues/%2F/{name}/get"), Some(body));
+    let r = admin(
+        port,
+        "POST",
+        &format!("/api/queues/%2F/{name}/get"),
+        Some(body),
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     r.json()
         .as_array()
@@ -132,9 +142,16 @@ fn applies(shards: usize) {
         assert_eq!(q["effective_policy_definition"], json!({"max-length": 3}));
     }
     let other = queue(port, "other");
-    assert_eq!((other["messages"].as_u64(), &other["policy"]), (Some(10), &Value::Null));
+    assert_eq!(
+        (other["messages"].as_u64(), &other["policy"]),
+        (Some(10), &Value::Null)
+    );
     assert_eq!(other["effective_policy_definition"], json!({}));
-    assert_eq!(drain(port, "pol.a"), numbered(7..10), "the newest three stay");
+    assert_eq!(
+        drain(port, "pol.a"),
+        numbered(7..10),
+        "the newest three stay"
+    );
     assert_eq!(
         admin(port, "GET", "/api/policies/%2F/cap", None).json(),
         json!({"vhost": "/", "name": "cap", "pattern": "^pol\\.", "apply-to": "queues",
@@ -163,16 +180,26 @@ fn applies(shards: usize) {
     assert_eq!(put_policy(port, "only-b", looser), 204);
     c.fill("pol.b", 20, 30);
     assert_eq!(drain(port, "pol.b"), numbered(26..30));
-    assert_eq!(queue(port, "pol.c")["policy"], "cap", "priority 0 elsewhere");
+    assert_eq!(
+        queue(port, "pol.c")["policy"],
+        "cap",
+        "priority 0 elsewhere"
+    );
 
     // Deleted: the queues are unlimited again at once.
     assert_empty(&admin(port, "DELETE", "/api/policies/%2F/cap", None), 204);
-    assert_empty(&admin(port, "DELETE", "/api/policies/%2F/only-b", None), 204);
+    assert_empty(
+        &admin(port, "DELETE", "/api/policies/%2F/only-b", None),
+        204,
+    );
     let r = admin(port, "DELETE", "/api/policies/%2F/cap", None);
     assert_eq!(r.status, 404, "{}", r.body);
     c.fill("pol.c", 10, 20);
     let c_queue = queue(port, "pol.c");
-    assert_eq!((c_queue["messages"].as_u64(), &c_queue["policy"]), (Some(13), &Value::Null));
+    assert_eq!(
+        (c_queue["messages"].as_u64(), &c_queue["policy"]),
+        (Some(13), &Value::Null)
+    );
     assert_eq!(admin(port, "GET", "/api/policies", None).json(), json!([]));
     assert!(broker.count_logs("POL-1001") >= 3, "{:?}", broker.logs());
     assert!(broker.count_logs("POL-1002") >= 2);
@@ -231,7 +258,12 @@ fn slow_consumer(shards: usize) {
     let r = admin(port, "PUT", "/api/queues/%2F/sub.slow", Some(transient));
     assert_eq!(r.status, 201, "{}", r.body);
     let bind = json!({"routing_key": "ticks.#"});
-    let r = admin(port, "POST", "/api/bindings/%2F/e/amq.topic/q/sub.slow", Some(bind));
+    let r = admin(
+        port,
+        "POST",
+        "/api/bindings/%2F/e/amq.topic/q/sub.slow",
+        Some(bind),
+    );
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(queue(port, "sub.slow")["slow_consumer"], Value::Null);
     let definition = json!({"sluice-slow-consumer-max-count": 3,
@@ -239,7 +271,11 @@ fn slow_consumer(shards: usize) {
     let body = json!({"pattern": "^sub\\.", "definition": definition});
     assert_eq!(put_policy(port, "slow", body), 201);
     let slow = queue(port, "sub.slow")["slow_consumer"].clone();
-    assert_eq!((&slow["max_count"], &slow["policy"]), (&json!(3), &json!("delete")), "{slow}");
+    assert_eq!(
+        (&slow["max_count"], &slow["policy"]),
+        (&json!(3), &json!("delete")),
+        "{slow}"
+    );
     // Over the count the policy's verdict deletes the subscription.
     let mut c = Publisher::new(&broker);
     c.send_via("amq.topic", "ticks.a", 0, 4, &Props::default());
@@ -254,16 +290,27 @@ fn refusals_carry_rabbitmqs_reasons() {
     let broker = Broker::start(1);
     let port = broker.http_port();
     let put = |name: &str, body: Value| {
-        admin(port, "PUT", &format!("/api/policies/%2F/{name}"), Some(body))
+        admin(
+            port,
+            "PUT",
+            &format!("/api/policies/%2F/{name}"),
+            Some(body),
+        )
     };
     assert_error(
-        &put("p", json!({"pattern": ".*", "definition": {"max-length": 1, "foo": 2}})),
+        &put(
+            "p",
+            json!({"pattern": ".*", "definition": {"max-length": 1, "foo": 2}}),
+        ),
         400,
         "bad_request",
         "Validation failed\n\n[{<<\"foo\">>,2}] are not recognised policy settings\n",
     );
     assert_error(
-        &put("p", json!({"pattern": ".*", "definition": {"max-length": -1}})),
+        &put(
+            "p",
+            json!({"pattern": ".*", "definition": {"max-length": -1}}),
+        ),
         400,
         "bad_request",
         "Validation failed\n\n-1 is not a valid maximum length\n",
@@ -280,14 +327,22 @@ fn refusals_carry_rabbitmqs_reasons() {
         "bad_request",
         "[{key_missing,pattern}]",
     );
-    let r = put("p", json!({"pattern": ".*", "apply-to": "nodes", "definition": {"max-length": 1}}));
-    assert_eq!(r.status, 400, "{}", r.body);
-    assert!(r.json()["reason"].as_str().is_some_and(|s| s.contains("apply-to 'nodes' unrecognised")));
-    let r = put("p", json!({"pattern": "(", "definition": {"max-length": 1}}));
+    let r = put(
+        "p",
+        json!({"pattern": ".*", "apply-to": "nodes", "definition": {"max-length": 1}}),
+    );
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(r.json()["reason"]
         .as_str()
-        .is_some_and(|s| s.starts_with("Validation failed\n\npattern should be regular expression")));
+        .is_some_and(|s| s.contains("apply-to 'nodes' unrecognised")));
+    let r = put(
+        "p",
+        json!({"pattern": "(", "definition": {"max-length": 1}}),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.json()["reason"].as_str().is_some_and(
+        |s| s.starts_with("Validation failed\n\npattern should be regular expression")
+    ));
     let r = admin(
         port,
         "PUT",
@@ -324,15 +379,46 @@ fn policymakers_change_the_vhosts_they_have_access_to() {
     let broker = Broker::start_with_config(1, USERS);
     let port = broker.http_port();
     let body = json!({"pattern": "^x", "definition": {"max-length": 9}});
-    let r = as_user(port, ("pm", "pm"), "PUT", "/api/policies/%2F/p", Some(body.clone()));
+    let r = as_user(
+        port,
+        ("pm", "pm"),
+        "PUT",
+        "/api/policies/%2F/p",
+        Some(body.clone()),
+    );
     assert_empty(&r, 201);
-    let r = as_user(port, ("pm", "pm"), "PUT", "/api/policies/other/p", Some(body.clone()));
-    assert_error(&r, 401, "not_authorised", "User not authorised to access object");
+    let r = as_user(
+        port,
+        ("pm", "pm"),
+        "PUT",
+        "/api/policies/other/p",
+        Some(body.clone()),
+    );
+    assert_error(
+        &r,
+        401,
+        "not_authorised",
+        "User not authorised to access object",
+    );
     let r = as_user(port, ("viewer", "viewer"), "GET", "/api/policies", None);
-    assert_error(&r, 401, "not_authorised", "User not authorised to access object");
-    let r = as_user(port, ("viewer", "viewer"), "DELETE", "/api/policies/%2F/p", None);
+    assert_error(
+        &r,
+        401,
+        "not_authorised",
+        "User not authorised to access object",
+    );
+    let r = as_user(
+        port,
+        ("viewer", "viewer"),
+        "DELETE",
+        "/api/policies/%2F/p",
+        None,
+    );
     assert_eq!(r.status, 401, "{}", r.body);
-    assert_empty(&admin(port, "PUT", "/api/policies/other/q", Some(body)), 201);
+    assert_empty(
+        &admin(port, "PUT", "/api/policies/other/q", Some(body)),
+        201,
+    );
     // The policymaker lists the vhosts it has access to; the administrator every one.
     let names = |user: (&str, &str)| -> Vec<String> {
         as_user(port, user, "GET", "/api/policies", None)
@@ -340,12 +426,21 @@ fn policymakers_change_the_vhosts_they_have_access_to() {
             .as_array()
             .expect("list")
             .iter()
-            .map(|p| format!("{}/{}", p["vhost"].as_str().unwrap_or(""), p["name"].as_str().unwrap_or("")))
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p["vhost"].as_str().unwrap_or(""),
+                    p["name"].as_str().unwrap_or("")
+                )
+            })
             .collect()
     };
     assert_eq!(names(("pm", "pm")), ["//p"]);
     assert_eq!(names(("guest", "guest")), ["//p", "other/q"]);
-    assert_empty(&as_user(port, ("pm", "pm"), "DELETE", "/api/policies/%2F/p", None), 204);
+    assert_empty(
+        &as_user(port, ("pm", "pm"), "DELETE", "/api/policies/%2F/p", None),
+        204,
+    );
 }
 
 #[test]
@@ -379,14 +474,23 @@ fn policies_survive_kill_9_and_travel_in_the_definitions() {
     let port = broker.http_port();
     assert_eq!(admin(port, "GET", "/api/policies", None).json(), policies);
     let q = queue(port, "keep.q");
-    assert_eq!((q["messages"].as_u64(), &q["policy"]), (Some(2), &json!("keep")));
+    assert_eq!(
+        (q["messages"].as_u64(), &q["policy"]),
+        (Some(2), &json!("keep"))
+    );
     assert_eq!(drain(port, "keep.q"), numbered(4..6));
 
     // Imported into a fresh broker, the policy is in force there.
     let fresh = Broker::start(1);
     let fport = fresh.http_port();
     let only_policies = json!({"policies": policies});
-    let r = http::request_json(fport, "POST", "/api/definitions", Some(("guest", "guest")), &only_policies);
+    let r = http::request_json(
+        fport,
+        "POST",
+        "/api/definitions",
+        Some(("guest", "guest")),
+        &only_policies,
+    );
     assert_empty(&r, 204);
     declare(fport, "keep.r", json!({}));
     assert_eq!(queue(fport, "keep.r")["policy"], "keep");

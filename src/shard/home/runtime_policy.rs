@@ -94,7 +94,13 @@ impl QueueSide<'_> {
     }
 
     /// Resolves `queue`'s settings with `policy` and acts on what changed.
-    fn reapply(&mut self, shard: &Shard, live: &Config, queue: QueueId, policy: Option<Arc<Policy>>) {
+    fn reapply(
+        &mut self,
+        shard: &Shard,
+        live: &Config,
+        queue: QueueId,
+        policy: Option<Arc<Policy>>,
+    ) {
         let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
