@@ -87,7 +87,12 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
                 channels_opened: c.channels_opened.get(),
                 logins_succeeded: c.logins_succeeded.get(),
                 logins_failed: c.logins_failed.get(),
+                queues_declared: c.queues_declared.get(),
+                queues_created: c.queues_created.get(),
+                queues_deleted: c.queues_deleted.get(),
             };
+            view.message_totals = message_totals(&st);
+            view.message_sizes = c.message_sizes.read();
             view.cpu_seconds = thread_cpu_seconds();
             ObserveReply::Snapshot(Box::new(view))
         }
@@ -164,6 +169,17 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
             ObserveReply::Counters(Box::new(counters(&shard.state.borrow())))
         }
     }
+}
+
+/// The totals of every channel this shard has had: the closed ones' and the open ones'.
+fn message_totals(st: &State) -> crate::session::channel::ChannelStats {
+    let mut all = crate::session::channel::retired_totals();
+    for c in st.conns.iter() {
+        for ch in c.channels.values() {
+            all.add(&ch.totals());
+        }
+    }
+    all
 }
 
 /// The message counters of this shard's home queues, channels and exchanges: copies of
