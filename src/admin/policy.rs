@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::ops::policy_event::PolicyEvent;
+pub use crate::policy::set::draft_of;
 use crate::policy::set::{Draft, Policy, PolicySet};
 use crate::store::policies::PolicyChange;
 
@@ -194,31 +195,6 @@ pub fn recovered(stored: &crate::store::policies::StoredPolicies) -> PolicySet {
         }
     }
     Arc::new(set)
-}
-
-/// A policy's fields from RabbitMQ's JSON of it (the body of a PUT, one entry of a
-/// definitions export): `pattern` and `definition` are required, as RabbitMQ requires
-/// them (`[{key_missing,pattern}]`).
-pub fn draft_of(vhost: &str, name: &str, v: &Value) -> Result<Draft, String> {
-    let Value::Object(map) = v else {
-        return Err("body must be a JSON object".into());
-    };
-    let missing: Vec<String> = ["pattern", "definition"]
-        .iter()
-        .filter(|k| !map.contains_key(**k))
-        .map(|k| format!("{{key_missing,{k}}}"))
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!("[{}]", missing.join(",")));
-    }
-    Ok(Draft {
-        vhost: vhost.to_owned(),
-        name: name.to_owned(),
-        pattern: map.get("pattern").cloned().unwrap_or(Value::Null),
-        apply_to: map.get("apply-to").cloned(),
-        priority: map.get("priority").cloned(),
-        definition: map.get("definition").cloned().unwrap_or(Value::Null),
-    })
 }
 
 /// The policies in force as RabbitMQ's definitions export lists them (`policies`).

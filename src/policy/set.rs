@@ -102,6 +102,31 @@ pub struct Draft {
     pub definition: Value,
 }
 
+/// A policy's fields from RabbitMQ's JSON of it (the body of a PUT, one entry of a
+/// definitions export): `pattern` and `definition` are required, as RabbitMQ requires
+/// them (`[{key_missing,pattern}]`).
+pub fn draft_of(vhost: &str, name: &str, v: &Value) -> Result<Draft, String> {
+    let Value::Object(map) = v else {
+        return Err("body must be a JSON object".into());
+    };
+    let missing: Vec<String> = ["pattern", "definition"]
+        .iter()
+        .filter(|k| !map.contains_key(**k))
+        .map(|k| format!("{{key_missing,{k}}}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("[{}]", missing.join(",")));
+    }
+    Ok(Draft {
+        vhost: vhost.to_owned(),
+        name: name.to_owned(),
+        pattern: map.get("pattern").cloned().unwrap_or(Value::Null),
+        apply_to: map.get("apply-to").cloned(),
+        priority: map.get("priority").cloned(),
+        definition: map.get("definition").cloned().unwrap_or(Value::Null),
+    })
+}
+
 /// A definition key: its policy name, the declare argument it stands for, how the two
 /// combine, and its check.
 struct Key {
