@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
 use super::access::{get_str, put_str};
 use super::record;
@@ -109,6 +109,7 @@ pub fn encode(out: &mut BytesMut, change: &PolicyChange) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Buf;
 
     #[test]
     fn puts_and_deletes_round_trip_through_the_log_and_the_snapshot() {
