@@ -1,7 +1,7 @@
 //! Owns: [`Outbound`], one connection's queue of bytes waiting for its writer: small
 //! encoded frames are appended to a shared arena; large bodies are queued as their own
 //! `Bytes` (the publisher's buffer, not a copy) and written with `writev`. The arena is
-//! sized to the traffic (4 KiB, doubling up to 64 KiB while one write's worth fills it,
+//! sized to the traffic (1 KiB, doubling up to 64 KiB while one write's worth fills it,
 //! halving when little is written). A busy connection keeps reusing its arena (the
 //! allocation comes back to it once the writer dropped what it wrote); an idle one lets
 //! it go ([`Outbound::release_idle`], once per reclaim interval), so it holds no
@@ -20,8 +20,12 @@ use crate::protocol::frame;
 use crate::protocol::method::FRAME_END;
 use crate::protocol::{Method, ShortStr};
 
-/// The arena a connection starts with and shrinks back to.
-const ARENA_MIN: usize = 4 * 1024;
+/// The arena a connection starts with and shrinks back to: a few small deliveries' worth,
+/// so that thousands of lightly loaded subscribers hold little (issue 23).
+const ARENA_MIN: usize = 1024;
+/// Free room below which the arena is sealed and the next one started (a small frame and
+/// an inlined body fit in it, so encoding one never reallocates the arena).
+const ARENA_FREE_MIN: usize = 512;
 /// The largest arena (a busy subscriber's).
 const ARENA_MAX: usize = 64 * 1024;
 
@@ -90,11 +94,11 @@ impl Outbound {
         self.queued == 0
     }
 
-    /// The buffer small frames are encoded into, with at least 1 KiB free. A full arena is
+    /// The buffer small frames are encoded into, with at least `ARENA_FREE_MIN` free. A full arena is
     /// sealed into the chunk list first, so growing never copies what was already encoded
     /// (a frame split across two chunks is fine: the writer sends chunks in order).
     fn arena(&mut self) -> &mut BytesMut {
-        if self.pending.capacity() - self.pending.len() < 1024 {
+        if self.pending.capacity() - self.pending.len() < ARENA_FREE_MIN {
             self.seal_pending();
             if self.arenas_this_cycle > 0 {
                 self.arena_size = (self.arena_size * 2).min(ARENA_MAX);
