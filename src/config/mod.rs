@@ -364,7 +364,7 @@ impl Default for Config {
 
 impl Config {
     /// The configured user with this name and password: the check of a login (PLAIN or
-    /// AMQPLAIN) and of `connection.update-secret`.
+    /// AMQPLAIN) and of the management API's basic auth.
     /// An unknown user costs hashing too, so the time of a refusal does not tell
     /// whether the user exists.
     /// Defaults with `toml` applied and validated (unit tests of configuration users).

@@ -14,4 +14,5 @@ pub mod fields;
 pub mod limit_event;
 pub mod log;
 pub mod notify;
+pub mod session_event;
 pub mod store_event;

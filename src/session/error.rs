@@ -408,10 +408,6 @@ pub enum ConnectionError {
     },
     /// A negotiated value out of range.
     NotAllowed(String),
-    /// `connection.update-secret` with a secret that is not the user's.
-    SecretRefused {
-        user: String,
-    },
     NotImplemented(String),
     /// The broker is shutting down, or an operator closed the connection.
     Forced(String),
@@ -442,7 +438,7 @@ impl ConnectionError {
             ConnectionError::VhostNotFound(_)
             | ConnectionError::VhostRefused { .. }
             | ConnectionError::NotAllowed(_)
-            | ConnectionError::SecretRefused { .. } => ReplyCode::NotAllowed,
+=> ReplyCode::NotAllowed,
             ConnectionError::NotImplemented(_) => ReplyCode::NotImplemented,
             ConnectionError::Forced(_) | ConnectionError::MissedHeartbeats { .. } => {
                 ReplyCode::ConnectionForced
@@ -505,9 +501,6 @@ impl fmt::Display for ConnectionError {
             ),
             ConnectionError::VhostNotFound(vhost) => write!(f, "vhost '{vhost}' not found"),
             // rabbit_reader's text for a refused secret (it names no user).
-            ConnectionError::SecretRefused { .. } => {
-                f.write_str("New secret was refused by one of the backends")
-            }
             ConnectionError::LoopbackOnly { user } => write!(
                 f,
                 "user '{user}' can only connect via localhost"
@@ -546,13 +539,6 @@ mod tests {
         let e = ConnectionError::VhostNotFound("nosuch".into());
         assert_eq!(e.code().code(), 530);
         assert_eq!(e.reply_text(), "NOT_ALLOWED - vhost 'nosuch' not found");
-        let e = ConnectionError::SecretRefused {
-            user: "guest".into(),
-        };
-        assert_eq!(
-            e.reply_text(),
-            "NOT_ALLOWED - New secret was refused by one of the backends"
-        );
         let e = ChannelError::Inequivalent {
             kind: ObjectKind::Exchange,
             name: "x".into(),

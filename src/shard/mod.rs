@@ -197,8 +197,8 @@ pub struct ShardCounters {
     pub channels_opened: Cell<u64>,
     /// Logins accepted at `connection.start-ok` (`auth_attempts_succeeded_total`).
     pub logins_succeeded: Cell<u64>,
-    /// Logins refused: a wrong password or mechanism, a loopback-only user from
-    /// elsewhere, a refused `update-secret` (`auth_attempts_failed_total`).
+    /// Logins refused: a wrong password, a loopback-only user from elsewhere
+    /// (`auth_attempts_failed_total`).
     pub logins_failed: Cell<u64>,
 }
 

@@ -32,10 +32,11 @@ use std::time::{Duration, Instant};
 use crate::model::ids::ConnId;
 use crate::ops::escape::Escaped;
 use crate::ops::event::OpsEvent;
+use crate::ops::session_event::SessionEvent;
 use crate::protocol::frame::{Frame, FrameKind};
 use crate::protocol::method::{
     BasicPublish, ChannelClose, ChannelCloseOk, ChannelOpenOk, ConnectionClose, ConnectionCloseOk,
-    ConnectionUpdateSecret, ConnectionUpdateSecretOk,
+    ConnectionUpdateSecretOk,
 };
 use crate::protocol::{LongStr, Method, ShortStr};
 use crate::session::channel::{Channel, ChannelPhase};
@@ -167,30 +168,23 @@ impl ConnSide<'_> {
         let method = Method::decode(frame.payload)
             .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
         match method {
-            // RabbitMQ 3.8+ (OAuth token refresh): the new secret must be valid for the
-            // connection's user, checked as a PLAIN login is; otherwise 530, as
-            // rabbit_reader answers a refusal.
+            // RabbitMQ 3.8+ (an OAuth client refreshing its token). Every mechanism
+            // sluice offers (PLAIN, AMQPLAIN, EXTERNAL) logs in a password or
+            // certificate user, for which RabbitMQ's internal backend has no token to
+            // refresh: it answers update-secret-ok for any new secret and the
+            // connection keeps the user and permissions it authenticated with. So does
+            // sluice (CON-1011); nothing is checked, so nothing counts as a failed login.
             Method::ConnectionUpdateSecret(update) => {
                 let Some(c) = self.conn_mut(conn) else {
                     return Ok(AfterFrame::Stop);
                 };
-                let secret = update.new_secret.into_bytes();
-                if shard.live().authenticate(&c.user, &secret).is_none() {
-                    // A wrong secret is a failed login: it counts against the address
-                    // and user (so a connection made without a password, by EXTERNAL,
-                    // cannot guess one unthrottled), is logged as CON-1008
-                    // (rate-limited), and its 530 is throttled as a refused login's 403.
-                    let user = c.user.clone();
-                    let refused = ConnectionError::SecretRefused { user: user.clone() }
-                        .on(method_id!(ConnectionUpdateSecret));
-                    return Ok(self.refuse_login(shard, conn, &user, "update-secret", refused));
+                SessionEvent::SecretUpdated {
+                    subject: c.log_subject(),
+                    user: c.user.clone(),
+                    mechanism: c.auth_mechanism.clone(),
+                    reason: update.reason.as_str_lossy().into_owned(),
                 }
-                tracing::info!(
-                    "{}: user '{}' updated secret, reason: {}",
-                    Escaped(&c.log_subject()),
-                    Escaped(&c.user),
-                    Escaped(&update.reason.as_str_lossy())
-                );
+                .emit();
                 c.out.method(
                     0,
                     &Method::ConnectionUpdateSecretOk(ConnectionUpdateSecretOk {}),

@@ -109,6 +109,13 @@ pub enum PendingOp {
         /// held until the answer is sent or the connection goes.
         permit: crate::limits::DelayPermit,
     },
+    /// A connection closed without a reply once the delay is over (a `start-ok` whose
+    /// mechanism was not offered: `handler::login::refuse_mechanism`).
+    SilentClose {
+        delay: std::time::Duration,
+        /// Its place among the shard's `limits.login.max_delayed`.
+        permit: crate::limits::DelayPermit,
+    },
 }
 
 /// The answer to a [`PendingOp`].
@@ -137,6 +144,8 @@ pub enum Resolved {
         nowait: bool,
     },
     Login(super::login::LoginOutcome),
+    /// Close the socket, sending nothing.
+    SilentClose,
 }
 
 /// Performs the waiting part of an operation.
@@ -150,6 +159,11 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
             super::login::wait(delay).await;
             drop(permit);
             Resolved::Login(outcome)
+        }
+        PendingOp::SilentClose { delay, permit } => {
+            super::login::wait(delay).await;
+            drop(permit);
+            Resolved::SilentClose
         }
         PendingOp::Control { req, then } => {
             let reply = control::request(shard, req).await;
@@ -268,6 +282,7 @@ impl ConnSide<'_> {
     pub fn complete(&mut self, shard: &Shard, conn: ConnId, number: u16, resolved: Resolved) {
         let resolved = match resolved {
             Resolved::Login(outcome) => return self.send_login_outcome(shard, conn, outcome),
+            Resolved::SilentClose => return self.finish_connection(conn),
             other => other,
         };
         let open = self
@@ -416,7 +431,7 @@ impl ConnSide<'_> {
                 _ => Ok((!nowait).then(|| Method::QueuePurgeOk(QueuePurgeOk { message_count: 0 }))),
             },
             // Answered above, before any channel is looked at.
-            Resolved::Login(_) => Ok(None),
+            Resolved::Login(_) | Resolved::SilentClose => Ok(None),
         };
         if !open {
             return;
