@@ -119,6 +119,8 @@ async fn capabilities_advertised(shards: usize) {
         "basic.nack",
         "consumer_cancel_notify",
         "connection.blocked",
+        "consumer_priorities",
+        "direct_reply_to",
     ] {
         assert_eq!(
             wire::get(&caps, cap),
@@ -135,6 +137,8 @@ async fn capabilities_advertised(shards: usize) {
     assert!(caps.basic_nack());
     assert!(caps.consumer_cancel_notify());
     assert!(caps.connection_blocked());
+    assert!(caps.consumer_priorities());
+    assert!(caps.direct_reply_to());
     conn.close().await;
 }
 

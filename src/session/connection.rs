@@ -300,6 +300,8 @@ pub fn server_properties(node_name: &str) -> FieldTable {
         "per_consumer_qos",
         "authentication_failure_close",
         "exchange_exchange_bindings",
+        "consumer_priorities",
+        "direct_reply_to",
     ] {
         caps.insert(cap, FieldValue::Bool(true));
     }

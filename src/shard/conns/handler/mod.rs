@@ -18,6 +18,7 @@ macro_rules! method_id {
 pub mod access;
 pub mod channel;
 mod consume;
+mod direct_reply;
 mod exchange;
 mod handshake;
 mod login;
