@@ -400,12 +400,12 @@ impl ConnSide<'_> {
             }
             .emit();
         } else if !login::logged_as_limit(err) {
-            tracing::info!(
-                "connection from {} closed during handshake: {} {}",
-                c.peer,
-                err.code().code(),
-                Escaped(&text)
-            );
+            SessionEvent::HandshakeClosed {
+                peer: c.peer,
+                reason: format!("{} {}", err.code().code(), text),
+                name: c.client_name(),
+            }
+            .emit();
         }
         c.out.method(
             0,
