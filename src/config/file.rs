@@ -310,6 +310,7 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
     }
     if let Some(a) = file.auth {
         if let Some(users) = a.users {
+            config.built_in_users = false;
             config.users = users
                 .into_iter()
                 .map(super::auth::UserEntry::into_user)

@@ -171,6 +171,11 @@ pub struct Config {
     /// Description and tags of the vhosts created at run time (RabbitMQ's metadata).
     pub vhost_metadata: Vec<(String, crate::store::access::StoredVhost)>,
     pub users: Vec<User>,
+    /// `users` is the built-in default (guest/guest, loopback only): no file set
+    /// `[auth] users`. BRK-1017 does not warn about a password nobody chose.
+    pub built_in_users: bool,
+    /// The configuration file read at start (`--config`), if any (BRK-1024).
+    pub config_file: Option<PathBuf>,
     /// Users that may only connect from loopback addresses.
     pub loopback_users: Vec<String>,
     pub limits: Limits,
@@ -322,6 +327,8 @@ impl Default for Config {
                 password: crate::auth::password::Password::Plain("guest".to_owned()),
                 tags: vec!["administrator".to_owned()],
             }],
+            built_in_users: true,
+            config_file: None,
             loopback_users: vec!["guest".to_owned()],
             limits: Limits {
                 frame_max: 131_072,
@@ -403,6 +410,7 @@ impl Config {
         let mut config = Config::default();
         if let Some(path) = &cli.config {
             file::apply_file(&mut config, path)?;
+            config.config_file = Some(path.clone());
         }
         cli.apply(&mut config)?;
         config.validate().map_err(|e| match (e, &cli.config) {

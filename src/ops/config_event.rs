@@ -1,5 +1,5 @@
 //! Owns: [`ConfigEvent`], the operational lines of a configuration reload on SIGHUP
-//! (BRK-1018..1020), rendered and emitted under `sluice::ops` like every
+//! (BRK-1018..1020) and the configuration in use at start (BRK-1024), rendered and emitted under `sluice::ops` like every
 //! [`super::event::OpsEvent`]. Documented in `config/log-codes.md`.
 //!
 //! Does not: decide what is reloaded (`config::reload`) or apply it (`server`).
@@ -23,6 +23,13 @@ pub enum ConfigEvent {
     /// BRK-1020: SIGHUP: the file could not be read or is invalid; the running
     /// configuration stays.
     ReloadFailed { error: String },
+    /// BRK-1024: at start, the configuration file in use (`None`: none, built-in
+    /// defaults and flags), and whether the users are the built-in guest/guest, which
+    /// may log in from loopback only.
+    InUse {
+        file: Option<String>,
+        built_in_guest: bool,
+    },
 }
 
 impl ConfigEvent {
@@ -31,6 +38,7 @@ impl ConfigEvent {
             ConfigEvent::Reloaded { .. } => "BRK-1018",
             ConfigEvent::NeedsRestart { .. } => "BRK-1019",
             ConfigEvent::ReloadFailed { .. } => "BRK-1020",
+            ConfigEvent::InUse { .. } => "BRK-1024",
         }
     }
 
@@ -43,7 +51,7 @@ impl ConfigEvent {
 impl LogFields for ConfigEvent {
     fn level(&self) -> Level {
         match self {
-            ConfigEvent::Reloaded { .. } => Level::INFO,
+            ConfigEvent::Reloaded { .. } | ConfigEvent::InUse { .. } => Level::INFO,
             ConfigEvent::NeedsRestart { .. } | ConfigEvent::ReloadFailed { .. } => Level::WARN,
         }
     }
@@ -78,6 +86,24 @@ impl fmt::Display for ConfigEvent {
                 "{code} : Configuration reload failed : {} : the running configuration stays",
                 Escaped(error)
             ),
+            ConfigEvent::InUse {
+                file,
+                built_in_guest,
+            } => {
+                match file {
+                    Some(file) => write!(f, "{code} : Configuration file : {}", Escaped(file))?,
+                    None => write!(
+                        f,
+                        "{code} : Configuration file : none (built-in defaults and flags)"
+                    )?,
+                }
+                if *built_in_guest {
+                    f.write_str(
+                        " : built-in user 'guest' (password 'guest') may log in from loopback only",
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -102,6 +128,23 @@ mod tests {
         assert_eq!(
             restart.to_string(),
             "BRK-1019 : Configuration change needs a restart : broker.listen, net : the running values stay"
+        );
+        assert_eq!(
+            ConfigEvent::InUse {
+                file: None,
+                built_in_guest: true
+            }
+            .to_string(),
+            "BRK-1024 : Configuration file : none (built-in defaults and flags) : built-in \
+             user 'guest' (password 'guest') may log in from loopback only"
+        );
+        assert_eq!(
+            ConfigEvent::InUse {
+                file: Some("/etc/sluice.toml".into()),
+                built_in_guest: false
+            }
+            .to_string(),
+            "BRK-1024 : Configuration file : /etc/sluice.toml"
         );
         let failed = ConfigEvent::ReloadFailed {
             error: "config file x: bad\nBRK-1004 : Ready".into(),
