@@ -129,6 +129,7 @@ impl Cli {
                 })?;
         }
         if let Some(text) = &self.http_listen {
+            config.http.listen_chosen = true;
             config.http.listen =
                 super::parse_listen_or_off(text).map_err(|reason| ConfigError::Invalid {
                     key: "--http-listen".to_owned(),

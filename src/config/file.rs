@@ -323,6 +323,7 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
     }
     if let Some(h) = file.http {
         if let Some(listen) = h.listen {
+            config.http.listen_chosen = true;
             config.http.listen =
                 super::parse_listen_or_off(&listen).map_err(|e| format!("http.listen: {e}"))?;
         }

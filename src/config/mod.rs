@@ -54,6 +54,10 @@ impl User {
 pub struct HttpConfig {
     /// Where to listen; `None` = off.
     pub listen: Option<SocketAddr>,
+    /// `listen` was set by the file or a flag. The default address being taken (another
+    /// broker's management port) is a warning (BRK-1025) and the broker starts without
+    /// it; an address the operator chose that cannot be bound stops the start.
+    pub listen_chosen: bool,
     /// One series per queue (`true`) or per-vhost totals (`false`).
     pub per_queue_metrics: bool,
     /// How long a client has to send a request's headers, from the moment the listener
@@ -77,6 +81,7 @@ impl Default for HttpConfig {
     fn default() -> HttpConfig {
         HttpConfig {
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 15672))),
+            listen_chosen: false,
             per_queue_metrics: true,
             header_read_timeout: Some(Duration::from_secs(10)),
             idle_timeout: Some(Duration::from_secs(60)),

@@ -1,5 +1,6 @@
 //! Owns: [`ConfigEvent`], the operational lines of a configuration reload on SIGHUP
-//! (BRK-1018..1020) and the configuration in use at start (BRK-1024), rendered and emitted under `sluice::ops` like every
+//! (BRK-1018..1020) the configuration in use at start (BRK-1024) and a default management address
+//! that is taken (BRK-1025), rendered and emitted under `sluice::ops` like every
 //! [`super::event::OpsEvent`]. Documented in `config/log-codes.md`.
 //!
 //! Does not: decide what is reloaded (`config::reload`) or apply it (`server`).
@@ -30,6 +31,12 @@ pub enum ConfigEvent {
         file: Option<String>,
         built_in_guest: bool,
     },
+    /// BRK-1025: at start, the management listener's default address (no `http.listen`,
+    /// no `--http-listen`) is taken; the broker starts without it.
+    ManagementPortTaken {
+        addr: std::net::SocketAddr,
+        error: String,
+    },
 }
 
 impl ConfigEvent {
@@ -39,6 +46,7 @@ impl ConfigEvent {
             ConfigEvent::NeedsRestart { .. } => "BRK-1019",
             ConfigEvent::ReloadFailed { .. } => "BRK-1020",
             ConfigEvent::InUse { .. } => "BRK-1024",
+            ConfigEvent::ManagementPortTaken { .. } => "BRK-1025",
         }
     }
 
@@ -52,7 +60,9 @@ impl LogFields for ConfigEvent {
     fn level(&self) -> Level {
         match self {
             ConfigEvent::Reloaded { .. } | ConfigEvent::InUse { .. } => Level::INFO,
-            ConfigEvent::NeedsRestart { .. } | ConfigEvent::ReloadFailed { .. } => Level::WARN,
+            ConfigEvent::NeedsRestart { .. }
+            | ConfigEvent::ReloadFailed { .. }
+            | ConfigEvent::ManagementPortTaken { .. } => Level::WARN,
         }
     }
 
@@ -84,6 +94,11 @@ impl fmt::Display for ConfigEvent {
             ConfigEvent::ReloadFailed { error } => write!(
                 f,
                 "{code} : Configuration reload failed : {} : the running configuration stays",
+                Escaped(error)
+            ),
+            ConfigEvent::ManagementPortTaken { addr, error } => write!(
+                f,
+                "{code} : Management listener not started : the default address {addr} is taken ({}) : the broker goes on without it; set http.listen or --http-listen (or \"off\")",
                 Escaped(error)
             ),
             ConfigEvent::InUse {

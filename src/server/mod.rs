@@ -211,6 +211,29 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     let (tls_listeners, tls_addresses) =
         crate::net::listener::bind_all(&config.tls.listen, config.shards)
             .map_err(StartError::Bind)?;
+    // The management and Prometheus listeners are bound here too, before the store is
+    // opened (its directory created): a start that fails on an address leaves nothing.
+    let http_listener = match config.http.listen {
+        Some(addr) => match crate::http::bind(addr) {
+            Ok(listener) => Some(listener),
+            // The default address taken (another broker's management port): go on
+            // without the management listener, and say so.
+            Err(e) if !config.http.listen_chosen && e.kind() == std::io::ErrorKind::AddrInUse => {
+                crate::ops::config_event::ConfigEvent::ManagementPortTaken {
+                    addr,
+                    error: e.to_string(),
+                }
+                .emit();
+                None
+            }
+            Err(e) => return Err(StartError::Http(addr, e)),
+        },
+        None => None,
+    };
+    let prometheus_listener = match config.http.prometheus_listen {
+        Some(addr) => Some(crate::http::bind(addr).map_err(|e| StartError::Prometheus(addr, e))?),
+        None => None,
+    };
     let (peers, inboxes) = inbox::mesh(
         config.shards,
         config.shard.inbox_capacity,
@@ -367,18 +390,19 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         admin: admin.handle(),
         rates: crate::http::rates::Board::default(),
     };
-    let http = match config.http.listen {
-        Some(addr) => match crate::http::start(addr, context()) {
+    let http = match (http_listener, config.http.listen) {
+        (Some(listener), Some(addr)) => match crate::http::start(listener, context()) {
             Ok(server) => Some(server),
             Err(e) => {
                 stop_shards(&peers, threads);
                 return Err(StartError::Http(addr, e));
             }
         },
-        None => None,
+        _ => None,
     };
-    let prometheus = match config.http.prometheus_listen {
-        Some(addr) => match crate::http::start_prometheus(addr, context()) {
+    let prometheus = match (prometheus_listener, config.http.prometheus_listen) {
+        (Some(listener), Some(addr)) => match crate::http::start_prometheus(listener, context())
+        {
             Ok(server) => Some(server),
             Err(e) => {
                 if let Some(http) = http {
@@ -388,7 +412,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
                 return Err(StartError::Prometheus(addr, e));
             }
         },
-        None => None,
+        _ => None,
     };
     OpsEvent::BrokerReady.emit();
     notify::ready(&ready_status(&config, &addresses, &tls_addresses));

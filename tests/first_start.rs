@@ -1,0 +1,144 @@
+//! A new user's first start (issue 24, "the first five minutes"), against the real
+//! `sluice` binary started by hand (the shared harness always passes `--http-listen`):
+//!
+//! - the management listener's default address (127.0.0.1:15672) taken, as by a
+//!   RabbitMQ on the same machine: the broker starts anyway, without it, and says so
+//!   (BRK-1025); AMQP is served;
+//! - an address the operator chose that is taken (the management one, the AMQP one)
+//!   stops the start, naming it — and every listener is bound before the store, so the
+//!   failed start leaves no data directory behind.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{RawConn, TestDir};
+
+fn sluice(data_dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.arg("--shards")
+        .arg("1")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--log-level")
+        .arg("info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs `cmd`, expecting it to exit by itself: its status and everything it printed.
+fn run_to_exit(mut cmd: Command) -> (std::process::ExitStatus, String) {
+    let out = cmd.output().expect("run sluice");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status, text)
+}
+
+#[test]
+fn a_taken_default_management_port_is_a_warning() {
+    // Hold the default port (if something else holds it already, it is taken all the
+    // same).
+    let _holder = TcpListener::bind("127.0.0.1:15672");
+    let dir = TestDir::new("sluice-first-start");
+    let mut cmd = sluice(&dir.path().join("data"));
+    cmd.arg("--listen").arg("127.0.0.1:0");
+    let mut child = cmd.spawn().expect("spawn sluice");
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    for stream in [
+        Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().expect("stderr")),
+    ] {
+        let lines = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                lines.lock().expect("lines").push(line);
+            }
+        });
+    }
+    let find = |needle: &str| {
+        lines
+            .lock()
+            .expect("lines")
+            .iter()
+            .find(|l| l.contains(needle))
+            .cloned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while find("BRK-1004 : Ready").is_none() {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!("sluice exited with {status}: {:#?}", lines.lock().expect("lines"));
+        }
+        assert!(Instant::now() < deadline, "{:#?}", lines.lock().expect("lines"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let warning = find("BRK-1025").expect("BRK-1025 line");
+    assert!(
+        warning.contains(
+            "BRK-1025 : Management listener not started : the default address \
+             127.0.0.1:15672 is taken ("
+        ) && warning.contains(
+            ") : the broker goes on without it; set http.listen or --http-listen (or \"off\")"
+        ),
+        "{warning}"
+    );
+    assert!(find("BRK-1014").is_none(), "a management listener was started");
+    // AMQP is served.
+    let port: u16 = find("BRK-1002 : Starting : Listening on TCP 127.0.0.1:")
+        .and_then(|l| l.rsplit(':').next().and_then(|p| p.trim().parse().ok()))
+        .expect("AMQP port");
+    let mut c = RawConn::connect(&format!("127.0.0.1:{port}"));
+    c.handshake();
+    c.channel_open(1);
+    drop(c);
+    child.kill().expect("kill the broker this test started");
+    let _ = child.wait();
+}
+
+#[test]
+fn a_chosen_management_address_taken_stops_the_start_and_leaves_nothing() {
+    let holder = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = holder.local_addr().expect("addr");
+    let dir = TestDir::new("sluice-first-start");
+    let data = dir.path().join("data");
+    let mut cmd = sluice(&data);
+    cmd.arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--http-listen")
+        .arg(taken.to_string());
+    let (status, text) = run_to_exit(cmd);
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("sluice: cannot listen for HTTP on {taken}: ")),
+        "{text}"
+    );
+    assert!(!text.contains("BRK-1002"), "{text}");
+    assert!(!data.exists(), "the failed start created {}", data.display());
+}
+
+#[test]
+fn a_taken_amqp_address_stops_the_start_and_leaves_nothing() {
+    let holder = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = holder.local_addr().expect("addr");
+    let dir = TestDir::new("sluice-first-start");
+    let data = dir.path().join("data");
+    let mut cmd = sluice(&data);
+    cmd.arg("--listen")
+        .arg(taken.to_string())
+        .arg("--http-listen")
+        .arg("off");
+    let (status, text) = run_to_exit(cmd);
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(text.contains("cannot listen"), "{text}");
+    assert!(text.contains(&taken.to_string()), "{text}");
+    assert!(!data.exists(), "the failed start created {}", data.display());
+}
