@@ -134,7 +134,13 @@ fn deliver_fields(d: &RawDelivery) -> (String, u64, bool, String, String) {
     let tag = dec.shortstr();
     let delivery_tag = dec.longlong();
     let redelivered = dec.bits(1)[0];
-    (tag, delivery_tag, redelivered, dec.shortstr(), dec.shortstr())
+    (
+        tag,
+        delivery_tag,
+        redelivered,
+        dec.shortstr(),
+        dec.shortstr(),
+    )
 }
 
 /// Reads a basic.return and its content: (code, text, exchange, routing key, body).
@@ -244,7 +250,9 @@ async fn rpc_round_trip(shards: usize) {
         reply_to: Some("my-own-queue".to_owned()),
         ..Props::default()
     };
-    requester.publish(2, "", &rpc, &plain, b"x").expect("publish");
+    requester
+        .publish(2, "", &rpc, &plain, b"x")
+        .expect("publish");
     assert_eq!(replier.read_delivery(1).props, plain);
 }
 
@@ -264,7 +272,8 @@ async fn refusals_in_rabbitmq_words(shards: usize) {
             20
         )
     );
-    c.send_method(1, m::CHANNEL_CLOSE_OK, &[]).expect("close-ok");
+    c.send_method(1, m::CHANNEL_CLOSE_OK, &[])
+        .expect("close-ok");
     c.channel_open(1);
     send_reply_consume(&mut c, 1, "my-replies", true);
     let ok = c.expect_method(1, m::BASIC_CONSUME_OK);
@@ -292,7 +301,8 @@ async fn refusals_in_rabbitmq_words(shards: usize) {
             40
         )
     );
-    c.send_method(2, m::CHANNEL_CLOSE_OK, &[]).expect("close-ok");
+    c.send_method(2, m::CHANNEL_CLOSE_OK, &[])
+        .expect("close-ok");
     // The connection goes on.
     c.channel_open(3);
     c.queue_declare(3, "", false, true, true);
@@ -333,7 +343,16 @@ async fn replies_to_a_gone_consumer_are_dropped_or_returned(shards: usize) {
     // The channel closed and its number reused with a new reply consumer: the old
     // address names nothing, the new one the new consumer.
     requester
-        .send_method(2, m::CHANNEL_CLOSE, &Enc::new().short(200).shortstr("bye").short(0).short(0).done())
+        .send_method(
+            2,
+            m::CHANNEL_CLOSE,
+            &Enc::new()
+                .short(200)
+                .shortstr("bye")
+                .short(0)
+                .short(0)
+                .done(),
+        )
         .expect("channel.close");
     requester.expect_method(2, m::CHANNEL_CLOSE_OK);
     requester.channel_open(2);
@@ -415,12 +434,20 @@ async fn amqprs_rpc(shards: usize) {
         .expect("declare")
         .expect("declare-ok");
     let (_, mut requests) = ch
-        .basic_consume_rx(BasicConsumeArguments::new(&rpc, "server").manual_ack(false).finish())
+        .basic_consume_rx(
+            BasicConsumeArguments::new(&rpc, "server")
+                .manual_ack(false)
+                .finish(),
+        )
         .await
         .expect("consume rpc");
     let requester = conn.channel().await;
     let (_, mut replies) = requester
-        .basic_consume_rx(BasicConsumeArguments::new(PSEUDO, "client").manual_ack(false).finish())
+        .basic_consume_rx(
+            BasicConsumeArguments::new(PSEUDO, "client")
+                .manual_ack(false)
+                .finish(),
+        )
         .await
         .expect("consume amq.rabbitmq.reply-to");
     let props = BasicProperties::default()
@@ -428,16 +455,26 @@ async fn amqprs_rpc(shards: usize) {
         .with_correlation_id("42")
         .finish();
     requester
-        .basic_publish(props, b"question".to_vec(), BasicPublishArguments::new("", &rpc))
+        .basic_publish(
+            props,
+            b"question".to_vec(),
+            BasicPublishArguments::new("", &rpc),
+        )
         .await
         .expect("publish request");
     let request = common::next_delivery(&mut requests).await;
     let reply_to = request.props.reply_to().cloned().expect("reply_to");
     assert!(reply_to.starts_with(PREFIX), "{reply_to}");
-    let props = BasicProperties::default().with_correlation_id("42").finish();
-    ch.basic_publish(props, b"answer".to_vec(), BasicPublishArguments::new("", &reply_to))
-        .await
-        .expect("publish reply");
+    let props = BasicProperties::default()
+        .with_correlation_id("42")
+        .finish();
+    ch.basic_publish(
+        props,
+        b"answer".to_vec(),
+        BasicPublishArguments::new("", &reply_to),
+    )
+    .await
+    .expect("publish reply");
     let reply = common::next_delivery(&mut replies).await;
     assert_eq!(reply.body, b"answer");
     assert_eq!(

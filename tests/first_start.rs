@@ -76,9 +76,16 @@ fn a_taken_default_management_port_is_a_warning() {
     let deadline = Instant::now() + Duration::from_secs(15);
     while find("BRK-1004 : Ready").is_none() {
         if let Some(status) = child.try_wait().expect("try_wait") {
-            panic!("sluice exited with {status}: {:#?}", lines.lock().expect("lines"));
+            panic!(
+                "sluice exited with {status}: {:#?}",
+                lines.lock().expect("lines")
+            );
         }
-        assert!(Instant::now() < deadline, "{:#?}", lines.lock().expect("lines"));
+        assert!(
+            Instant::now() < deadline,
+            "{:#?}",
+            lines.lock().expect("lines")
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let warning = find("BRK-1025").expect("BRK-1025 line");
@@ -91,7 +98,10 @@ fn a_taken_default_management_port_is_a_warning() {
         ),
         "{warning}"
     );
-    assert!(find("BRK-1014").is_none(), "a management listener was started");
+    assert!(
+        find("BRK-1014").is_none(),
+        "a management listener was started"
+    );
     // AMQP is served.
     let port: u16 = find("BRK-1002 : Starting : Listening on TCP 127.0.0.1:")
         .and_then(|l| l.rsplit(':').next().and_then(|p| p.trim().parse().ok()))
@@ -122,7 +132,11 @@ fn a_chosen_management_address_taken_stops_the_start_and_leaves_nothing() {
         "{text}"
     );
     assert!(!text.contains("BRK-1002"), "{text}");
-    assert!(!data.exists(), "the failed start created {}", data.display());
+    assert!(
+        !data.exists(),
+        "the failed start created {}",
+        data.display()
+    );
 }
 
 #[test]
@@ -140,5 +154,9 @@ fn a_taken_amqp_address_stops_the_start_and_leaves_nothing() {
     assert_eq!(status.code(), Some(1), "{text}");
     assert!(text.contains("cannot listen"), "{text}");
     assert!(text.contains(&taken.to_string()), "{text}");
-    assert!(!data.exists(), "the failed start created {}", data.display());
+    assert!(
+        !data.exists(),
+        "the failed start created {}",
+        data.display()
+    );
 }

@@ -26,7 +26,6 @@ use raw::TlsAmqp;
 const LOGIN_REFUSED_EXTERNAL: &str = "ACCESS_REFUSED - Login was refused using authentication \
      mechanism EXTERNAL. For details see the broker logfile.";
 
-
 /// A broker with a plain and a TLS listener; `verify` adds client-certificate
 /// verification (and `require` makes a certificate mandatory). Users: guest, alice.
 fn tls_broker(pki: &Pki, verify: bool, require: bool) -> (Broker, u16) {
@@ -390,7 +389,9 @@ async fn external_login_accepts_update_secret() {
             .expect("CON-1011");
         assert!(
             line.contains("(alice@127.0.0.1:")
-                && line.contains("user 'alice' (EXTERNAL) keeps its identity and permissions : reason: Refresh"),
+                && line.contains(
+                    "user 'alice' (EXTERNAL) keeps its identity and permissions : reason: Refresh"
+                ),
             "{line}"
         );
         conn.close().await.expect("close");
@@ -436,7 +437,10 @@ async fn external_is_offered_only_where_peers_are_verified() {
     let mut c = TlsAmqp::connect(port, config).expect("TLS connect");
     assert_eq!(c.read_mechanisms().expect("start"), "PLAIN AMQPLAIN");
     c.send_start_ok("EXTERNAL", b"").expect("start-ok");
-    assert!(c.read_frame().is_err(), "a frame after an unoffered mechanism");
+    assert!(
+        c.read_frame().is_err(),
+        "a frame after an unoffered mechanism"
+    );
     assert_eq!(c.read_after_close().ok(), Some(0), "no close_notify");
     let mut plain = RawConn::connect(&broker.addr());
     plain.send_protocol_header();

@@ -97,7 +97,10 @@ async fn any_secret_is_accepted_and_the_user_is_kept(shards: usize) {
         c.expect_method(0, UPDATE_SECRET_OK);
     }
     let line = secret_line(&broker, "alice", "PLAIN", "Refresh");
-    assert!(line.contains("[con:") && line.contains("(alice@127.0.0.1:"), "{line}");
+    assert!(
+        line.contains("[con:") && line.contains("(alice@127.0.0.1:"),
+        "{line}"
+    );
     // The consumer is unharmed and the channel still publishes.
     c.publish(1, "", &q, &Props::default(), b"after")
         .expect("publish");

@@ -150,10 +150,7 @@ pub fn announce(config: &Config) {
         && config.loopback_users.iter().any(|u| u == "guest")
         && config.users.iter().any(|u| u.name == "guest");
     crate::ops::config_event::ConfigEvent::InUse {
-        file: config
-            .config_file
-            .as_ref()
-            .map(|p| p.display().to_string()),
+        file: config.config_file.as_ref().map(|p| p.display().to_string()),
         built_in_guest: guest_loopback_only,
     }
     .emit();

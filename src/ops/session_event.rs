@@ -148,10 +148,7 @@ mod tests {
             "[con:1(alice@127.0.0.1:5000/)] CON-1011 : Secret updated : user 'alice' (PLAIN) \
              keeps its identity and permissions : reason: refresh\\nBRK-1004 : Ready"
         );
-        assert_eq!(
-            e.fields().connection,
-            Some("con:1(alice@127.0.0.1:5000/)")
-        );
+        assert_eq!(e.fields().connection, Some("con:1(alice@127.0.0.1:5000/)"));
         let e = SessionEvent::MechanismRefused {
             peer,
             mechanism: "CRAM-MD5".into(),

@@ -401,8 +401,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         _ => None,
     };
     let prometheus = match (prometheus_listener, config.http.prometheus_listen) {
-        (Some(listener), Some(addr)) => match crate::http::start_prometheus(listener, context())
-        {
+        (Some(listener), Some(addr)) => match crate::http::start_prometheus(listener, context()) {
             Ok(server) => Some(server),
             Err(e) => {
                 if let Some(http) = http {

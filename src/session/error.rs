@@ -457,8 +457,7 @@ impl ConnectionError {
             }
             ConnectionError::VhostNotFound(_)
             | ConnectionError::VhostRefused { .. }
-            | ConnectionError::NotAllowed(_)
-=> ReplyCode::NotAllowed,
+            | ConnectionError::NotAllowed(_) => ReplyCode::NotAllowed,
             ConnectionError::NotImplemented(_) => ReplyCode::NotImplemented,
             ConnectionError::Forced(_) | ConnectionError::MissedHeartbeats { .. } => {
                 ReplyCode::ConnectionForced

@@ -51,7 +51,10 @@ fn hmac(key: &[u8; 32], data: &[u8]) -> [u8; 32] {
         ipad[i] ^= k;
         opad[i] ^= k;
     }
-    let inner = Sha256::new().chain_update(ipad).chain_update(data).finalize();
+    let inner = Sha256::new()
+        .chain_update(ipad)
+        .chain_update(data)
+        .finalize();
     Sha256::new()
         .chain_update(opad)
         .chain_update(inner)

@@ -134,7 +134,11 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             }
         }
         ShardMsg::RepliesReturned(returns) => {
-            shard.state.borrow_mut().conn_side().replies_returned(returns);
+            shard
+                .state
+                .borrow_mut()
+                .conn_side()
+                .replies_returned(returns);
         }
         ShardMsg::Confirms(done) => {
             shard

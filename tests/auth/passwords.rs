@@ -126,10 +126,10 @@ async fn the_built_in_guest_is_announced_not_warned_about(shards: usize) {
     // Users from the file: no built-in note, and BRK-1017 for the plain-text ones.
     let broker = Broker::start_with_config(shards, &users_config());
     assert!(
-        broker
-            .logs()
-            .iter()
-            .any(|l| l.ends_with(&format!("BRK-1024 : Configuration file : {}", broker.config_path().expect("file").display()))),
+        broker.logs().iter().any(|l| l.ends_with(&format!(
+            "BRK-1024 : Configuration file : {}",
+            broker.config_path().expect("file").display()
+        ))),
         "{:#?}",
         broker.logs()
     );

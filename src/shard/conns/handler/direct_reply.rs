@@ -15,7 +15,9 @@ use bytes::Bytes;
 
 use crate::model::ids::{ChannelRef, ConnId, QueueId, QueueRef};
 use crate::model::message::Message;
-use crate::protocol::method::{BasicCancelOk, BasicConsume, BasicConsumeOk, BasicPublish, BasicReturn};
+use crate::protocol::method::{
+    BasicCancelOk, BasicConsume, BasicConsumeOk, BasicPublish, BasicReturn,
+};
 use crate::protocol::properties::{raw_reply_to, with_reply_to};
 use crate::protocol::{Method, ShortStr};
 use crate::session::channel::{ChannelPhase, ReplyConsumer};
