@@ -39,6 +39,7 @@ shard_tests!(
     refusals_in_rabbitmq_words,
     replies_to_a_gone_consumer_are_dropped_or_returned,
     an_altered_address_reaches_nobody,
+    declares_of_reply_names_are_passive,
     amqprs_rpc,
 );
 
@@ -417,6 +418,52 @@ async fn an_altered_address_reaches_nobody(shards: usize) {
         Err(e) if common::raw::is_timeout(&e) => {}
         other => panic!("unexpected frame {other:?}"),
     }
+}
+
+/// queue.declare-ok's (name, messages, consumers).
+fn declare_ok(c: &mut RawConn, channel: u16) -> (String, u32, u32) {
+    let ok = c.expect_method(channel, m::QUEUE_DECLARE_OK);
+    let mut d = ok.dec();
+    (d.shortstr(), d.long(), d.long())
+}
+
+/// As `rabbit_channel`, a declare in the namespace is always passive: the pseudo-queue
+/// exists, an address exists (0 messages, 1 consumer) while its channel has the reply
+/// consumer — asked of the requester's shard — and is 404 otherwise.
+async fn declares_of_reply_names_are_passive(shards: usize) {
+    let broker = Broker::start(shards);
+    let (mut requester, mut replier) = requester_and_replier(&broker, shards);
+    replier.send_queue_declare(1, PSEUDO, [true, false, false]);
+    assert_eq!(declare_ok(&mut replier, 1), (PSEUDO.to_owned(), 0, 1));
+    let own = requester.queue_declare(1, "", false, true, true);
+    requester.basic_consume(1, &own, true);
+    requester.channel_open(2);
+    let tag = reply_consume(&mut requester, 2);
+    let address = address_of(&mut requester, 2, 1, &own);
+    replier.send_queue_declare(1, &address, [false, false, false]);
+    assert_eq!(declare_ok(&mut replier, 1), (address.clone(), 0, 1));
+    // Forged: 404, and the channel is closed.
+    let forged = format!("{address}A");
+    replier.send_queue_declare(1, &forged, [false, false, false]);
+    assert_eq!(
+        replier.expect_channel_close(1),
+        (404, format!("NOT_FOUND - no queue '{forged}' in vhost '/'"))
+    );
+    // Cancelled: 404 too.
+    let args = Enc::new().shortstr(&tag).bits(&[false]).done();
+    requester
+        .send_method(2, (60, 30), &args)
+        .expect("basic.cancel");
+    requester.expect_method(2, (60, 31));
+    replier.channel_open(2);
+    replier.send_queue_declare(2, &address, [false, false, false]);
+    assert_eq!(
+        replier.expect_channel_close(2),
+        (
+            404,
+            format!("NOT_FOUND - no queue '{address}' in vhost '/'")
+        )
+    );
 }
 
 /// The same round trip as a client library makes it (amqprs, as pika's and amqplib's

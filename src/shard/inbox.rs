@@ -306,6 +306,9 @@ pub enum ShardMsg {
     DeadLetter(Vec<Routed>),
     /// Confirm outcomes for publishing channels on this shard.
     Confirms(Vec<ConfirmDone>),
+    /// Whether channel `.0` (of this shard) has a direct reply-to consumer: a passive
+    /// `queue.declare` of its reply address on another shard.
+    ReplyConsumer(ChannelRef, oneshot::Sender<bool>),
     /// Mandatory direct replies whose reply consumer was gone, for their publishing
     /// channels on this shard; sent before the confirms of the same turn.
     RepliesReturned(Vec<ReturnedReply>),

@@ -133,6 +133,14 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
                 st.queue_side().take_routed(shard, r, now);
             }
         }
+        ShardMsg::ReplyConsumer(to, reply) => {
+            let alive = shard
+                .state
+                .borrow_mut()
+                .conn_side()
+                .reply_consumer_alive(to);
+            let _ = reply.send(alive);
+        }
         ShardMsg::RepliesReturned(returns) => {
             shard
                 .state

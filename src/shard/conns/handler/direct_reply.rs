@@ -1,6 +1,7 @@
 //! Owns: direct reply-to, as RabbitMQ's `rabbit_channel` does it — a channel's reply
 //! consumer (`basic.consume` on `amq.rabbitmq.reply-to`, no-ack only, one per channel,
-//! and its `basic.cancel`), the rewrite of a publish's `reply_to = amq.rabbitmq.reply-to`
+//! and its `basic.cancel`), the (always passive) `queue.declare` of the pseudo-queue and
+//! of reply addresses, the rewrite of a publish's `reply_to = amq.rabbitmq.reply-to`
 //! to the channel's reply address, and the delivery of a publish to the default exchange
 //! with such an address as its routing key: straight into the consuming channel's
 //! outbound buffer when it lives on this shard, else with this turn's publishes to its
@@ -16,18 +17,34 @@ use bytes::Bytes;
 use crate::model::ids::{ChannelRef, ConnId, QueueId, QueueRef};
 use crate::model::message::Message;
 use crate::protocol::method::{
-    BasicCancelOk, BasicConsume, BasicConsumeOk, BasicPublish, BasicReturn,
+    BasicCancelOk, BasicConsume, BasicConsumeOk, BasicPublish, BasicReturn, QueueDeclare,
+    QueueDeclareOk,
 };
 use crate::protocol::properties::{raw_reply_to, with_reply_to};
 use crate::protocol::{Method, ShortStr};
+use crate::queue::QueueStats;
 use crate::session::channel::{ChannelPhase, ReplyConsumer};
-use crate::session::error::{ChannelError, ConnectionError, DirectReplyRefusal};
+use crate::session::error::{ChannelError, ConnectionError, DirectReplyRefusal, ObjectKind};
 use crate::session::reply_to;
 
-use super::{AfterFrame, MethodError};
+use super::channel::wait_for;
+use super::{AfterFrame, MethodError, PendingOp};
 use crate::shard::conns::ConnSide;
-use crate::shard::inbox::{ConfirmDone, DirectReply, ReturnedReply};
+use crate::shard::inbox::{ConfirmDone, DirectReply, QueueReply, ReturnedReply};
 use crate::shard::Shard;
+
+/// What a declare of a reply address answers: RabbitMQ's declare-ok of 0 messages and
+/// 1 consumer while the reply consumer exists, else 404.
+pub(super) fn declare_reply(alive: bool) -> QueueReply {
+    if alive {
+        QueueReply::Stats(QueueStats {
+            consumers: 1,
+            ..QueueStats::default()
+        })
+    } else {
+        QueueReply::Gone
+    }
+}
 
 /// A reply is dropped when its consumer's connection already has this many times
 /// `net.write_high_water` bytes waiting to be written: a reply consumer has no credit
@@ -94,6 +111,77 @@ impl ConnSide<'_> {
             );
         }
         Ok(AfterFrame::Continue)
+    }
+
+    /// `queue.declare` of a name in direct reply-to's namespace, always passive (as
+    /// `rabbit_channel`): the pseudo-queue exists; an address exists while the channel
+    /// it names has its reply consumer (asked of that channel's shard when it is
+    /// another); anything else is 404.
+    pub(super) fn reply_declare(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        number: u16,
+        decl: QueueDeclare,
+    ) -> Result<AfterFrame, MethodError> {
+        let name = decl.queue;
+        let to =
+            reply_to::resolve(name.as_bytes()).filter(|to| usize::from(to.shard) < shard.shards);
+        let alive = match to {
+            _ if name.as_bytes() == reply_to::PSEUDO_QUEUE.as_bytes() => true,
+            Some(to) if to.shard != shard.id => {
+                return wait_for(
+                    conn,
+                    number,
+                    PendingOp::ReplyDeclare {
+                        to,
+                        name,
+                        nowait: decl.nowait,
+                    },
+                );
+            }
+            Some(to) => self.reply_consumer_alive(to),
+            None => false,
+        };
+        if !alive {
+            return Err(ChannelError::NotFound {
+                kind: ObjectKind::Queue,
+                name: name.to_string(),
+                vhost: self
+                    .conn(conn)
+                    .map(|c| c.vhost_name.clone())
+                    .unwrap_or_default(),
+            }
+            .into());
+        }
+        if let Some(ch) = self
+            .conn_mut(conn)
+            .and_then(|c| c.channels.get_mut(&number))
+        {
+            ch.last_queue = name.clone();
+        }
+        if !decl.nowait {
+            self.reply(
+                conn,
+                number,
+                Method::QueueDeclareOk(QueueDeclareOk {
+                    queue: name,
+                    message_count: 0,
+                    consumer_count: 1,
+                }),
+            );
+        }
+        Ok(AfterFrame::Continue)
+    }
+
+    /// Whether channel `to` (of this shard) has its reply consumer.
+    pub fn reply_consumer_alive(&self, to: ChannelRef) -> bool {
+        self.conns
+            .get(to.conn)
+            .and_then(|c| c.channels.get(&to.channel))
+            .is_some_and(|ch| {
+                ch.epoch == to.epoch && ch.phase == ChannelPhase::Open && ch.direct_reply.is_some()
+            })
     }
 
     /// `basic.cancel` of the channel's reply consumer: true when `tag` was it (then
