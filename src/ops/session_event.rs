@@ -21,11 +21,14 @@ use super::fields::{LineFields, LogFields};
 pub enum SessionEvent {
     /// CON-1011: `connection.update-secret` was answered with update-secret-ok; the
     /// connection keeps the user and permissions it logged in with.
+    /// Rate-limited by the handler: `suppressed` updates were not logged since the
+    /// previous line.
     SecretUpdated {
         subject: String,
         user: String,
         mechanism: String,
         reason: String,
+        suppressed: u64,
     },
     /// CON-1012: `start-ok` named a mechanism `connection.start` did not offer; the
     /// socket is closed without a reply after `delay_s` seconds (0: at once, the shard
@@ -90,14 +93,21 @@ impl fmt::Display for SessionEvent {
                 user,
                 mechanism,
                 reason,
-            } => write!(
-                f,
-                "[{}] {code} : Secret updated : user '{}' ({}) keeps its identity and permissions : reason: {}",
-                Escaped(subject),
-                Escaped(user),
-                Escaped(mechanism),
-                Escaped(reason)
-            ),
+                suppressed,
+            } => {
+                write!(
+                    f,
+                    "[{}] {code} : Secret updated : user '{}' ({}) keeps its identity and permissions : reason: {}",
+                    Escaped(subject),
+                    Escaped(user),
+                    Escaped(mechanism),
+                    Escaped(reason)
+                )?;
+                if *suppressed > 0 {
+                    write!(f, " ({suppressed} more updates not logged)")?;
+                }
+                Ok(())
+            }
             SessionEvent::MechanismRefused {
                 peer,
                 mechanism,
@@ -142,6 +152,7 @@ mod tests {
             user: "alice".into(),
             mechanism: "PLAIN".into(),
             reason: "refresh\nBRK-1004 : Ready".into(),
+            suppressed: 0,
         };
         assert_eq!(
             e.to_string(),

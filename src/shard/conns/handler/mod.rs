@@ -50,6 +50,12 @@ use crate::shard::{Shard, TimerKey};
 
 pub use pending::{Pending, PendingOp};
 
+thread_local! {
+    /// This shard's (thread's) rate limit of CON-1011 lines: ten a second.
+    static SECRET_LINES: crate::limits::report::Reporter =
+        const { crate::limits::report::Reporter::new(Duration::from_secs(1), 10) };
+}
+
 /// What the reader does after a frame (named apart from flow control, which is
 /// `conns::flow`).
 pub enum AfterFrame {
@@ -179,13 +185,17 @@ impl ConnSide<'_> {
                 let Some(c) = self.conn_mut(conn) else {
                     return Ok(AfterFrame::Stop);
                 };
-                SessionEvent::SecretUpdated {
-                    subject: c.log_subject(),
-                    user: c.user.clone(),
-                    mechanism: c.auth_mechanism.clone(),
-                    reason: update.reason.as_str_lossy().into_owned(),
+                // A client looping on update-secret cannot flood the log.
+                if let Some(count) = SECRET_LINES.with(|r| r.note(shard.clock.now())) {
+                    SessionEvent::SecretUpdated {
+                        subject: c.log_subject(),
+                        user: c.user.clone(),
+                        mechanism: c.auth_mechanism.clone(),
+                        reason: update.reason.as_str_lossy().into_owned(),
+                        suppressed: count - 1,
+                    }
+                    .emit();
                 }
-                .emit();
                 c.out.method(
                     0,
                     &Method::ConnectionUpdateSecretOk(ConnectionUpdateSecretOk {}),
