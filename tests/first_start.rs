@@ -160,3 +160,48 @@ fn a_taken_amqp_address_stops_the_start_and_leaves_nothing() {
         data.display()
     );
 }
+
+/// `[::]` (the default address's form) listens dual-stack: an IPv4 client (`localhost`
+/// as 127.0.0.1) and an IPv6 one (`::1`) both log in, and the IPv4 one is seen, logged
+/// and admitted as the IPv4 loopback address it is (guest may log in from loopback
+/// only).
+#[test]
+fn a_wildcard_ipv6_listener_takes_ipv4_clients_too() {
+    let broker = common::Broker::start_prepared(1, None, |cmd| {
+        cmd.arg("--listen").arg("[::]:0");
+    });
+    let line = broker
+        .wait_for_log(
+            "BRK-1002 : Starting : Listening on TCP [::]:",
+            Duration::from_secs(5),
+        )
+        .expect("the [::] listener");
+    let port: u16 = line
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim().parse().ok())
+        .expect("port");
+    for addr in [format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
+        let mut c = RawConn::connect(&addr);
+        c.handshake();
+        c.channel_open(1);
+    }
+    assert!(
+        broker
+            .wait_for_log(
+                "CON-1001 : Open : Client: 127.0.0.1:",
+                Duration::from_secs(5)
+            )
+            .is_some(),
+        "{:#?}",
+        broker.logs()
+    );
+    assert!(
+        broker
+            .wait_for_log("CON-1001 : Open : Client: [::1]:", Duration::from_secs(5))
+            .is_some(),
+        "{:#?}",
+        broker.logs()
+    );
+    assert!(!broker.logs().iter().any(|l| l.contains("::ffff:")));
+}

@@ -318,7 +318,9 @@ impl Default for Config {
     fn default() -> Config {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Config {
-            listen: vec![SocketAddr::from(([0, 0, 0, 0], 5672))],
+            // Dual-stack (`net::listener`), as RabbitMQ: `localhost` may be ::1 or
+            // 127.0.0.1; 0.0.0.0 where the kernel has no IPv6.
+            listen: vec![SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 5672))],
             shards: cores,
             pin_cores: None,
             data_dir: PathBuf::from("./sluice-data"),
@@ -660,6 +662,14 @@ pub fn parse_core_list(text: &str) -> Result<Vec<usize>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_amqp_listener_is_dual_stack() {
+        assert_eq!(
+            Config::default().listen,
+            vec!["[::]:5672".parse::<SocketAddr>().expect("addr")]
+        );
+    }
 
     #[test]
     fn core_lists() {

@@ -1,6 +1,6 @@
 //! Owns: [`ConfigEvent`], the operational lines of a configuration reload on SIGHUP
-//! (BRK-1018..1020) the configuration in use at start (BRK-1024) and a default management address
-//! that is taken (BRK-1025), rendered and emitted under `sluice::ops` like every
+//! (BRK-1018..1020) the configuration in use at start (BRK-1024), a default management address
+//! that is taken (BRK-1025) and a `[::]` listener without IPv6 (BRK-1026), rendered and emitted under `sluice::ops` like every
 //! [`super::event::OpsEvent`]. Documented in `config/log-codes.md`.
 //!
 //! Does not: decide what is reloaded (`config::reload`) or apply it (`server`).
@@ -37,6 +37,13 @@ pub enum ConfigEvent {
         addr: std::net::SocketAddr,
         error: String,
     },
+    /// BRK-1026: at start, a `[::]` listener address could not be bound because the
+    /// kernel has no IPv6; `0.0.0.0` on the same port is bound instead.
+    Ipv4Only {
+        addr: std::net::SocketAddr,
+        instead: std::net::SocketAddr,
+        error: String,
+    },
 }
 
 impl ConfigEvent {
@@ -47,6 +54,7 @@ impl ConfigEvent {
             ConfigEvent::ReloadFailed { .. } => "BRK-1020",
             ConfigEvent::InUse { .. } => "BRK-1024",
             ConfigEvent::ManagementPortTaken { .. } => "BRK-1025",
+            ConfigEvent::Ipv4Only { .. } => "BRK-1026",
         }
     }
 
@@ -62,7 +70,8 @@ impl LogFields for ConfigEvent {
             ConfigEvent::Reloaded { .. } | ConfigEvent::InUse { .. } => Level::INFO,
             ConfigEvent::NeedsRestart { .. }
             | ConfigEvent::ReloadFailed { .. }
-            | ConfigEvent::ManagementPortTaken { .. } => Level::WARN,
+            | ConfigEvent::ManagementPortTaken { .. }
+            | ConfigEvent::Ipv4Only { .. } => Level::WARN,
         }
     }
 
@@ -99,6 +108,15 @@ impl fmt::Display for ConfigEvent {
             ConfigEvent::ManagementPortTaken { addr, error } => write!(
                 f,
                 "{code} : Management listener not started : the default address {addr} is taken ({}) : the broker goes on without it; set http.listen or --http-listen (or \"off\")",
+                Escaped(error)
+            ),
+            ConfigEvent::Ipv4Only {
+                addr,
+                instead,
+                error,
+            } => write!(
+                f,
+                "{code} : IPv6 not available : {addr} ({}) : listening on {instead} instead",
                 Escaped(error)
             ),
             ConfigEvent::InUse {
