@@ -10,6 +10,8 @@
 //! - `durable`: what is declared over HTTP survives a stop and a kill -9;
 //! - `export`: `GET /api/definitions` in RabbitMQ's format, `POST` into a fresh broker,
 //!   the round trip, malformed imports;
+//! - `policies`: `/api/policies`, applied to existing and new queues on every shard at
+//!   once, removed, refused with RabbitMQ's reasons, durable, exported and imported;
 //! - `authz`: who may change what (RabbitMQ's `is_authorized_vhost`, resource
 //!   permissions, and `is_authorized_admin` for definitions).
 
@@ -23,6 +25,8 @@ mod bindings;
 mod durable;
 #[path = "http_definitions/export.rs"]
 mod export;
+#[path = "http_definitions/policies.rs"]
+mod policies;
 
 use serde_json::{json, Value};
 

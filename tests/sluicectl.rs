@@ -207,6 +207,59 @@ fn users_permissions_and_limits_take_effect() {
 }
 
 #[test]
+fn policies_are_set_listed_and_cleared() {
+    let broker = Broker::start_with_config(1, FILE);
+    let port = broker.http_port();
+    ok(port, &["declare-queue", "ctl.p"]);
+    for i in 0..4 {
+        let payload = format!("m{i}");
+        ok(
+            port,
+            &["publish", "--routing-key", "ctl.p", "--payload", &payload],
+        );
+    }
+    let set = [
+        "set-policy",
+        "cap",
+        "^ctl\\.",
+        "{\"max-length\": 2}",
+        "--apply-to",
+        "queues",
+        "--priority",
+        "4",
+    ];
+    assert_eq!(ok(port, &set), "");
+    assert_eq!(
+        ok(port, &["policies"]),
+        "vhost  name  pattern  apply-to  priority  definition\n\
+         /      cap   ^ctl\\.   queues    4         {\"max-length\":2}\n"
+    );
+    let queue: serde_json::Value =
+        serde_json::from_str(&ok(port, &["queues", "--json"])).expect("json");
+    let queue = &queue[0];
+    assert_eq!(
+        (&queue["name"], &queue["messages"], &queue["policy"]),
+        (
+            &serde_json::json!("ctl.p"),
+            &serde_json::json!(2),
+            &serde_json::json!("cap")
+        )
+    );
+    let bad = ctl(port, &["set-policy", "bad", ".*", "{\"nope\": 1}"]);
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    assert!(
+        stderr(&bad).contains("are not recognised policy settings"),
+        "{bad:?}"
+    );
+    assert_eq!(ok(port, &["clear-policy", "cap"]), "");
+    assert_eq!(
+        ok(port, &["policies"]),
+        "vhost  name  pattern  apply-to  priority  definition\n"
+    );
+    assert_eq!(ctl(port, &["clear-policy", "cap"]).status.code(), Some(1));
+}
+
+#[test]
 fn exit_statuses_passwords_and_global_flags() {
     let broker = Broker::start_with_config(1, FILE);
     let port = broker.http_port();

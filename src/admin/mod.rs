@@ -3,7 +3,7 @@
 //! deleted over the management API — applied one at a time on its own thread (`sluice-admin`,
 //! a current-thread tokio runtime): a run-time change is validated against the
 //! configuration in force, written to the store's definitions log by the coordinator
-//! (`ShardMsg::PersistAccess`, answered once synced), put over the file's users and
+//! (`ShardMsg::PersistRuntime`, answered once synced), put over the file's users and
 //! permissions (`config::access`), sent to every shard (`ShardMsg::Reload`, each acked)
 //! and only then to the management thread and the caller. So when a change is answered
 //! it survives a restart and every shard has it.
@@ -13,6 +13,7 @@
 //! reload themselves: refreshed grants, deleted users' connections closed).
 
 mod change;
+pub mod policy;
 
 use std::sync::Arc;
 
@@ -21,10 +22,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::config::Config;
 use crate::limits::ConnectionCounts;
 use crate::ops::config_event::ConfigEvent;
-use crate::shard::inbox::{Peers, ShardMsg};
-use crate::store::access::{AccessChange, AccessOverlay};
+use crate::shard::inbox::{Peers, RuntimeRecords, ShardMsg};
+use crate::store::access::AccessOverlay;
 
 pub use change::{AccessRequest, AdminError, Changed, NewPassword, USER_LIMITS, VHOST_LIMITS};
+pub use policy::PolicyRequest;
 
 /// Requests waiting for the admin thread at most; the management listener's own
 /// connection cap bounds the callers, this bounds the queue between.
@@ -38,6 +40,7 @@ enum Request {
         oneshot::Sender<Arc<Config>>,
     ),
     Access(AccessRequest, oneshot::Sender<Result<Changed, AdminError>>),
+    Policy(PolicyRequest, oneshot::Sender<Result<Changed, AdminError>>),
 }
 
 /// What the admin thread starts from.
@@ -118,6 +121,17 @@ impl AdminHandle {
             .map_err(|_| AdminError::Stopping)?;
         rx.await.map_err(|_| AdminError::Stopping)?
     }
+
+    /// Puts or deletes a policy; answers once it is on disk and every shard's home
+    /// queues have it in force.
+    pub async fn policy(&self, request: PolicyRequest) -> Result<Changed, AdminError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Policy(request, tx))
+            .await
+            .map_err(|_| AdminError::Stopping)?;
+        rx.await.map_err(|_| AdminError::Stopping)?
+    }
 }
 
 /// Brings the directory slots in line with the vhosts in force: a new vhost takes the
@@ -168,6 +182,10 @@ async fn serve(seed: AdminSeed, mut rx: mpsc::Receiver<Request>) {
                 let outcome = authority.access(request).await;
                 let _ = reply.send(outcome);
             }
+            Request::Policy(request, reply) => {
+                let outcome = authority.policy(request).await;
+                let _ = reply.send(outcome);
+            }
         }
     }
 }
@@ -202,12 +220,26 @@ impl Authority {
         if changes.is_empty() {
             return Ok(outcome);
         }
-        self.persist(&changes).await;
+        self.persist(RuntimeRecords::Access(changes.clone())).await;
         for c in &changes {
             self.overlay.apply(c);
         }
         let (merged, _) = crate::config::access::overlay(&self.file, &self.overlay);
+        // A deleted vhost takes its policies with it (as RabbitMQ clears its runtime
+        // parameters).
+        let deleted: Vec<String> = self
+            .in_force
+            .vhosts
+            .iter()
+            .filter(|v| !merged.vhosts.contains(v))
+            .cloned()
+            .collect();
+        let (gone_policies, policies_left) = policy::of_deleted_vhosts(&self.in_force, &deleted);
+        if !gone_policies.is_empty() {
+            self.persist(RuntimeRecords::Policies(gone_policies)).await;
+        }
         let mut config = (*self.in_force).clone();
+        config.runtime_policies = policies_left;
         config.users = merged.users;
         config.permissions = merged.permissions;
         let closed = slots_for(&mut config.vhost_slots, &merged.vhosts);
@@ -230,12 +262,37 @@ impl Authority {
         Ok(outcome)
     }
 
+    /// A policy put or deleted: checked, written, then applied on every shard.
+    async fn policy(&mut self, request: PolicyRequest) -> Result<Changed, AdminError> {
+        let acting = request.acting().to_owned();
+        let planned = policy::plan(&self.in_force, &request)?;
+        self.persist(RuntimeRecords::Policies(vec![planned.change.clone()]))
+            .await;
+        let mut config = (*self.in_force).clone();
+        config.runtime_policies = Arc::clone(&planned.set);
+        let config = Arc::new(config);
+        let mut acks = Vec::with_capacity(self.peers.len());
+        for shard in 0..self.peers.len() {
+            let (tx, rx) = oneshot::channel();
+            self.peers
+                .send(shard as u16, ShardMsg::Policies(Arc::clone(&config), tx));
+            acks.push(rx);
+        }
+        let mut queues = 0;
+        for ack in acks {
+            queues += ack.await.unwrap_or(0);
+        }
+        self.live.send_replace(Arc::clone(&config));
+        self.in_force = config;
+        policy::log(&planned, &acting, queues);
+        Ok(planned.outcome)
+    }
+
     /// Written to the definitions log by the coordinator; returns once synced (or at
     /// once if shard 0 is gone: the broker is stopping).
-    async fn persist(&self, changes: &[AccessChange]) {
+    async fn persist(&self, records: RuntimeRecords) {
         let (tx, rx) = oneshot::channel();
-        self.peers
-            .send(0, ShardMsg::PersistAccess(changes.to_vec(), tx));
+        self.peers.send(0, ShardMsg::PersistRuntime(records, tx));
         let _ = rx.await;
     }
 

@@ -1,7 +1,8 @@
 //! Owns: reading a RabbitMQ definitions export (`rabbitmqctl export_definitions`, the
 //! management API's `/api/definitions`) — users, vhosts and permissions become `[auth]`
-//! and `[vhosts]` configuration entries; durable exchanges, queues and bindings are
-//! added to a data dir's definitions log — and the account of everything not imported.
+//! and `[vhosts]` configuration entries; policies and durable exchanges, queues and
+//! bindings are added to a data dir's definitions log — and the account of everything
+//! not imported.
 //!
 //! The export is read by `crate::definitions` (the one parser of the format, shared with
 //! `POST /api/definitions`); an item it cannot read is skipped with its reason.
@@ -20,8 +21,10 @@ use crate::model::exchange::{ExchangeDef, ExchangeKind};
 use crate::model::ids::QueueId;
 use crate::model::routing::PREDECLARED;
 use crate::policy::queue_args;
+use crate::policy::set::{self, Policy};
 use crate::protocol::ShortStr;
 use crate::store::definitions::{self, DurableBinding, DurableQueue};
+use crate::store::policies::PolicyChange;
 
 use crate::auth::password::Password;
 
@@ -92,6 +95,7 @@ pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String
             "users",
             "vhosts",
             "permissions",
+            "policies",
             "queues",
             "exchanges",
             "bindings",
@@ -199,13 +203,14 @@ pub fn convert(root: &Value, skipped: &mut Skipped) -> Result<Conversion, String
 /// What [`apply`] added.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Applied {
+    pub policies: usize,
     pub exchanges: usize,
     pub queues: usize,
     pub bindings: usize,
 }
 
-/// Adds the export's durable exchanges, queues and bindings (of the vhosts it defines)
-/// to the definitions log in `data_dir`, which no broker may be using.
+/// Adds the export's policies and durable exchanges, queues and bindings (of the vhosts
+/// it defines) to the definitions log in `data_dir`, which no broker may be using.
 pub fn apply(
     root: &Value,
     vhosts: &[String],
@@ -218,6 +223,7 @@ pub fn apply(
     let mut defs = definitions::load(data_dir).map_err(fail)?.definitions;
     let mut applied = Applied::default();
     let known_vhost = |v: &str| vhosts.iter().any(|n| n == v);
+    applied.policies = add_policies(root, &known_vhost, &mut defs, skipped);
     for x in readable(defs::exchanges(root), "exchanges", skipped) {
         let (name, vhost) = (x.name.as_str(), x.vhost.as_str());
         let what = format!("'{name}' in vhost '{vhost}'");
@@ -353,4 +359,43 @@ pub fn apply(
     }
     definitions::compact(data_dir, &defs).map_err(fail)?;
     Ok(applied)
+}
+
+/// The export's policies, validated as the management API validates them (a policy
+/// refused there is skipped here with the same reason), put into `defs`. How many.
+fn add_policies(
+    root: &Value,
+    known_vhost: &dyn Fn(&str) -> bool,
+    defs: &mut definitions::Definitions,
+    skipped: &mut Skipped,
+) -> usize {
+    let items = root.get("policies").and_then(Value::as_array);
+    let mut added = 0;
+    for item in items.map_or(&[][..], Vec::as_slice) {
+        let field = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or_default();
+        let (vhost, name) = (field("vhost"), field("name"));
+        let what = format!("'{name}' in vhost '{vhost}'");
+        let policy = if name.is_empty() {
+            Err("no name".to_owned())
+        } else if !known_vhost(vhost) {
+            Err("its vhost is not defined".to_owned())
+        } else {
+            set::draft_of(vhost, name, item).and_then(Policy::validate)
+        };
+        match policy {
+            Ok(policy) => {
+                defs.policies.apply(&PolicyChange::Put {
+                    vhost: vhost.to_owned(),
+                    name: name.to_owned(),
+                    json: policy.json().to_string(),
+                });
+                added += 1;
+            }
+            Err(reason) => {
+                let reason = reason.trim_end().replace("\n\n", ": ").replace('\n', "; ");
+                skipped.add("policies", format!("{what}: {reason}"));
+            }
+        }
+    }
+    added
 }

@@ -122,14 +122,15 @@ fn import_definitions(
     if let Some(dir) = data_dir {
         let applied = import::apply(&root, &conversion.vhosts, dir, &mut skipped)?;
         summary = format!(
-            "added to {}: {} exchanges, {} queues, {} bindings\n",
+            "added to {}: {} policies, {} exchanges, {} queues, {} bindings\n",
             dir.display(),
+            applied.policies,
             applied.exchanges,
             applied.queues,
             applied.bindings
         );
     } else {
-        for kind in ["exchanges", "queues", "bindings"] {
+        for kind in ["policies", "exchanges", "queues", "bindings"] {
             let items = root.get(kind).and_then(serde_json::Value::as_array);
             for item in items.map_or(&[][..], Vec::as_slice) {
                 let name = item.get("name").or_else(|| item.get("destination"));

@@ -41,6 +41,14 @@ impl User {
         self.tags.iter().any(|t| t == "administrator")
     }
 
+    /// Whether the user may change policies: RabbitMQ's `policymaker` or
+    /// `administrator` tag.
+    pub fn is_policymaker(&self) -> bool {
+        self.tags
+            .iter()
+            .any(|t| t == "policymaker" || t == "administrator")
+    }
+
     /// Whether the management API admits this user once `[auth] permissions` is set:
     /// RabbitMQ's management-family tags.
     pub fn may_use_management(&self) -> bool {
@@ -175,6 +183,9 @@ pub struct Config {
     pub vhost_slots: Vec<Option<String>>,
     /// Description and tags of the vhosts created at run time (RabbitMQ's metadata).
     pub vhost_metadata: Vec<(String, crate::store::access::StoredVhost)>,
+    /// The policies set over the management API (never from the file): the store's,
+    /// changed by the admin thread (`crate::admin`), applied by every shard.
+    pub runtime_policies: crate::policy::set::PolicySet,
     pub users: Vec<User>,
     /// `users` is the built-in default (guest/guest, loopback only): no file set
     /// `[auth] users`. BRK-1017 does not warn about a password nobody chose.
@@ -329,6 +340,7 @@ impl Default for Config {
             vhosts: vec!["/".to_owned()],
             vhost_slots: Vec::new(),
             vhost_metadata: Vec::new(),
+            runtime_policies: Default::default(),
             users: vec![User {
                 name: "guest".to_owned(),
                 password: crate::auth::password::Password::Plain("guest".to_owned()),

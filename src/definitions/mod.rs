@@ -334,7 +334,7 @@ pub fn permissions(root: &Value) -> Vec<Item<PermissionDef>> {
 }
 
 /// The items of a section sluice holds nothing of (`topic_permissions`, `parameters`,
-/// `global_parameters`, `policies` until they are built): their names.
+/// `global_parameters`): their names.
 pub fn others(root: &Value, name: &'static str) -> Vec<Item<OtherDef>> {
     items(root, name, |f| {
         let name = f.text("name")?;

@@ -3,12 +3,12 @@
 //! (the import), for administrators only. Export and import are built section by section,
 //! one function each (users, vhosts, permissions, topic permissions, parameters, global
 //! parameters, policies, queues, exchanges, bindings), so a section sluice gains later
-//! (policies: `admin::policy`) is wired in as one more function.
+//! is wired in as one more function.
 //!
 //! An import is read whole first (`crate::definitions`, the parser `sluice
 //! import-definitions` uses too: a malformed item refuses the import before anything
-//! changes), then applied in RabbitMQ's order: users, vhosts and permissions through the
-//! admin thread (`AccessRequest`), queues, exchanges and bindings through the
+//! changes), then applied in RabbitMQ's order: users, vhosts, permissions and policies
+//! through the admin thread (`AccessRequest`, `PolicyRequest`), queues, exchanges and bindings through the
 //! coordinator as declares are (`topology`). It stops at the first item refused and
 //! answers 400 naming it (BRK-1022); the items before it stay applied, as in RabbitMQ.
 //! As RabbitMQ's import does, a queue or exchange that exists already is passed over
@@ -99,7 +99,7 @@ async fn export(ctx: &Context, config: &Config, vhost: Option<&str>) -> HttpResp
         out.insert("global_parameters".into(), json!([]));
     }
     out.insert("parameters".into(), json!([]));
-    out.insert("policies".into(), export_policies());
+    out.insert("policies".into(), export_policies(config, vhost));
     out.insert("queues".into(), export_queues(&views));
     out.insert("exchanges".into(), export_exchanges(&views));
     out.insert("bindings".into(), export_bindings(&views));
@@ -145,9 +145,24 @@ fn export_permissions(config: &Config) -> Value {
     Value::Array(permissions_of(config, |_, _| true))
 }
 
-/// Sluice holds no policies yet; the policy store (`admin::policy`) fills this section.
-fn export_policies() -> Value {
-    json!([])
+/// The policies in force (of one vhost, without the vhost field, for a vhost's export).
+fn export_policies(config: &Config, vhost: Option<&str>) -> Value {
+    let Value::Array(all) = crate::admin::policy::export(config) else {
+        return json!([]);
+    };
+    let Some(vhost) = vhost else {
+        return Value::Array(all);
+    };
+    let mine = all
+        .into_iter()
+        .filter(|p| p["vhost"] == vhost)
+        .map(|mut p| {
+            if let Some(item) = p.as_object_mut() {
+                item.remove("vhost");
+            }
+            p
+        });
+    Value::Array(mine.collect())
 }
 
 /// Every queue that is not exclusive (an exclusive one cannot be restored), durable or
@@ -217,6 +232,8 @@ struct Read {
     users: Vec<defs::UserDef>,
     vhosts: Vec<defs::VhostDef>,
     permissions: Vec<defs::PermissionDef>,
+    /// RabbitMQ's policy objects, each with its vhost (checked by `admin::policy`).
+    policies: Vec<Value>,
     queues: Vec<QueueItem>,
     exchanges: Vec<ExchangeItem>,
     bindings: Vec<BindingItem>,
@@ -234,7 +251,7 @@ fn all<T>(items: Vec<Item<T>>) -> Result<Vec<T>, String> {
 /// would be lost). RabbitMQ's exports always carry the cluster's name and id as global
 /// parameters; those describe the source cluster and are passed over.
 fn refuse_unheld(root: &Value, vhost: Option<&str>) -> Result<(), String> {
-    let mut sections = vec!["parameters", "policies"];
+    let mut sections = vec!["parameters"];
     if vhost.is_none() {
         sections.extend(["topic_permissions", "global_parameters"]);
     }
@@ -270,6 +287,11 @@ fn read(body: &Bytes, vhost: Option<&str>) -> Result<Read, String> {
         users: Vec::new(),
         vhosts: Vec::new(),
         permissions: Vec::new(),
+        policies: match root.get("policies") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(list)) => list.clone(),
+            Some(_) => return Err("policies is not a list".into()),
+        },
         queues: all(defs::queues(&root))?,
         exchanges: all(defs::exchanges(&root))?,
         bindings: all(defs::bindings(&root))?,
@@ -281,6 +303,9 @@ fn read(body: &Bytes, vhost: Option<&str>) -> Result<Read, String> {
             read.permissions = all(defs::permissions(&root))?;
         }
         Some(v) => {
+            for policy in read.policies.iter_mut().filter_map(Value::as_object_mut) {
+                policy.insert("vhost".into(), json!(v));
+            }
             read.queues.iter_mut().for_each(|q| q.vhost = v.to_owned());
             read.exchanges
                 .iter_mut()
@@ -334,6 +359,7 @@ async fn apply(
     import_users(ctx, read.users, acting, counts).await?;
     import_vhosts(ctx, read.vhosts, acting, counts).await?;
     import_permissions(ctx, read.permissions, acting, counts).await?;
+    import_policies(ctx, &read.policies, acting, counts).await?;
     import_queues(ctx, read.queues, counts).await?;
     import_exchanges(ctx, read.exchanges, counts).await?;
     import_bindings(ctx, read.bindings, counts).await
@@ -346,6 +372,28 @@ fn admin_refused(section: &str, index: usize, what: &str, e: AdminError) -> Stri
         AdminError::Stopping => "the broker is stopping".to_owned(),
     };
     format!("{section}[{index}] {what}: {reason}")
+}
+
+async fn import_policies(
+    ctx: &Context,
+    policies: &[Value],
+    acting: &str,
+    counts: &mut ImportCounts,
+) -> Result<(), String> {
+    for (i, entry) in policies.iter().enumerate() {
+        let field = |key: &str| entry.get(key).and_then(Value::as_str).unwrap_or_default();
+        let what = format!("'{}' in vhost '{}'", field("name"), field("vhost"));
+        let requests = crate::admin::policy::import_requests(std::slice::from_ref(entry), acting)
+            .map_err(|e| admin_refused("policies", i, &what, e))?;
+        for request in requests {
+            ctx.admin
+                .policy(request)
+                .await
+                .map_err(|e| admin_refused("policies", i, &what, e))?;
+        }
+        counts.policies += 1;
+    }
+    Ok(())
 }
 
 async fn import_users(

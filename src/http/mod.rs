@@ -35,6 +35,7 @@ pub mod messages;
 pub mod metrics;
 pub mod nodes;
 pub mod paging;
+pub mod policies;
 pub mod prometheus;
 pub mod rates;
 pub mod topology;
@@ -383,6 +384,7 @@ async fn route(
         first_area_that_answers!(
             access,
             limits,
+            policies,
             messages,
             topology,
             definitions,

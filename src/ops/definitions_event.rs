@@ -18,6 +18,7 @@ pub struct ImportCounts {
     pub users: usize,
     pub vhosts: usize,
     pub permissions: usize,
+    pub policies: usize,
     pub queues: usize,
     pub exchanges: usize,
     pub bindings: usize,
@@ -76,8 +77,14 @@ impl fmt::Display for ImportCounts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} users, {} vhosts, {} permissions, {} queues, {} exchanges, {} bindings",
-            self.users, self.vhosts, self.permissions, self.queues, self.exchanges, self.bindings
+            "{} users, {} vhosts, {} permissions, {} policies, {} queues, {} exchanges, {} bindings",
+            self.users,
+            self.vhosts,
+            self.permissions,
+            self.policies,
+            self.queues,
+            self.exchanges,
+            self.bindings
         )
     }
 }
@@ -142,7 +149,7 @@ mod tests {
         };
         assert_eq!(
             done.to_string(),
-            "BRK-1021 : Definitions imported : 1 users, 0 vhosts, 0 permissions, 2 queues, 0 exchanges, 0 bindings by 'guest'"
+            "BRK-1021 : Definitions imported : 1 users, 0 vhosts, 0 permissions, 0 policies, 2 queues, 0 exchanges, 0 bindings by 'guest'"
         );
         let refused = DefinitionsEvent::ImportRefused {
             vhost: Some("/".into()),

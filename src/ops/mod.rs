@@ -14,5 +14,6 @@ pub mod fields;
 pub mod limit_event;
 pub mod log;
 pub mod notify;
+pub mod policy_event;
 pub mod session_event;
 pub mod store_event;

@@ -14,5 +14,6 @@ pub mod capacity;
 pub mod max_length;
 pub mod queue_args;
 pub mod rate;
+pub mod set;
 pub mod slow_consumer;
 pub mod watermark;

@@ -2,7 +2,8 @@
 //! (`x-max-length`), its capacity and the publishers it has flow-stopped, and its
 //! slow-consumer state: the settings found so far, the resolved policy (active only while
 //! the queue has a topic binding), the rate meters and the alert bookkeeping that keeps
-//! operational log lines to one per alert gap.
+//! operational log lines to one per alert gap; and the run-time policy (`policy::set`)
+//! its limits were last resolved with.
 //!
 //! Does not: decide (the `policy` module does) or act (the shard does). Everything here is
 //! plain data that lives and dies with the queue, so a check needs no lookup beyond the
@@ -10,12 +11,14 @@
 
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::model::ids::{ChannelRef, IdHasher};
 use crate::policy::capacity::Capacity;
 use crate::policy::max_length::MaxLength;
 use crate::policy::rate::{RateEstimator, WindowMeter};
+use crate::policy::set::Policy;
 use crate::policy::slow_consumer::{Prediction, SlowConsumerPolicy, SlowConsumerSettings};
 
 /// A queue's limits and policy state.
@@ -29,6 +32,9 @@ pub struct QueueLimits {
     pub alerts: Alerts,
     /// The periodic policy check is armed on the shard's wheel.
     pub timer_armed: bool,
+    /// The run-time policy whose definition is merged into the declare arguments the
+    /// limits above (and the queue's TTL, expiry and dead-letter settings) came from.
+    pub policy: Option<Arc<Policy>>,
 }
 
 impl QueueLimits {
@@ -40,6 +46,7 @@ impl QueueLimits {
             slow: SlowState::new(rate_window),
             alerts: Alerts::default(),
             timer_armed: false,
+            policy: None,
         }
     }
 
@@ -54,8 +61,13 @@ impl QueueLimits {
 /// Slow-consumer state of one queue (seed 000).
 #[derive(Debug)]
 pub struct SlowState {
-    /// The `x-slow-consumer-*` declare arguments.
+    /// The `x-slow-consumer-*` declare arguments, with the run-time policy's
+    /// `sluice-slow-consumer-*` keys filling in those the queue does not declare.
     pub declared: SlowConsumerSettings,
+    /// The configuration file's level found at the first topic binding (a `[[topic]]`
+    /// entry or the vhost default): what `declared` is resolved over again when the
+    /// queue's run-time policy changes.
+    pub base: SlowConsumerSettings,
     /// Whether the settings below came from a `[[topic]]` entry (more specific than the
     /// vhost default, so a later binding does not replace them).
     pub from_topic_entry: bool,
@@ -80,6 +92,7 @@ impl SlowState {
     fn new(rate_window: Duration) -> SlowState {
         SlowState {
             declared: SlowConsumerSettings::default(),
+            base: SlowConsumerSettings::default(),
             from_topic_entry: false,
             policy: None,
             topic_bindings: 0,

@@ -443,7 +443,12 @@ impl Queue {
     #[inline]
     pub fn died(&mut self, entry: Entry, reason: Reason) {
         self.finished(&entry);
-        self.died_message(entry.msg, reason);
+        // Only a queue without a dead-letter exchange evicts bodies; one that was given
+        // an exchange later (by a run-time policy) has no body to dead-letter for an
+        // entry still evicted.
+        if !entry.evicted {
+            self.died_message(entry.msg, reason);
+        }
     }
 
     /// [`Queue::died`] for a message that never became an entry (refused by

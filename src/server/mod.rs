@@ -265,6 +265,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         .map_err(StartError::Store)?;
     let overlay = std::mem::take(&mut recovered.access);
     let mut in_force = users_in_force(&file, &overlay);
+    in_force.runtime_policies = crate::admin::policy::recovered(&recovered.policies);
     // Every shard's directory starts with the vhosts in force, in this order.
     in_force.vhost_slots = in_force.vhosts.iter().cloned().map(Some).collect();
     let config = Arc::new(in_force);

@@ -122,6 +122,55 @@ pub struct ChannelStats {
     pub get_no_ack: u64,
     pub redeliver: u64,
     pub ack: u64,
+    /// `basic.get` answered `get-empty`.
+    pub get_empty: u64,
+    /// Publishes no queue took: returned (mandatory) or dropped.
+    pub return_unroutable: u64,
+    pub drop_unroutable: u64,
+    /// In confirm mode: publishes received and those answered (ack or nack), read from
+    /// the confirm tracker when asked ([`Channel::totals`]), never counted per message.
+    pub publish_confirm: u64,
+    pub confirm: u64,
+}
+
+impl ChannelStats {
+    pub fn add(&mut self, o: &ChannelStats) {
+        self.publish += o.publish;
+        self.deliver += o.deliver;
+        self.deliver_no_ack += o.deliver_no_ack;
+        self.get += o.get;
+        self.get_no_ack += o.get_no_ack;
+        self.redeliver += o.redeliver;
+        self.ack += o.ack;
+        self.get_empty += o.get_empty;
+        self.return_unroutable += o.return_unroutable;
+        self.drop_unroutable += o.drop_unroutable;
+        self.publish_confirm += o.publish_confirm;
+        self.confirm += o.confirm;
+    }
+}
+
+thread_local! {
+    /// The totals of the channels this thread (a shard) has dropped: with the open
+    /// channels' they are the shard's message totals since start (RabbitMQ's global
+    /// counters), kept without any work per message.
+    static RETIRED: std::cell::Cell<ChannelStats> = std::cell::Cell::new(ChannelStats::default());
+}
+
+/// The totals of the channels closed on this thread so far.
+pub fn retired_totals() -> ChannelStats {
+    RETIRED.with(std::cell::Cell::get)
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        let mine = self.totals();
+        RETIRED.with(|r| {
+            let mut all = r.get();
+            all.add(&mine);
+            r.set(all);
+        });
+    }
 }
 
 impl Channel {
@@ -246,6 +295,16 @@ impl Channel {
     /// The tag the next delivery will get.
     pub fn next_delivery_tag(&self) -> u64 {
         self.next_tag
+    }
+
+    /// The channel's counts, with the confirm figures read from its tracker.
+    pub fn totals(&self) -> ChannelStats {
+        let mut stats = self.stats;
+        if let Some(t) = &self.confirms {
+            stats.publish_confirm = t.last_assigned();
+            stats.confirm = t.settled();
+        }
+        stats
     }
 
     /// Counts a publish on this channel (`message_stats.publish`); returns the channel.

@@ -104,6 +104,9 @@ pub async fn coordinate(shard: &Rc<Shard>, req: ControlRequest) -> ControlReply 
                 plan(&mut st, shard, other)
             };
             let (changes, ok) = planned?;
+            if let ControlOk::QueueDeclared { .. } = ok {
+                super::ShardCounters::bump(&shard.counters.queues_declared);
+            }
             broadcast(shard, changes).await;
             Ok(ok)
         }
@@ -255,6 +258,18 @@ async fn broadcast(shard: &Rc<Shard>, changes: Vec<DirectoryChange>) {
     // Durable changes are on disk before anyone applies them, so nothing can be
     // confirmed into a queue the definitions do not have yet.
     super::home::persist::persist_definitions(shard, &changes).await;
+    let counters = &shard.counters;
+    for change in &changes {
+        match change {
+            DirectoryChange::DeclareQueue { .. } => {
+                super::ShardCounters::bump(&counters.queues_created)
+            }
+            DirectoryChange::DeleteQueue { .. } => {
+                super::ShardCounters::bump(&counters.queues_deleted)
+            }
+            _ => {}
+        }
+    }
     let changes = Arc::new(changes);
     {
         let mut st = shard.state.borrow_mut();

@@ -295,6 +295,13 @@ pub enum ControlOk {
 
 pub type ControlReply = Result<ControlOk, ChannelError>;
 
+/// Run-time changes of the definitions log's access and policy records.
+#[derive(Debug)]
+pub enum RuntimeRecords {
+    Access(Vec<crate::store::access::AccessChange>),
+    Policies(Vec<crate::store::policies::PolicyChange>),
+}
+
 /// Everything that crosses between shards.
 #[derive(Debug)]
 pub enum ShardMsg {
@@ -332,9 +339,12 @@ pub enum ShardMsg {
     Shutdown,
     /// Put this reloaded configuration in force (SIGHUP), then acknowledge.
     Reload(Arc<crate::config::Config>, oneshot::Sender<()>),
-    /// Users and permissions changed at run time, for the coordinator (shard 0) to write
-    /// to the definitions log; the sender is told once they are synced.
-    PersistAccess(Vec<crate::store::access::AccessChange>, oneshot::Sender<()>),
+    /// What the admin thread changed at run time, for the coordinator (shard 0) to write
+    /// to the definitions log; the sender is told once it is synced.
+    PersistRuntime(RuntimeRecords, oneshot::Sender<()>),
+    /// The policies set at run time changed: put this configuration in force and apply
+    /// them to the home queues at once; answered with how many queues changed policy.
+    Policies(Arc<crate::config::Config>, oneshot::Sender<usize>),
     /// The operator interfaces (`crate::http`) ask for figures or an action; answered
     /// from the shard's own state in the turn it arrives (`shard::observe`).
     Observe(

@@ -209,9 +209,17 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
                 .queue_request(shard, req);
             let _ = reply.send(answer);
         }
-        ShardMsg::Observe(req, reply) => {
-            let _ = reply.send(super::observe::answer(shard, req));
-        }
+        ShardMsg::Observe(req, reply) => match super::observe::answer_or_wait(shard, req) {
+            super::observe::Answer::Now(answer) => {
+                let _ = reply.send(answer);
+            }
+            super::observe::Answer::OnceSynced(synced) => {
+                tokio_uring::spawn(async move {
+                    let written = synced.await.unwrap_or(false);
+                    let _ = reply.send(super::inbox::observe::ObserveReply::Enqueued(written));
+                });
+            }
+        },
         ShardMsg::WatchBindings(tx, watched) => {
             let st = shard.state.borrow();
             shard.binding_watch.start(&st.common.directory, tx, watched);
@@ -231,12 +239,18 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             drop(st);
             let _ = ack.send(());
         }
-        ShardMsg::PersistAccess(changes, ack) => {
+        ShardMsg::PersistRuntime(records, ack) => {
             let shard = Rc::clone(shard);
             tokio_uring::spawn(async move {
-                super::home::persist::persist_access(&shard, &changes).await;
+                super::home::persist::persist_runtime(&shard, &records).await;
                 let _ = ack.send(());
             });
+        }
+        ShardMsg::Policies(config, ack) => {
+            shard.reload(config);
+            let changed = shard.state.borrow_mut().queue_side().apply_policies(shard);
+            shard.flush_soon();
+            let _ = ack.send(changed);
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod housekeeping;
 pub mod inbox;
 pub mod mailbox;
 pub mod memory;
+pub mod message_sizes;
 pub mod messages;
 pub mod observe;
 pub mod outbox;
@@ -200,6 +201,14 @@ pub struct ShardCounters {
     /// Logins refused: a wrong password, a loopback-only user from elsewhere
     /// (`auth_attempts_failed_total`).
     pub logins_failed: Cell<u64>,
+    /// Published body sizes (`rabbitmq_message_size_bytes`): one add per publish.
+    pub message_sizes: message_sizes::MessageSizes,
+    /// The coordinator's (shard 0's) queue churn: `queue.declare`s it answered, the
+    /// queues they created, and the queues deleted (by a client, auto-delete, expiry,
+    /// a vhost's deletion or a slow-consumer verdict). Zero on the other shards.
+    pub queues_declared: Cell<u64>,
+    pub queues_created: Cell<u64>,
+    pub queues_deleted: Cell<u64>,
 }
 
 impl ShardCounters {

@@ -6,7 +6,7 @@
 //! `shard::messages`.
 //!
 //! Each request is answered from the shard's own `State` in one borrow, in the turn the
-//! request arrives ([`answer`]). The reply is plain owned data sent back on a oneshot, so
+//! request arrives ([`answer`]; a persistent publish once it is on disk, [`answer_or_wait`]). The reply is plain owned data sent back on a oneshot, so
 //! the HTTP thread formats it at its own pace: a slow HTTP client never holds a shard.
 //!
 //! Does not: format anything for the wire (JSON and the exposition format are `http`'s),
@@ -37,6 +37,40 @@ fn text(s: &ShortStr) -> String {
     s.as_str_lossy().into_owned()
 }
 
+/// How a request is answered: now, or (a management API publish of a persistent
+/// message) once what this turn staged is on disk, as a publisher confirm is, so that
+/// a message the answer says was routed survives a crash.
+pub enum Answer {
+    Now(ObserveReply),
+    /// Told whether the group holding the message was written.
+    OnceSynced(tokio::sync::oneshot::Receiver<bool>),
+}
+
+/// Answers a request from the shard's own state (see [`Answer`]).
+pub fn answer_or_wait(shard: &Shard, req: ObserveRequest) -> Answer {
+    let ObserveRequest::Enqueue {
+        queues,
+        msg,
+        permits,
+    } = req
+    else {
+        return Answer::Now(answer(shard, req));
+    };
+    let persistent = msg.is_persistent();
+    let accepted = super::messages::enqueue(shard, &queues, msg, permits);
+    if !(accepted && persistent) {
+        return Answer::Now(ObserveReply::Enqueued(accepted));
+    }
+    let (synced_tx, synced) = tokio::sync::oneshot::channel();
+    shard
+        .state
+        .borrow_mut()
+        .queue_side()
+        .wait_for_sync(synced_tx);
+    shard.flush_soon();
+    Answer::OnceSynced(synced)
+}
+
 /// Answers a request in this turn, from the shard's own state.
 pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
     let now = shard.clock.now();
@@ -53,7 +87,12 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
                 channels_opened: c.channels_opened.get(),
                 logins_succeeded: c.logins_succeeded.get(),
                 logins_failed: c.logins_failed.get(),
+                queues_declared: c.queues_declared.get(),
+                queues_created: c.queues_created.get(),
+                queues_deleted: c.queues_deleted.get(),
             };
+            view.message_totals = message_totals(&st);
+            view.message_sizes = c.message_sizes.read();
             view.cpu_seconds = thread_cpu_seconds();
             ObserveReply::Snapshot(Box::new(view))
         }
@@ -132,6 +171,17 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
     }
 }
 
+/// The totals of every channel this shard has had: the closed ones' and the open ones'.
+fn message_totals(st: &State) -> crate::session::channel::ChannelStats {
+    let mut all = crate::session::channel::retired_totals();
+    for c in st.conns.iter() {
+        for ch in c.channels.values() {
+            all.add(&ch.totals());
+        }
+    }
+    all
+}
+
 /// The message counters of this shard's home queues, channels and exchanges: copies of
 /// plain numbers (no names but the exchanges that were published to).
 fn counters(st: &State) -> CounterView {
@@ -198,6 +248,7 @@ fn queue_view(q: &Queue, home: ShardId, now: Instant) -> QueueView {
         exclusive: q.settings.exclusive,
         auto_delete: q.settings.auto_delete,
         arguments: q.settings.arguments.clone(),
+        policy: q.limits.policy.clone(),
         ready: u64::from(stats.messages),
         unacked: q.held_count().saturating_sub(u64::from(stats.messages)),
         ready_bytes: stats.depth_bytes,

@@ -70,6 +70,8 @@ pub struct Definitions {
     pub next_queue_id: u64,
     /// Users and permissions changed at run time (`super::access`).
     pub access: super::access::AccessOverlay,
+    /// Policies set at run time (`super::policies`).
+    pub policies: super::policies::StoredPolicies,
 }
 
 fn put_str(out: &mut BytesMut, s: &str) {
@@ -243,6 +245,9 @@ impl Definitions {
         if super::access::is_access_record(tag) {
             return self.access.replay(tag, b).map_err(BadDefinition);
         }
+        if super::policies::is_policy_record(tag) {
+            return self.policies.replay(tag, b).map_err(BadDefinition);
+        }
         let vhost = if tag == QUEUE_ID_FLOOR {
             String::new()
         } else {
@@ -378,6 +383,7 @@ impl Definitions {
             }
         }
         self.access.snapshot_into(&mut out);
+        self.policies.snapshot_into(&mut out);
         let floor = self.next_queue_id;
         record::append(&mut out, 0, |o| {
             o.put_u8(QUEUE_ID_FLOOR);

@@ -66,6 +66,11 @@ impl DefinitionsWriter {
         super::access::encode(&mut self.pending, change);
     }
 
+    /// Adds the record of a policy change to the next group.
+    pub fn append_policy(&mut self, change: &super::policies::PolicyChange) {
+        super::policies::encode(&mut self.pending, change);
+    }
+
     /// Whether records wait.
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()

@@ -11,7 +11,8 @@
 //!
 //! Layout:
 //! ```text
-//! DATA_DIR/definitions.log                 durable exchanges, queues, bindings
+//! DATA_DIR/definitions.log                 durable exchanges, queues, bindings, run-time
+//!                                          users, permissions, vhosts, policies
 //! DATA_DIR/messages/store.meta             the shard count of this layout
 //! DATA_DIR/messages/shard-<i>/<n>.seg      shard i's segments, n = 00000001, …
 //! ```
@@ -22,6 +23,7 @@ pub mod definitions_writer;
 pub mod disk_free;
 pub mod message_log;
 pub mod page;
+pub mod policies;
 pub mod quota;
 pub mod record;
 pub mod recovery;
@@ -87,6 +89,8 @@ pub struct Recovered {
     pub definitions_bytes: u64,
     /// Users and permissions changed at run time, to put over the file's.
     pub access: access::AccessOverlay,
+    /// Policies set at run time (`policies`), RabbitMQ's JSON of each.
+    pub policies: policies::StoredPolicies,
 }
 
 /// Why the store could not be opened.
@@ -250,5 +254,6 @@ pub fn open(
         shards: recovered,
         definitions_bytes,
         access: defs.access,
+        policies: defs.policies,
     })
 }

@@ -66,7 +66,7 @@ async fn imported_definitions_run() {
     assert!(out.stdout.is_empty(), "--output given: nothing on stdout");
     assert!(
         stderr.contains(&format!(
-            "added to {}: 2 exchanges, 2 queues, 4 bindings\n",
+            "added to {}: 1 policies, 2 exchanges, 2 queues, 4 bindings\n",
             data.display()
         )),
         "{stderr}"
@@ -83,6 +83,8 @@ async fn imported_definitions_run() {
         "  users: 'x509-client': no password hash",
         "  permissions: user 'importer' on vhost 'staging': the vhost is not defined",
         "  global_parameters: 'cluster_name': not imported by sluice",
+        "  policies: 'mirror' in vhost '/': Validation failed: [{<<\"ha-mode\">>,<<\"all\">>}] \
+         are not recognised policy settings",
     ] {
         assert!(stderr.contains(reason), "missing {reason:?} in\n{stderr}");
     }
@@ -90,6 +92,19 @@ async fn imported_definitions_run() {
 
     // The data dir is refused while a broker holds it.
     let broker = Broker::start_in(&data, 2, Some(&toml));
+    // The policy is in the store and in force on the queues it matches.
+    let queue = crate::common::http::request(
+        broker.http_port(),
+        "GET",
+        "/api/queues/%2F/orders.eu",
+        Some(("importer", "imp0rt!")),
+    );
+    assert_eq!(queue.status, 200, "{}", queue.body);
+    assert_eq!(queue.json()["policy"], "ttl");
+    assert_eq!(
+        queue.json()["effective_policy_definition"],
+        serde_json::json!({"message-ttl": 60000})
+    );
     let locked = import(&["--data-dir".as_ref(), data.as_os_str()]);
     assert_eq!(locked.status.code(), Some(1));
     let err = String::from_utf8_lossy(&locked.stderr);
@@ -198,6 +213,10 @@ fn without_a_data_dir_the_config_goes_to_stdout() {
         stderr.contains("  queues: 'orders.eu': not applied (no --data-dir given)"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("  policies: 'ttl': not applied (no --data-dir given)"),
+        "policies live in the store: {stderr}"
+    );
 }
 
 /// What would break the broker or be cut short is refused with a reason, never written:
@@ -249,7 +268,8 @@ fn unusable_entries_are_skipped_and_the_output_is_private() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("added to ") && stderr.contains(": 1 exchanges, 1 queues, 0 bindings\n"),
+        stderr.contains("added to ")
+            && stderr.contains(": 0 policies, 1 exchanges, 1 queues, 0 bindings\n"),
         "{stderr}"
     );
     for reason in [

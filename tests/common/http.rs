@@ -206,7 +206,7 @@ fn parse_sample(line: &str) -> Sample {
 /// before its samples), and samples; no `# EOF`. Panics on anything else.
 pub fn parse_prometheus_text(text: &str) -> Vec<Sample> {
     let mut samples = Vec::new();
-    let mut typed = std::collections::BTreeSet::new();
+    let mut typed = std::collections::BTreeMap::new();
     for line in text.lines().filter(|l| !l.is_empty()) {
         if let Some(meta) = line.strip_prefix("# ") {
             let mut words = meta.splitn(3, ' ');
@@ -217,15 +217,23 @@ pub fn parse_prometheus_text(text: &str) -> Vec<Sample> {
                         ["counter", "gauge", "untyped", "histogram", "summary"].contains(&kind),
                         "bad type: {line}"
                     );
-                    assert!(typed.insert(name.to_owned()), "family typed twice: {line}");
+                    assert!(
+                        typed.insert(name.to_owned(), kind.to_owned()).is_none(),
+                        "family typed twice: {line}"
+                    );
                 }
                 _ => panic!("bad comment line: {line}"),
             }
             continue;
         }
         let sample = parse_sample(line);
+        // A histogram's samples are its name with _bucket, _sum and _count.
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .filter_map(|suffix| sample.name.strip_suffix(suffix))
+            .find(|base| typed.get(*base).is_some_and(|k| k == "histogram"));
         assert!(
-            typed.contains(&sample.name),
+            typed.contains_key(&sample.name) || family.is_some(),
             "sample before its # TYPE: {line}"
         );
         samples.push(sample);

@@ -121,7 +121,7 @@ fn rabbitmqadmin_administers_users_and_permissions() {
 
 /// rabbitmqadmin's topology, message, limit and definitions commands: declare and list
 /// an exchange, a queue and a binding, publish and get through them, purge, a vhost
-/// limit, close a connection, export and import, then delete what it declared.
+/// limit, a policy, close a connection, export and import, then delete what it declared.
 #[test]
 fn rabbitmqadmin_declares_publishes_gets_exports_and_imports() {
     if !std::path::Path::new(RABBITMQADMIN).exists() {
@@ -233,6 +233,36 @@ fn rabbitmqadmin_declares_publishes_gets_exports_and_imports() {
     );
     let text = run(&["delete", "vhost_limit", "vhost=/", "name=max-queues"]);
     assert!(text.contains("vhost_limit deleted"), "{text}");
+
+    // A policy: declared, in force on the queue at once, listed, deleted.
+    for i in 0..3 {
+        let payload = format!("payload=again {i}");
+        run(&["publish", "exchange=orders", "routing_key=eu.de", &payload]);
+    }
+    let text = run(&[
+        "declare",
+        "policy",
+        "name=eu-cap",
+        "pattern=^eu$",
+        "apply-to=queues",
+        "definition={\"max-length\": 1}",
+        "priority=3",
+    ]);
+    assert!(text.contains("policy declared"), "{text}");
+    let policies = tsv(&[
+        "list", "policies", "name", "pattern", "apply-to", "priority",
+    ]);
+    assert!(
+        policies.lines().any(|l| l == "eu-cap\t^eu$\tqueues\t3"),
+        "{policies}"
+    );
+    let queues = tsv(&["list", "queues", "name", "messages", "policy"]);
+    assert!(queues.lines().any(|l| l == "eu\t1\teu-cap"), "{queues}");
+    let text = run(&["delete", "policy", "name=eu-cap"]);
+    assert!(text.contains("policy deleted"), "{text}");
+    let policies = tsv(&["list", "policies", "name"]);
+    assert_eq!(policies.trim(), "", "{policies}");
+    run(&["purge", "queue", "name=eu"]);
 
     // Close a connection by the name it is listed under.
     let mut held = login(&broker, "guest", "guest").expect("open");

@@ -195,7 +195,7 @@ fn definitions_export_in_rabbitmqs_format_and_import_into_a_fresh_broker() {
         .expect("BRK-1021");
     assert!(
         line.ends_with(
-            "BRK-1021 : Definitions imported : 2 users, 2 vhosts, 3 permissions, 3 queues, 2 exchanges, 3 bindings by 'guest'"
+            "BRK-1021 : Definitions imported : 2 users, 2 vhosts, 3 permissions, 0 policies, 3 queues, 2 exchanges, 3 bindings by 'guest'"
         ),
         "{line}"
     );
@@ -294,7 +294,7 @@ fn malformed_imports_are_refused_with_rabbitmqs_reasons() {
         .expect("BRK-1022");
     assert!(
         line.ends_with(
-            "BRK-1022 : Definitions import refused : failed_to_parse_json : applied before it 0 users, 0 vhosts, 0 permissions, 0 queues, 0 exchanges, 0 bindings by 'guest'"
+            "BRK-1022 : Definitions import refused : failed_to_parse_json : applied before it 0 users, 0 vhosts, 0 permissions, 0 policies, 0 queues, 0 exchanges, 0 bindings by 'guest'"
         ),
         "{line}"
     );
@@ -313,7 +313,13 @@ fn malformed_imports_are_refused_with_rabbitmqs_reasons() {
         ),
         (
             json!({"policies": [{"name": "p", "vhost": "/", "pattern": ".*"}]}),
-            "policies[0] 'p': policies are not supported by sluice",
+            "policies[0] 'p' in vhost '/': [{key_missing,definition}]",
+        ),
+        (
+            json!({"policies": [{"name": "p", "vhost": "/", "pattern": ".*",
+                                 "definition": {"ha-mode": "all"}}]}),
+            "policies[0] 'p' in vhost '/': Validation failed\n\n[{<<\"ha-mode\">>,<<\"all\">>}] \
+             are not recognised policy settings\n",
         ),
     ] {
         let r = admin(port, "POST", "/api/definitions", Some(body));
@@ -337,7 +343,7 @@ fn malformed_imports_are_refused_with_rabbitmqs_reasons() {
     );
     assert_eq!(broker.count_logs("BRK-1021"), 0);
     assert!(
-        crate::common::wait_until(EVENT_TIMEOUT, || broker.count_logs("BRK-1022") == 6),
+        crate::common::wait_until(EVENT_TIMEOUT, || broker.count_logs("BRK-1022") == 7),
         "BRK-1022 lines: {}",
         broker.count_logs("BRK-1022")
     );

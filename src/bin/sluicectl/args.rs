@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[command(
     name = "sluicectl",
     version,
-    about = "sluice's management tool: lists and administers queues, exchanges, bindings, users, vhosts, permissions and limits, exports and imports definitions, publishes and gets messages, and runs health checks over the management API"
+    about = "sluice's management tool: lists and administers queues, exchanges, bindings, users, vhosts, permissions, limits and policies, exports and imports definitions, publishes and gets messages, and runs health checks over the management API"
 )]
 pub struct Args {
     /// The management listener: http://HOST:PORT, https://HOST:PORT or HOST:PORT (http).
@@ -184,6 +184,25 @@ pub enum Command {
         scope: LimitScope,
         name: String,
         limit: String,
+    },
+    /// Policies (--vhost: only that vhost's).
+    Policies,
+    /// Set a policy in --vhost (default /), as rabbitmqctl set_policy NAME PATTERN
+    /// DEFINITION: DEFINITION is a JSON object of policy keys (max-length, overflow,
+    /// message-ttl, sluice-capacity, ...).
+    SetPolicy {
+        name: String,
+        pattern: String,
+        definition: String,
+        /// queues, exchanges or all.
+        #[arg(long, default_value = "all")]
+        apply_to: String,
+        #[arg(long, default_value_t = 0)]
+        priority: i64,
+    },
+    /// Remove a policy from --vhost (default /).
+    ClearPolicy {
+        name: String,
     },
     /// Write the definitions to FILE (- for stdout).
     Export {

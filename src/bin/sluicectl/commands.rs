@@ -1,5 +1,6 @@
 //! Owns: what each object command sends (paths, bodies) and prints — lists, queues,
-//! exchanges, bindings, users, vhosts, permissions, limits, definitions, publish and get.
+//! exchanges, bindings, users, vhosts, permissions, limits, policies, definitions, publish
+//! and get.
 
 use serde_json::{json, Map, Value};
 
@@ -187,6 +188,26 @@ pub fn run(c: &Client, args: &Args) -> Option<Result<String, Error>> {
         Command::ClearLimit { scope, name, limit } => {
             done(c.call("DELETE", &limit_path(*scope, name, limit), None))
         }
+        Command::Policies => list(c, args, "/api/policies", tables::POLICIES),
+        Command::SetPolicy {
+            name,
+            pattern,
+            definition,
+            apply_to,
+            priority,
+        } => serde_json::from_str::<Value>(definition)
+            .map_err(|e| Error::Other(format!("DEFINITION is not JSON: {e}")))
+            .and_then(|definition| {
+                let body = json!({"pattern": pattern, "definition": definition,
+                                  "apply-to": apply_to, "priority": priority});
+                let path = format!("/api/policies/{}/{}", enc(vh), enc(name));
+                done(c.call("PUT", &path, Some(&body)))
+            }),
+        Command::ClearPolicy { name } => done(c.call(
+            "DELETE",
+            &format!("/api/policies/{}/{}", enc(vh), enc(name)),
+            None,
+        )),
         Command::Export { file } => export(c, file),
         Command::Import { file } => read_input(file).and_then(|bytes| {
             let defs: Value = serde_json::from_slice(&bytes)

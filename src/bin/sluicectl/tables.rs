@@ -127,6 +127,15 @@ pub const FEDERATION: &[(&str, &str)] = &[
 ];
 pub const USERS: &[(&str, &str)] = &[("name", "name"), ("tags", "tags")];
 pub const VHOSTS: &[(&str, &str)] = &[("name", "name"), ("description", "description")];
+pub const POLICIES: &[(&str, &str)] = &[
+    ("vhost", "vhost"),
+    ("name", "name"),
+    ("pattern", "pattern"),
+    ("apply-to", "apply-to"),
+    ("priority", "priority"),
+    ("definition", "definition"),
+];
+
 pub const PERMISSIONS: &[(&str, &str)] = &[
     ("vhost", "vhost"),
     ("user", "user"),

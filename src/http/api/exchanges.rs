@@ -30,6 +30,7 @@ pub(super) async fn exchanges(
             rates.exchange(vhost, name),
         ))
     };
+    let live = ctx.live.borrow().clone();
     let all: Vec<Value> = dir
         .iter()
         .filter(|v| vhost.is_none_or(|h| v.vhost == h) && viewer.sees_vhost(&v.vhost))
@@ -39,6 +40,7 @@ pub(super) async fn exchanges(
                     "name": e.name, "vhost": v.vhost, "type": e.kind, "durable": e.durable,
                     "auto_delete": e.auto_delete, "internal": e.internal,
                     "arguments": table_json(&e.arguments),
+                    "policy": crate::http::policies::exchange_policy(&live, &v.vhost, &e.name),
                 });
                 if let Some(stats) = stats(&v.vhost, &e.name) {
                     one["message_stats"] = stats;

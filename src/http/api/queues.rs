@@ -43,6 +43,10 @@ pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
         "auto_delete": q.auto_delete,
         "exclusive": q.exclusive,
         "arguments": table_json(&q.arguments),
+        "policy": q.policy.as_ref().map(|p| p.name.clone()),
+        "operator_policy": Value::Null,
+        "effective_policy_definition":
+            Value::Object(q.policy.as_ref().map(|p| p.definition.clone()).unwrap_or_default()),
         "state": "running",
         "type": "classic",
         "messages": q.ready + q.unacked,

@@ -9,10 +9,10 @@
 //! Every figure is read, none is counted here: the queue figures and the connection,
 //! channel and login totals come from the shards' snapshots (`ShardView`, plain per-shard
 //! counters bumped once per connection, channel or login, never per message), memory
-//! and disk from their boards. The per-queue counters (`rabbitmq_queue_messages_published_total`,
-//! `rabbitmq_global_messages_delivered_total`) are the sums over the queues that exist
-//! now, so a deleted queue takes its share with it (Prometheus's `rate` treats the drop
-//! as a counter reset).
+//! and disk from their boards. The per-queue counter `rabbitmq_queue_messages_published_total`
+//! is the sum over the queues that exist now, so a deleted queue takes its share with it
+//! (Prometheus's `rate` treats the drop as a counter reset); the global message counters
+//! are totals since start (`global`).
 //!
 //! Does not: encode the text (that is `text`), or keep anything between scrapes.
 
@@ -26,8 +26,6 @@ use super::{process, Endpoint};
 
 /// The AMQP 0-9-1 label of the per-protocol families.
 const AMQP: (&str, &str) = ("protocol", "amqp091");
-/// sluice's queues are classic queues in RabbitMQ's terms.
-const CLASSIC: (&str, &str) = ("queue_type", "rabbit_classic_queue");
 
 /// The figures of one queue family row: one queue, or the sum of all of them.
 #[derive(Default, Clone, Copy)]
@@ -183,21 +181,7 @@ pub fn render(ctx: &Context, shards: &[ShardView], endpoint: Endpoint) -> String
         &[AMQP],
         sum(|s| s.consumer_count) as f64,
     );
-    let delivered: u64 = shards
-        .iter()
-        .flat_map(|s| &s.queues)
-        .map(|q| q.counters.delivered)
-        .sum();
-    e.family(
-        "rabbitmq_global_messages_delivered_total",
-        Kind::Counter,
-        "Total number of messages delivered to consumers",
-    )
-    .sample(
-        "rabbitmq_global_messages_delivered_total",
-        &[AMQP, CLASSIC],
-        delivered as f64,
-    );
+    super::global::render(&mut e, shards);
 
     // totals
     e.single(

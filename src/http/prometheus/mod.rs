@@ -1,6 +1,7 @@
 //! Owns: the Prometheus listener's answers (`http.prometheus_listen`,
 //! `--prometheus-listen`; off by default) — `GET /metrics` and `GET /metrics/per-object`
-//! under RabbitMQ's own metric names, types and labels (`families`), in the text format
+//! under RabbitMQ's own metric names, types and labels (`families`, and the global
+//! message counters `global`), in the text format
 //! rabbitmq_prometheus answers with (`text`), so that RabbitMQ's published Grafana
 //! dashboards and alerts work unchanged; and the process's descriptor figures (`process`,
 //! also on sluice's own `/metrics`). Like rabbitmq_prometheus on 15692, it asks for no
@@ -16,6 +17,7 @@
 //! figure is a shard's, a board's, or the kernel's).
 
 pub mod families;
+pub mod global;
 pub mod process;
 pub mod text;
 

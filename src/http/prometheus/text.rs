@@ -17,6 +17,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub enum Kind {
     Counter,
     Gauge,
+    Histogram,
     Untyped,
 }
 
@@ -25,6 +26,7 @@ impl Kind {
         match self {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
             Kind::Untyped => "untyped",
         }
     }

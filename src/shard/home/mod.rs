@@ -1,6 +1,7 @@
 //! Owns: the queue side of a shard — the queues whose home this shard is, their
 //! consumers and credit, dispatch, settlements and queue requests (`queues`), the queue
-//! policies (`policy`), publishes arriving from other shards (`arrivals`), dead letters
+//! policies (`policy`) and the run-time policies put in force on them
+//! (`runtime_policy`), publishes arriving from other shards (`arrivals`), dead letters
 //! (`dead_letter`), paging bodies out and back (`paging`), and the durable queues'
 //! persistence and held confirms (`persist`).
 //!
@@ -16,6 +17,7 @@ pub mod paging;
 pub mod persist;
 pub mod policy;
 pub mod queues;
+pub mod runtime_policy;
 
 use std::time::Instant;
 
@@ -56,6 +58,10 @@ pub struct HomeQueues {
     /// Confirms of publishes that entered durable queues this turn: they go out once
     /// the group sealed at the turn's end is on disk (`persist`).
     held_confirms: Vec<super::inbox::ConfirmDone>,
+    /// Management API publishes of persistent messages waiting, like the confirms, for
+    /// the group sealed at the turn's end: told true once it is on disk, false when it
+    /// could not be written.
+    sync_waiters: Vec<tokio::sync::oneshot::Sender<bool>>,
     /// Home queues with evicted entries (`paging`), and those being read back now.
     evicting: Vec<QueueId>,
     paging_in: Vec<QueueId>,

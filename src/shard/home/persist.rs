@@ -28,7 +28,7 @@ use crate::store::recovery::RecoveredShard;
 use crate::store::shard_store::{self, Group, ShardStore, Spare, COMPACT_MAX_LIVE};
 
 use super::QueueSide;
-use crate::shard::inbox::ConfirmDone;
+use crate::shard::inbox::{ConfirmDone, RuntimeRecords};
 use crate::shard::{Shard, State};
 
 /// What a shard owns of the store.
@@ -168,6 +168,45 @@ impl QueueSide<'_> {
         };
         crate::shard::outbox::push_confirm(&mut self.home.held_confirms, done);
     }
+
+    /// `waiter` is told once everything staged so far is on disk (true), or that the
+    /// group holding it could not be written (false).
+    pub fn wait_for_sync(&mut self, waiter: tokio::sync::oneshot::Sender<bool>) {
+        self.home.sync_waiters.push(waiter);
+    }
+}
+
+/// What waits for a group: its publishers' confirms and the management API's waiters.
+#[derive(Default)]
+struct Held {
+    confirms: Vec<ConfirmDone>,
+    waiters: Vec<tokio::sync::oneshot::Sender<bool>>,
+}
+
+impl Held {
+    fn take(st: &mut State) -> Held {
+        Held {
+            confirms: std::mem::take(&mut st.home.held_confirms),
+            waiters: std::mem::take(&mut st.home.sync_waiters),
+        }
+    }
+
+    /// Sends the confirms (nacked when `!written`) and tells the waiters; returns how
+    /// many publishes were nacked.
+    fn release(self, st: &mut State, written: bool) -> u64 {
+        let mut nacked = 0;
+        for mut done in self.confirms {
+            if !written {
+                nacked += done.last - done.first + 1;
+                done.rejected = true;
+            }
+            st.common.outbox.confirm(done.channel.shard, done);
+        }
+        for waiter in self.waiters {
+            let _ = waiter.send(written);
+        }
+        nacked
+    }
 }
 
 /// Starts writing what this turn staged, unless a group is being written (its end
@@ -175,8 +214,8 @@ impl QueueSide<'_> {
 pub fn commit_store(shard: &Rc<Shard>) {
     let group = shard.store.borrow_mut().seal();
     if let Some(group) = group {
-        let confirms = std::mem::take(&mut shard.state.borrow_mut().home.held_confirms);
-        tokio_uring::spawn(write_group(Rc::clone(shard), group, confirms));
+        let held = Held::take(&mut shard.state.borrow_mut());
+        tokio_uring::spawn(write_group(Rc::clone(shard), group, held));
         return;
     }
     // Confirms held with nothing left to write (a parked publish whose message was
@@ -186,12 +225,10 @@ pub fn commit_store(shard: &Rc<Shard>) {
         return;
     }
     let mut st = shard.state.borrow_mut();
-    if st.home.held_confirms.is_empty() {
+    if st.home.held_confirms.is_empty() && st.home.sync_waiters.is_empty() {
         return;
     }
-    for done in std::mem::take(&mut st.home.held_confirms) {
-        st.common.outbox.confirm(done.channel.shard, done);
-    }
+    Held::take(&mut st).release(&mut st, true);
     drop(st);
     shard.flush_soon();
 }
@@ -221,16 +258,26 @@ pub async fn persist_definitions(shard: &Rc<Shard>, changes: &[DirectoryChange])
     let _ = waiter.await;
 }
 
-/// Records users and permissions changed at run time and returns once they are synced
-/// (at once where the broker keeps no definitions log). Coordinator only.
-pub async fn persist_access(shard: &Rc<Shard>, changes: &[crate::store::access::AccessChange]) {
+/// Records what the admin thread changed at run time (users, permissions, vhosts,
+/// limits, policies: `RuntimeRecords`) and returns once it is synced (at once where the
+/// broker keeps no definitions log). Coordinator only.
+pub async fn persist_runtime(shard: &Rc<Shard>, records: &RuntimeRecords) {
     let waiter = {
         let mut writer = shard.definitions.borrow_mut();
         let Some(writer) = writer.as_mut() else {
             return;
         };
-        for change in changes {
-            writer.append_access(change);
+        match records {
+            RuntimeRecords::Access(changes) => {
+                for change in changes {
+                    writer.append_access(change);
+                }
+            }
+            RuntimeRecords::Policies(changes) => {
+                for change in changes {
+                    writer.append_policy(change);
+                }
+            }
         }
         writer.has_pending().then(|| writer.waiter())
     };
@@ -388,7 +435,7 @@ fn retry_failed(shard: &Rc<Shard>, now: Instant) {
         store.failed.take()
     };
     if let Some(group) = group {
-        tokio_uring::spawn(write_group(Rc::clone(shard), group, Vec::new()));
+        tokio_uring::spawn(write_group(Rc::clone(shard), group, Held::default()));
     }
 }
 
@@ -400,7 +447,7 @@ fn retry_failed(shard: &Rc<Shard>, now: Instant) {
 async fn group_failed(
     shard: &Rc<Shard>,
     group: Group,
-    confirms: Vec<ConfirmDone>,
+    held: Held,
     path: &Path,
     error: &std::io::Error,
 ) {
@@ -412,15 +459,7 @@ async fn group_failed(
         store.dead_segments()
     };
     shard.disk.free.write_failed(usize::from(shard.id), bytes);
-    let mut nacked = 0;
-    {
-        let mut st = shard.state.borrow_mut();
-        for mut done in confirms {
-            nacked += done.last - done.first + 1;
-            done.rejected = true;
-            st.common.outbox.confirm(done.channel.shard, done);
-        }
-    }
+    let nacked = held.release(&mut shard.state.borrow_mut(), false);
     log_failure(shard, path, error, nacked);
     shard.flush();
     for (number, bytes) in dead {
@@ -543,19 +582,14 @@ async fn retire_segment(shard: &Shard, number: u32, bytes: u64) {
 
 /// Writes and syncs one group, then releases its confirms, lets the next group go and
 /// deletes the segments it freed. A failure is [`group_failed`]'s.
-async fn write_group(shard: Rc<Shard>, mut group: Group, confirms: Vec<ConfirmDone>) {
+async fn write_group(shard: Rc<Shard>, mut group: Group, held: Held) {
     if let Err((path, e)) = write_and_sync(&shard, &mut group).await {
-        group_failed(&shard, group, confirms, &path, &e).await;
+        group_failed(&shard, group, held, &path, &e).await;
         return;
     }
     shard.disk.free.write_done(usize::from(shard.id));
     let dead = shard.store.borrow_mut().committed(&group);
-    {
-        let mut st = shard.state.borrow_mut();
-        for done in confirms {
-            st.common.outbox.confirm(done.channel.shard, done);
-        }
-    }
+    held.release(&mut shard.state.borrow_mut(), true);
     shard.flush();
     for (number, bytes) in dead {
         retire_segment(&shard, number, bytes).await;

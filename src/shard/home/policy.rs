@@ -56,6 +56,27 @@ pub fn admits(q: &mut Queue, size: u64) -> bool {
     false
 }
 
+/// `x-overflow = drop-head`: discards (dead-letters) from the head until the queue is
+/// within its length limits. Whether any was discarded (to be reported).
+pub(super) fn drop_head_to_limit(q: &mut Queue) -> bool {
+    let Some(ml) = q
+        .limits
+        .max_length
+        .filter(|m| m.overflow == Overflow::DropHead)
+    else {
+        return false;
+    };
+    let mut discarded = false;
+    while ml.exceeded(q.ready_count() as u64, q.ready_bytes()) {
+        if q.discard_head(true).is_none() {
+            break;
+        }
+        q.limits.alerts.discards_unreported += 1;
+        discarded = true;
+    }
+    discarded
+}
+
 /// What an enqueue changed that the shard must act on once the queue is released.
 #[derive(Default)]
 struct AfterEnqueue {
@@ -101,6 +122,7 @@ impl QueueSide<'_> {
                 None => policies.vhost(&q.vhost).slow_consumer,
             };
             slow.policy = slow.declared.over(&base).resolve();
+            slow.base = base;
         }
         if slow.active().is_some() {
             self.ensure_policy_timer(shard, queue);
@@ -120,20 +142,10 @@ impl QueueSide<'_> {
         let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };
-        let mut todo = AfterEnqueue::default();
-        if let Some(ml) = q
-            .limits
-            .max_length
-            .filter(|m| m.overflow == Overflow::DropHead)
-        {
-            while ml.exceeded(q.ready_count() as u64, q.ready_bytes()) {
-                if q.discard_head(true).is_none() {
-                    break;
-                }
-                q.limits.alerts.discards_unreported += 1;
-                todo.arm = true;
-            }
-        }
+        let mut todo = AfterEnqueue {
+            arm: drop_head_to_limit(q),
+            ..AfterEnqueue::default()
+        };
         if let Some(policy) = q.limits.slow.active() {
             let held = q.held();
             if let Some(threshold) = policy.size_breach(&held) {
@@ -197,7 +209,7 @@ impl QueueSide<'_> {
     }
 
     /// Logs a capacity change; underfull releases every publisher the queue stopped.
-    fn flow_changed(&mut self, shard: &Shard, queue: QueueId, change: FlowChange) {
+    pub(super) fn flow_changed(&mut self, shard: &Shard, queue: QueueId, change: FlowChange) {
         let Some(q) = self.home.queues.get_mut(&queue) else {
             return;
         };

@@ -16,7 +16,6 @@ use crate::model::message::{LocalMessage, Message};
 use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::policy::max_length::Overflow;
-use crate::policy::queue_args;
 use crate::queue::{dispatch_args, Queue, QueueSettings};
 
 use super::QueueSide;
@@ -317,24 +316,24 @@ impl QueueSide<'_> {
             .vhost(vhost)
             .map(|v| v.name.clone())
             .unwrap_or_default();
-        let ms = |key: &str| {
-            meta.arguments
-                .get(key)
-                .and_then(|v| v.as_i64())
-                .and_then(|v| u64::try_from(v).ok())
-                .map(std::time::Duration::from_millis)
-        };
+        let (policy, effective) = super::runtime_policy::effective_arguments(
+            config,
+            &vhost_name,
+            meta.name.as_str_lossy().as_ref(),
+            &meta.arguments,
+        );
+        let derived = super::runtime_policy::Derived::of(&effective);
         let settings = QueueSettings {
             durable: meta.durable,
             exclusive: meta.exclusive_owner.is_some(),
             auto_delete: meta.auto_delete,
             arguments: meta.arguments.clone(),
-            message_ttl: ms(queue_args::arg::MESSAGE_TTL),
-            expires: ms(queue_args::arg::EXPIRES),
+            message_ttl: derived.message_ttl,
+            expires: derived.expires,
             // Validated by the coordinator; a value that slipped through is ignored.
             max_priority: dispatch_args::max_priority(&meta.arguments),
             single_active_consumer: dispatch_args::single_active_consumer(&meta.arguments),
-            dead_letter: crate::model::dead_letter::target(&meta.arguments),
+            dead_letter: derived.dead_letter,
             stored: meta.durable && meta.exclusive_owner.is_none(),
         };
         OpsEvent::QueueCreate {
@@ -345,12 +344,13 @@ impl QueueSide<'_> {
             auto_delete: settings.auto_delete,
         }
         .emit();
-        let limits = super::policy::queue_limits(
+        let mut limits = super::policy::queue_limits(
             config,
             &vhost_name,
             meta.name.as_str_lossy().as_ref(),
-            &meta.arguments,
+            &effective,
         );
+        limits.policy = policy;
         let queue = Queue::new(
             meta.queue.id,
             vhost,

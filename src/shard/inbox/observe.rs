@@ -169,6 +169,11 @@ pub struct ShardView {
     /// CPU time the shard's thread has used (`CLOCK_THREAD_CPUTIME_ID`): its rate is the
     /// event loop's busy fraction, since a waiting loop sleeps in the kernel.
     pub cpu_seconds: f64,
+    /// The message totals of every channel this shard has had, open or closed
+    /// (RabbitMQ's global counters).
+    pub message_totals: ChannelStats,
+    /// Published body sizes (`shard::message_sizes`).
+    pub message_sizes: crate::shard::message_sizes::SizeCounts,
 }
 
 /// A shard's connection, channel and login totals since start.
@@ -179,6 +184,10 @@ pub struct Churn {
     pub channels_opened: u64,
     pub logins_succeeded: u64,
     pub logins_failed: u64,
+    /// The coordinator's queue churn (zero on other shards).
+    pub queues_declared: u64,
+    pub queues_created: u64,
+    pub queues_deleted: u64,
 }
 
 /// A home queue.
@@ -194,6 +203,8 @@ pub struct QueueView {
     pub auto_delete: bool,
     /// The declare arguments.
     pub arguments: crate::protocol::FieldTable,
+    /// The run-time policy in force on the queue.
+    pub policy: Option<std::sync::Arc<crate::policy::set::Policy>>,
     pub ready: u64,
     pub unacked: u64,
     pub ready_bytes: u64,

@@ -280,8 +280,21 @@ impl ConnSide<'_> {
             }
             None => (false, 0),
         };
-        if !delivered && publish.mandatory {
-            self.return_reply(origin, &msg);
+        if !delivered {
+            if let Some(ch) = self
+                .conn_mut(conn)
+                .and_then(|c| c.channels.get_mut(&number))
+            {
+                let unroutable = if publish.mandatory {
+                    &mut ch.stats.return_unroutable
+                } else {
+                    &mut ch.stats.drop_unroutable
+                };
+                *unroutable += 1;
+            }
+            if publish.mandatory {
+                self.return_reply(origin, &msg);
+            }
         }
         if confirm != 0 {
             if let Some(tracker) = self
@@ -387,6 +400,13 @@ impl ConnSide<'_> {
     /// Mandatory direct replies another shard found no consumer for.
     pub fn replies_returned(&mut self, returns: Vec<ReturnedReply>) {
         for r in returns {
+            if let Some(ch) = self
+                .conn_mut(r.origin.conn)
+                .and_then(|c| c.channels.get_mut(&r.origin.channel))
+                .filter(|ch| ch.epoch == r.origin.epoch)
+            {
+                ch.stats.return_unroutable += 1;
+            }
             self.return_reply(r.origin, &r.msg);
         }
     }

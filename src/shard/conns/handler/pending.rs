@@ -436,9 +436,17 @@ impl ConnSide<'_> {
                     self.mark_writer(conn);
                     Ok(None)
                 }
-                QueueReply::Got(None) => Ok(Some(Method::BasicGetEmpty(BasicGetEmpty {
-                    cluster_id: ShortStr::default(),
-                }))),
+                QueueReply::Got(None) => {
+                    if let Some(ch) = self
+                        .conn_mut(conn)
+                        .and_then(|c| c.channels.get_mut(&number))
+                    {
+                        ch.stats.get_empty += 1;
+                    }
+                    Ok(Some(Method::BasicGetEmpty(BasicGetEmpty {
+                        cluster_id: ShortStr::default(),
+                    })))
+                }
                 QueueReply::SlowConsumerClosed => {
                     Err((ChannelError::ConsumingTooSlow, MethodId::NONE))
                 }

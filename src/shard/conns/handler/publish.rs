@@ -68,6 +68,7 @@ impl ConnSide<'_> {
             Ok(Some(rewritten)) => rewritten,
             Err(e) => return self.close_channel(shard, conn, number, &e, PUBLISH),
         };
+        shard.counters.message_sizes.record(header.body_size);
         let msg = Message::with_ttl(
             publish.exchange.clone(),
             publish.routing_key.clone(),
@@ -171,6 +172,14 @@ impl ConnSide<'_> {
         else {
             return Ok(());
         };
+        if targets.is_empty() {
+            let unroutable = if publish.mandatory {
+                &mut ch.stats.return_unroutable
+            } else {
+                &mut ch.stats.drop_unroutable
+            };
+            *unroutable += 1;
+        }
         let origin = ChannelRef {
             shard: shard.id,
             conn,
