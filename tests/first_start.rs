@@ -1,9 +1,11 @@
 //! A new user's first start (issue 24, "the first five minutes"), against the real
 //! `sluice` binary started by hand (the shared harness always passes `--http-listen`):
 //!
-//! - the management listener's default address (127.0.0.1:15672) taken, as by a
-//!   RabbitMQ on the same machine: the broker starts anyway, without it, and says so
-//!   (BRK-1025); AMQP is served;
+//! - the management listener's default addresses (127.0.0.1:15672 and [::1]:15672)
+//!   taken, as by a RabbitMQ on the same machine: the broker starts anyway, without
+//!   them, and says so (BRK-1025); one of them taken, the other is served; AMQP is
+//!   served;
+//! - `[::]` listens dual-stack;
 //! - an address the operator chose that is taken (the management one, the AMQP one)
 //!   stops the start, naming it — and every listener is bound before the store, so the
 //!   failed start leaves no data directory behind.
@@ -44,74 +46,144 @@ fn run_to_exit(mut cmd: Command) -> (std::process::ExitStatus, String) {
     (out.status, text)
 }
 
+/// A broker started by hand on `data_dir` with `args`, its output collected.
+struct Running {
+    child: std::process::Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Running {
+    fn start(data_dir: &Path, args: &[&str]) -> Running {
+        let mut cmd = sluice(data_dir);
+        cmd.args(args);
+        let mut child = cmd.spawn().expect("spawn sluice");
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        for stream in [
+            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().expect("stderr")),
+        ] {
+            let lines = Arc::clone(&lines);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    lines.lock().expect("lines").push(line);
+                }
+            });
+        }
+        let mut running = Running { child, lines };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while running.find("BRK-1004 : Ready").is_none() {
+            if let Some(status) = running.child.try_wait().expect("try_wait") {
+                panic!("sluice exited with {status}: {:#?}", running.all());
+            }
+            assert!(Instant::now() < deadline, "{:#?}", running.all());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        running
+    }
+
+    fn all(&self) -> Vec<String> {
+        self.lines.lock().expect("lines").clone()
+    }
+
+    fn find(&self, needle: &str) -> Option<String> {
+        self.all().into_iter().find(|l| l.contains(needle))
+    }
+
+    fn amqp_port(&self) -> u16 {
+        self.find("BRK-1002 : Starting : Listening on TCP 127.0.0.1:")
+            .and_then(|l| l.rsplit(':').next().and_then(|p| p.trim().parse().ok()))
+            .expect("AMQP port")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // The broker this test started, by its own handle.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET path` with guest's basic auth on `addr`: the status line.
+fn http_status(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    reply.lines().next().unwrap_or_default().to_owned()
+}
+
+/// The management listener's default is loopback on both families, 127.0.0.1:15672 and
+/// [::1]:15672. One of them taken: the other is served. Both taken (a RabbitMQ on the
+/// machine): the broker starts without them and says so (BRK-1025 for each). AMQP is
+/// served either way. (One test: the phases share the fixed default ports.)
 #[test]
 fn a_taken_default_management_port_is_a_warning() {
-    // Hold the default port (if something else holds it already, it is taken all the
-    // same).
-    let _holder = TcpListener::bind("127.0.0.1:15672");
     let dir = TestDir::new("sluice-first-start");
-    let mut cmd = sluice(&dir.path().join("data"));
-    cmd.arg("--listen").arg("127.0.0.1:0");
-    let mut child = cmd.spawn().expect("spawn sluice");
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    for stream in [
-        Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
-        Box::new(child.stderr.take().expect("stderr")),
-    ] {
-        let lines = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                lines.lock().expect("lines").push(line);
-            }
-        });
-    }
-    let find = |needle: &str| {
-        lines
-            .lock()
-            .expect("lines")
-            .iter()
-            .find(|l| l.contains(needle))
-            .cloned()
-    };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while find("BRK-1004 : Ready").is_none() {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            panic!(
-                "sluice exited with {status}: {:#?}",
-                lines.lock().expect("lines")
+    // 127.0.0.1:15672 held (if something else holds it already, it is taken all the
+    // same); [::1]:15672 free, if this machine has IPv6 and nobody holds it.
+    let v4 = TcpListener::bind("127.0.0.1:15672");
+    let v6_free = TcpListener::bind("[::1]:15672").is_ok();
+    {
+        let broker = Running::start(&dir.path().join("a"), &["--listen", "127.0.0.1:0"]);
+        let warning = broker.find("BRK-1025").expect("BRK-1025 line");
+        assert!(
+            warning.contains(
+                "BRK-1025 : Management listener not started : the default address \
+                 127.0.0.1:15672 is taken ("
+            ) && warning.contains(
+                ") : the broker goes on without it; set http.listen or --http-listen (or \"off\")"
+            ),
+            "{warning}"
+        );
+        if v6_free {
+            assert!(
+                broker
+                    .find("BRK-1014 : Management listening on http://[::1]:15672")
+                    .is_some(),
+                "{:#?}",
+                broker.all()
+            );
+            assert_eq!(
+                http_status("[::1]:15672", "/api/overview"),
+                "HTTP/1.1 200 OK"
             );
         }
-        assert!(
-            Instant::now() < deadline,
-            "{:#?}",
-            lines.lock().expect("lines")
-        );
-        std::thread::sleep(Duration::from_millis(20));
+        let mut c = RawConn::connect(&format!("127.0.0.1:{}", broker.amqp_port()));
+        c.handshake();
+        c.channel_open(1);
     }
-    let warning = find("BRK-1025").expect("BRK-1025 line");
+    // Both held.
+    let _v6 = TcpListener::bind("[::1]:15672");
+    let broker = Running::start(&dir.path().join("b"), &["--listen", "127.0.0.1:0"]);
+    let warnings: Vec<String> = broker
+        .all()
+        .into_iter()
+        .filter(|l| l.contains("BRK-1025"))
+        .collect();
     assert!(
-        warning.contains(
-            "BRK-1025 : Management listener not started : the default address \
-             127.0.0.1:15672 is taken ("
-        ) && warning.contains(
-            ") : the broker goes on without it; set http.listen or --http-listen (or \"off\")"
-        ),
-        "{warning}"
+        warnings
+            .iter()
+            .any(|l| l.contains("127.0.0.1:15672 is taken")),
+        "{warnings:#?}"
     );
-    assert!(
-        find("BRK-1014").is_none(),
-        "a management listener was started"
-    );
-    // AMQP is served.
-    let port: u16 = find("BRK-1002 : Starting : Listening on TCP 127.0.0.1:")
-        .and_then(|l| l.rsplit(':').next().and_then(|p| p.trim().parse().ok()))
-        .expect("AMQP port");
-    let mut c = RawConn::connect(&format!("127.0.0.1:{port}"));
+    if v6_free {
+        assert!(
+            warnings.iter().any(|l| l.contains("[::1]:15672 is taken")),
+            "{warnings:#?}"
+        );
+    }
+    assert!(broker.find("BRK-1014").is_none(), "{:#?}", broker.all());
+    let mut c = RawConn::connect(&format!("127.0.0.1:{}", broker.amqp_port()));
     c.handshake();
-    c.channel_open(1);
-    drop(c);
-    child.kill().expect("kill the broker this test started");
-    let _ = child.wait();
+    drop(v4);
 }
 
 #[test]
