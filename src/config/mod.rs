@@ -100,6 +100,14 @@ impl Default for HttpConfig {
     }
 }
 
+impl HttpConfig {
+    /// The management address is the built-in default (127.0.0.1:15672, with [::1]
+    /// beside it), not one the operator chose: taken, it is a warning, not an error.
+    pub fn default_listen(&self) -> bool {
+        !self.listen_chosen && self.listen == HttpConfig::default().listen
+    }
+}
+
 /// Parses `ADDR` or `off` (the management listener's address).
 pub fn parse_listen_or_off(text: &str) -> Result<Option<SocketAddr>, String> {
     if text.trim().eq_ignore_ascii_case("off") {

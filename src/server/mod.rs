@@ -220,7 +220,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
             Ok(listener) => Some(listener),
             // The default address taken (another broker's management port): go on
             // without the management listener, and say so.
-            Err(e) if !config.http.listen_chosen && e.kind() == std::io::ErrorKind::AddrInUse => {
+            Err(e) if config.http.default_listen() && e.kind() == std::io::ErrorKind::AddrInUse => {
                 crate::ops::config_event::ConfigEvent::ManagementPortTaken {
                     addr,
                     error: e.to_string(),
@@ -235,7 +235,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     // The default management address is loopback on both families: [::1] beside
     // 127.0.0.1 (`localhost` may be either). Taken: BRK-1025 as above; no IPv6: none.
     let http_v6_listener = match config.http.listen {
-        Some(v4) if !config.http.listen_chosen => {
+        Some(v4) if config.http.default_listen() => {
             let addr = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, v4.port()));
             match crate::http::bind(addr) {
                 Ok(listener) => Some(listener),
