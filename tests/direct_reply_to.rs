@@ -40,6 +40,7 @@ shard_tests!(
     replies_to_a_gone_consumer_are_dropped_or_returned,
     an_altered_address_reaches_nobody,
     declares_of_reply_names_are_passive,
+    a_requester_that_stops_reading_gets_its_replies_dropped,
     amqprs_rpc,
 );
 
@@ -464,6 +465,86 @@ async fn declares_of_reply_names_are_passive(shards: usize) {
             format!("NOT_FOUND - no queue '{address}' in vhost '/'")
         )
     );
+}
+
+/// A reply consumer has no credit, so what its connection may hold unwritten is capped
+/// (16 × `net.write_high_water`): a requester that stops reading while replies keep
+/// coming gets the first ones, and the rest are dropped — returned under mandatory —
+/// instead of piling up in the broker. Every reply is either delivered or returned.
+async fn a_requester_that_stops_reading_gets_its_replies_dropped(shards: usize) {
+    let broker = Broker::start_with_config(
+        shards,
+        "[net]\nwrite_high_water = 16384\nwrite_low_water = 4096\n",
+    );
+    let (mut requester, mut replier) = requester_and_replier(&broker, shards);
+    let own = requester.queue_declare(1, "", false, true, true);
+    requester.basic_consume(1, &own, true);
+    requester.channel_open(2);
+    reply_consume(&mut requester, 2);
+    let address = address_of(&mut requester, 2, 1, &own);
+    // The requester reads nothing meanwhile: 40 MiB of replies, far beyond what the
+    // sockets' buffers and the 256 KiB cap can take.
+    const N: u64 = 640;
+    let body = vec![7u8; 64 * 1024];
+    replier.confirm_select(1);
+    // The replier reads its returns and acks while it publishes (a return carries the
+    // body back: a replier that did not read would be the one stopped).
+    let mut returns = RawConn {
+        stream: replier.stream.try_clone().expect("clone"),
+        tune: replier.tune,
+    };
+    let writer = {
+        let address = address.clone();
+        std::thread::spawn(move || {
+            for _ in 0..N {
+                publish_flags(&mut replier, 1, &address, true, &Props::default(), &body);
+            }
+            replier
+        })
+    };
+    let reader = {
+        std::thread::spawn(move || {
+            // Returns (each before its ack) until every publish is acked.
+            let mut returned = 0u64;
+            loop {
+                let (ty, _, payload) = returns.read_frame().expect("frame");
+                if ty != wire::FRAME_METHOD {
+                    continue;
+                }
+                let mut d = wire::Dec::new(&payload);
+                match (d.short(), d.short()) {
+                    id if id == m::BASIC_RETURN => returned += 1,
+                    id if id == m::BASIC_ACK => {
+                        let (tag, _multiple) = (d.longlong(), d.bits(1)[0]);
+                        if tag == N {
+                            return returned;
+                        }
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        })
+    };
+    // Once every reply is delivered or returned, the requester reads what it got.
+    let returned = tokio::task::spawn_blocking(move || {
+        let _replier = writer.join().expect("writer");
+        reader.join().expect("reader")
+    })
+    .await
+    .expect("join");
+    assert!(returned > 0, "nothing was dropped");
+    let mut delivered = 0u64;
+    while delivered + returned < N {
+        let d = requester.read_delivery(2);
+        assert_eq!(d.body.len(), 64 * 1024);
+        delivered += 1;
+    }
+    assert!(delivered > 0, "nothing was delivered");
+    // Nothing more is on its way.
+    match requester.read_frame_within(Duration::from_millis(300)) {
+        Err(e) if common::raw::is_timeout(&e) => {}
+        other => panic!("unexpected frame {other:?}"),
+    }
 }
 
 /// The same round trip as a client library makes it (amqprs, as pika's and amqplib's
