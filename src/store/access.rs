@@ -418,8 +418,9 @@ fn put_tags(out: &mut BytesMut, tags: &[String]) {
     }
 }
 
-/// A string with a u32 length (patterns and hashes may be long).
-fn put_str(out: &mut BytesMut, s: &str) {
+/// A string with a u32 length (patterns, hashes and policies may be long); also the
+/// encoding of `super::policies`.
+pub(super) fn put_str(out: &mut BytesMut, s: &str) {
     out.put_u32_le(s.len() as u32);
     out.put_slice(s.as_bytes());
 }
@@ -431,7 +432,7 @@ fn get_u16(b: &mut Bytes, what: &str) -> Result<u16, String> {
     Ok(b.get_u16_le())
 }
 
-fn get_str(b: &mut Bytes, what: &str) -> Result<String, String> {
+pub(super) fn get_str(b: &mut Bytes, what: &str) -> Result<String, String> {
     if b.remaining() < 4 {
         return Err(format!("short {what}"));
     }

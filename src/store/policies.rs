@@ -9,8 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
+use super::access::{get_str, put_str};
 use super::record;
 
 /// Record kinds in the definitions log (reserved in `super::access`).
@@ -105,25 +106,10 @@ pub fn encode(out: &mut BytesMut, change: &PolicyChange) {
     });
 }
 
-fn put_str(out: &mut BytesMut, s: &str) {
-    out.put_u32_le(s.len() as u32);
-    out.put_slice(s.as_bytes());
-}
-
-fn get_str(b: &mut Bytes, what: &str) -> Result<String, String> {
-    if b.remaining() < 4 {
-        return Err(format!("short {what}"));
-    }
-    let len = b.get_u32_le() as usize;
-    if b.remaining() < len {
-        return Err(format!("short {what}"));
-    }
-    String::from_utf8(b.split_to(len).to_vec()).map_err(|_| format!("{what} is not UTF-8"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Buf;
 
     #[test]
     fn puts_and_deletes_round_trip_through_the_log_and_the_snapshot() {
