@@ -26,7 +26,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     sluice::ops::log::init(&config.log_level, config.log_format);
-    sluice::config::auth::warn_plaintext(&config);
+    sluice::config::auth::announce(&config);
     sluice::server::abort_on_panic();
     sluice::server::block_signals();
     let mut broker = match sluice::server::start(config) {

@@ -119,6 +119,8 @@ async fn capabilities_advertised(shards: usize) {
         "basic.nack",
         "consumer_cancel_notify",
         "connection.blocked",
+        "consumer_priorities",
+        "direct_reply_to",
     ] {
         assert_eq!(
             wire::get(&caps, cap),
@@ -135,6 +137,8 @@ async fn capabilities_advertised(shards: usize) {
     assert!(caps.basic_nack());
     assert!(caps.consumer_cancel_notify());
     assert!(caps.connection_blocked());
+    assert!(caps.consumer_priorities());
+    assert!(caps.direct_reply_to());
     conn.close().await;
 }
 
@@ -285,6 +289,15 @@ async fn unknown_vhost_is_refused(shards: usize) {
     let (code, text) = c.expect_connection_close();
     assert_eq!(code, 530);
     assert_eq!(text, "NOT_ALLOWED - vhost 'nosuch' not found");
+    // Logged with a code (CON-1013), naming the client.
+    let line = broker
+        .wait_for_log("CON-1013 : Closed during handshake", Duration::from_secs(5))
+        .expect("CON-1013 line");
+    assert!(
+        line.contains("Client: 127.0.0.1:")
+            && line.ends_with(": 530 NOT_ALLOWED - vhost 'nosuch' not found"),
+        "{line}"
+    );
 
     let mut args = broker.amqprs_args();
     args.virtual_host("nosuch");

@@ -95,7 +95,7 @@ fn objects_round_trip_with_exact_output() {
     assert!(
         exchanges
             .lines()
-            .any(|l| l == "/      ctl.x               direct   false"),
+            .any(|l| l == "/      ctl.x        direct   false"),
         "{exchanges}"
     );
     let bind = [

@@ -127,8 +127,13 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The users whose password is stored in plain text (named in one warning at start).
+/// The users whose password is stored in plain text in the configuration (named in one
+/// warning at start); none when the users are the built-in default (guest/guest, which
+/// nobody wrote down and which may log in from loopback only: BRK-1024 says so).
 pub fn plaintext_users(config: &Config) -> Vec<String> {
+    if config.built_in_users {
+        return Vec::new();
+    }
     config
         .users
         .iter()
@@ -137,8 +142,18 @@ pub fn plaintext_users(config: &Config) -> Vec<String> {
         .collect()
 }
 
-/// BRK-1017 at start when any user's password is in plain text.
-pub fn warn_plaintext(config: &Config) {
+/// At start: BRK-1024, the configuration file in use (or none) and, with the built-in
+/// users, that guest may log in from loopback only; then BRK-1017 when a configured
+/// user's password is in plain text.
+pub fn announce(config: &Config) {
+    let guest_loopback_only = config.built_in_users
+        && config.loopback_users.iter().any(|u| u == "guest")
+        && config.users.iter().any(|u| u.name == "guest");
+    crate::ops::config_event::ConfigEvent::InUse {
+        file: config.config_file.as_ref().map(|p| p.display().to_string()),
+        built_in_guest: guest_loopback_only,
+    }
+    .emit();
     let users = plaintext_users(config);
     if !users.is_empty() {
         crate::ops::event::OpsEvent::PlaintextPasswords { users }.emit();

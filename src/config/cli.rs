@@ -17,7 +17,7 @@ use super::{parse_core_list, Config, ConfigError, LogFormat};
 #[derive(Parser, Debug, Clone, Default)]
 #[command(name = "sluice", version, about, long_about = None)]
 pub struct Cli {
-    /// Address to accept AMQP connections on (repeatable) [default: 0.0.0.0:5672].
+    /// Address to accept AMQP connections on (repeatable) [default: [::]:5672, dual-stack].
     #[arg(long = "listen", value_name = "ADDR")]
     pub listen: Vec<SocketAddr>,
 
@@ -129,6 +129,7 @@ impl Cli {
                 })?;
         }
         if let Some(text) = &self.http_listen {
+            config.http.listen_chosen = true;
             config.http.listen =
                 super::parse_listen_or_off(text).map_err(|reason| ConfigError::Invalid {
                     key: "--http-listen".to_owned(),

@@ -62,6 +62,10 @@ impl User {
 pub struct HttpConfig {
     /// Where to listen; `None` = off.
     pub listen: Option<SocketAddr>,
+    /// `listen` was set by the file or a flag. The default address being taken (another
+    /// broker's management port) is a warning (BRK-1025) and the broker starts without
+    /// it; an address the operator chose that cannot be bound stops the start.
+    pub listen_chosen: bool,
     /// One series per queue (`true`) or per-vhost totals (`false`).
     pub per_queue_metrics: bool,
     /// How long a client has to send a request's headers, from the moment the listener
@@ -85,6 +89,7 @@ impl Default for HttpConfig {
     fn default() -> HttpConfig {
         HttpConfig {
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 15672))),
+            listen_chosen: false,
             per_queue_metrics: true,
             header_read_timeout: Some(Duration::from_secs(10)),
             idle_timeout: Some(Duration::from_secs(60)),
@@ -92,6 +97,14 @@ impl Default for HttpConfig {
             prometheus_listen: None,
             stats_interval: Duration::from_secs(5),
         }
+    }
+}
+
+impl HttpConfig {
+    /// The management address is the built-in default (127.0.0.1:15672, with [::1]
+    /// beside it), not one the operator chose: taken, it is a warning, not an error.
+    pub fn default_listen(&self) -> bool {
+        !self.listen_chosen && self.listen == HttpConfig::default().listen
     }
 }
 
@@ -182,6 +195,11 @@ pub struct Config {
     /// changed by the admin thread (`crate::admin`), applied by every shard.
     pub runtime_policies: crate::policy::set::PolicySet,
     pub users: Vec<User>,
+    /// `users` is the built-in default (guest/guest, loopback only): no file set
+    /// `[auth] users`. BRK-1017 does not warn about a password nobody chose.
+    pub built_in_users: bool,
+    /// The configuration file read at start (`--config`), if any (BRK-1024).
+    pub config_file: Option<PathBuf>,
     /// Users that may only connect from loopback addresses.
     pub loopback_users: Vec<String>,
     pub limits: Limits,
@@ -319,7 +337,9 @@ impl Default for Config {
     fn default() -> Config {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Config {
-            listen: vec![SocketAddr::from(([0, 0, 0, 0], 5672))],
+            // Dual-stack (`net::listener`), as RabbitMQ: `localhost` may be ::1 or
+            // 127.0.0.1; 0.0.0.0 where the kernel has no IPv6.
+            listen: vec![SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 5672))],
             shards: cores,
             pin_cores: None,
             data_dir: PathBuf::from("./sluice-data"),
@@ -334,6 +354,8 @@ impl Default for Config {
                 password: crate::auth::password::Password::Plain("guest".to_owned()),
                 tags: vec!["administrator".to_owned()],
             }],
+            built_in_users: true,
+            config_file: None,
             loopback_users: vec!["guest".to_owned()],
             limits: Limits {
                 frame_max: 131_072,
@@ -376,7 +398,7 @@ impl Default for Config {
 
 impl Config {
     /// The configured user with this name and password: the check of a login (PLAIN or
-    /// AMQPLAIN) and of `connection.update-secret`.
+    /// AMQPLAIN) and of the management API's basic auth.
     /// An unknown user costs hashing too, so the time of a refusal does not tell
     /// whether the user exists.
     /// Defaults with `toml` applied and validated (unit tests of configuration users).
@@ -415,6 +437,7 @@ impl Config {
         let mut config = Config::default();
         if let Some(path) = &cli.config {
             file::apply_file(&mut config, path)?;
+            config.config_file = Some(path.clone());
         }
         cli.apply(&mut config)?;
         config.validate().map_err(|e| match (e, &cli.config) {
@@ -659,6 +682,14 @@ pub fn parse_core_list(text: &str) -> Result<Vec<usize>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_amqp_listener_is_dual_stack() {
+        assert_eq!(
+            Config::default().listen,
+            vec!["[::]:5672".parse::<SocketAddr>().expect("addr")]
+        );
+    }
 
     #[test]
     fn core_lists() {

@@ -150,25 +150,34 @@ enum Listener {
     Prometheus,
 }
 
-/// Binds `addr` (here, so a bad address fails the broker's start) and starts the
-/// management thread.
-pub fn start(addr: SocketAddr, ctx: Context) -> std::io::Result<HttpServer> {
-    start_listener(addr, ctx, Listener::Management)
+/// Binds a management or Prometheus listener's address: `server::start` binds every
+/// listener before it opens the store, so a taken address fails a start that has left
+/// nothing behind.
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
-/// Binds `addr` and starts the Prometheus listener's thread (`sluice-prometheus`), with
-/// the management listener's connection cap and timeouts.
-pub fn start_prometheus(addr: SocketAddr, ctx: Context) -> std::io::Result<HttpServer> {
-    start_listener(addr, ctx, Listener::Prometheus)
+/// Starts the management thread on a listener from [`bind`].
+pub fn start(listener: std::net::TcpListener, ctx: Context) -> std::io::Result<HttpServer> {
+    start_listener(listener, ctx, Listener::Management)
+}
+
+/// Starts the Prometheus listener's thread (`sluice-prometheus`) on a listener from
+/// [`bind`], with the management listener's connection cap and timeouts.
+pub fn start_prometheus(
+    listener: std::net::TcpListener,
+    ctx: Context,
+) -> std::io::Result<HttpServer> {
+    start_listener(listener, ctx, Listener::Prometheus)
 }
 
 fn start_listener(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     mut ctx: Context,
     kind: Listener,
 ) -> std::io::Result<HttpServer> {
-    let listener = std::net::TcpListener::bind(addr)?;
-    listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     if kind == Listener::Management {
         ctx.http = Some(bound);

@@ -213,6 +213,19 @@ impl ShardLimits {
         }
     }
 
+    /// A place among the shard's `limits.login.max_delayed` for a connection closed
+    /// without a reply after a delay (a `start-ok` with a mechanism that was not
+    /// offered), or `None` when the shard holds that many (close it at once).
+    pub fn hold_silent_close(&self) -> Option<DelayPermit> {
+        if self.delayed.get() >= self.max_delayed {
+            return None;
+        }
+        self.delayed.set(self.delayed.get() + 1);
+        Some(DelayPermit {
+            delayed: Rc::clone(&self.delayed),
+        })
+    }
+
     /// Delayed answers to failed logins this shard holds now.
     pub fn delayed_logins(&self) -> u32 {
         self.delayed.get()

@@ -26,14 +26,15 @@ use crate::protocol::{FieldTable, ShortStr};
 
 pub use cascade::Removal;
 
-/// The predeclared exchanges of every virtual host.
-pub const PREDECLARED: [(&str, ExchangeKind); 6] = [
+/// The predeclared exchanges of every virtual host. Not `amq.rabbitmq.trace`: sluice
+/// has no firehose tracer, and an exchange nothing is ever published to would say it
+/// does.
+pub const PREDECLARED: [(&str, ExchangeKind); 5] = [
     ("amq.direct", ExchangeKind::Direct),
     ("amq.fanout", ExchangeKind::Fanout),
     ("amq.topic", ExchangeKind::Topic),
     ("amq.headers", ExchangeKind::Headers),
     ("amq.match", ExchangeKind::Headers),
-    ("amq.rabbitmq.trace", ExchangeKind::Topic),
 ];
 
 /// Index of a virtual host in the broker's configured list.

@@ -1,6 +1,7 @@
 //! Owns: listening sockets — bound with `SO_REUSEPORT` so every shard accepts its own
 //! connections on the same port, after a probe that refuses a port another process
-//! already listens on — and each shard's accept loop.
+//! already listens on; `[::]` dual-stack, or `0.0.0.0` where the kernel has no IPv6 —
+//! and each shard's accept loop.
 //!
 //! Does not: know AMQP; an accepted socket is handed to `reader::serve`, or on a TLS
 //! listener to `tls::serve` (handshake first).
@@ -26,7 +27,21 @@ pub fn bind_all(
     let mut per_shard: Vec<Vec<std::net::TcpListener>> = (0..shards).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     for addr in addrs {
-        let mut actual = probe(*addr)?;
+        let mut actual = match probe(*addr) {
+            Ok(actual) => actual,
+            // `[::]` where the kernel has no IPv6: every IPv4 address instead.
+            Err(e) if is_ipv6_any(addr) && ipv6_unavailable(&e) => {
+                let v4 = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+                crate::ops::config_event::ConfigEvent::Ipv4Only {
+                    addr: *addr,
+                    instead: v4,
+                    error: e.to_string(),
+                }
+                .emit();
+                probe(v4)?
+            }
+            Err(e) => return Err(e),
+        };
         for listeners in per_shard.iter_mut() {
             let listener = bind_one(actual)?;
             actual = listener.local_addr()?;
@@ -52,6 +67,7 @@ pub fn bind_all(
 pub fn probe(addr: SocketAddr) -> io::Result<SocketAddr> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
+    dual_stack(&socket, addr)?;
     if let Err(e) = socket.bind(&addr.into()) {
         return Err(match e.kind() {
             io::ErrorKind::AddrInUse => io::Error::new(e.kind(), AddressInUse(addr)),
@@ -86,9 +102,34 @@ impl std::error::Error for AddressInUse {}
 /// tens of thousands of clients (deploy/README.md).
 const LISTEN_BACKLOG: i32 = 65_535;
 
+/// `[::]` (any IPv6 address) listens dual-stack whatever `net.ipv6.bindv6only` says:
+/// `IPV6_V6ONLY` off, so IPv4 clients (`localhost` resolving to 127.0.0.1) reach it
+/// too, as RabbitMQ's default listener does. IPv4 peers then arrive IPv4-mapped, which
+/// the accept loop turns back into IPv4.
+fn dual_stack(socket: &Socket, addr: SocketAddr) -> io::Result<()> {
+    if is_ipv6_any(&addr) {
+        socket.set_only_v6(false)?;
+    }
+    Ok(())
+}
+
+fn is_ipv6_any(addr: &SocketAddr) -> bool {
+    matches!(addr, SocketAddr::V6(v6) if v6.ip().is_unspecified())
+}
+
+/// The kernel has no IPv6: no such socket family (`EAFNOSUPPORT`), or IPv6 disabled
+/// (`EADDRNOTAVAIL` binding `[::]`).
+fn ipv6_unavailable(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)
+    ) || e.kind() == io::ErrorKind::AddrNotAvailable
+}
+
 fn bind_one(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
+    dual_stack(&socket, addr)?;
     socket.set_reuse_port(true)?;
     socket.bind(&addr.into())?;
     socket.listen(LISTEN_BACKLOG)?;

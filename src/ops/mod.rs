@@ -15,4 +15,5 @@ pub mod limit_event;
 pub mod log;
 pub mod notify;
 pub mod policy_event;
+pub mod session_event;
 pub mod store_event;

@@ -97,6 +97,7 @@ const BASIC: [(Kind, &str); 14] = [
 const IDX_HEADERS: usize = 2;
 const IDX_DELIVERY_MODE: usize = 3;
 const IDX_PRIORITY: usize = 4;
+const IDX_REPLY_TO: usize = 6;
 const IDX_EXPIRATION: usize = 7;
 const IDX_USER_ID: usize = 11;
 
@@ -206,6 +207,34 @@ pub fn raw_user_id(raw: &[u8]) -> Option<&[u8]> {
     let at = walk(raw, Some(IDX_USER_ID)).ok()?.target?;
     let len = usize::from(*raw.get(at)?);
     raw.get(at + 1..at + 1 + len)
+}
+
+/// The reply-to property's bytes, read without decoding the rest (one flag test when
+/// it is absent). `None` if absent or malformed.
+pub fn raw_reply_to(raw: &[u8]) -> Option<&[u8]> {
+    let flags = u16::from_be_bytes([*raw.first()?, *raw.get(1)?]);
+    if flags & (1 << (15 - IDX_REPLY_TO)) == 0 {
+        return None;
+    }
+    let at = walk(raw, Some(IDX_REPLY_TO)).ok()?.target?;
+    let len = usize::from(*raw.get(at)?);
+    raw.get(at + 1..at + 1 + len)
+}
+
+/// `raw` with its reply-to property (present) replaced by `reply_to` (at most 255
+/// bytes); every other property stays byte for byte. `None` when `raw` has no
+/// reply-to, is malformed, or `reply_to` is too long.
+pub fn with_reply_to(raw: &[u8], reply_to: &[u8]) -> Option<Bytes> {
+    let len = u8::try_from(reply_to.len()).ok()?;
+    let at = walk(raw, Some(IDX_REPLY_TO)).ok()?.target?;
+    let old = usize::from(*raw.get(at)?);
+    let rest = raw.get(at + 1 + old..)?;
+    let mut out = BytesMut::with_capacity(raw.len() + reply_to.len());
+    out.extend_from_slice(&raw[..at]);
+    out.put_u8(len);
+    out.extend_from_slice(reply_to);
+    out.extend_from_slice(rest);
+    Some(out.freeze())
 }
 
 /// `raw` (a property part without headers) with the encoded field table `table`
@@ -564,6 +593,25 @@ mod tests {
             "headers already there"
         );
         assert_eq!(with_headers(&[0x80], &encoded), None, "truncated");
+    }
+
+    #[test]
+    fn reply_to_is_read_and_replaced_in_place() {
+        let all = all_set();
+        let raw = all.to_bytes();
+        assert_eq!(raw_reply_to(&raw), Some(&b"rq"[..]));
+        let after = with_reply_to(&raw, b"amq.rabbitmq.reply-to.abc").expect("has reply-to");
+        assert_eq!(
+            BasicProperties::decode(&after).expect("valid"),
+            BasicProperties {
+                reply_to: Some("amq.rabbitmq.reply-to.abc".into()),
+                ..all
+            }
+        );
+        let none = BasicProperties::default().to_bytes();
+        assert_eq!(raw_reply_to(&none), None);
+        assert_eq!(with_reply_to(&none, b"x"), None);
+        assert_eq!(with_reply_to(&raw, &[b'x'; 256]), None, "too long");
     }
 
     #[test]

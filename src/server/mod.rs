@@ -65,6 +65,8 @@ pub struct Broker {
     pub tls_addresses: Vec<std::net::SocketAddr>,
     /// The management listener, when `http.listen` is not off.
     http: Option<crate::http::HttpServer>,
+    /// The same on `[::1]`, beside the default `127.0.0.1` address.
+    http_v6: Option<crate::http::HttpServer>,
     /// The Prometheus listener, when `http.prometheus_listen` is not off.
     prometheus: Option<crate::http::HttpServer>,
     /// The owner of the configuration in force: SIGHUP reloads and the management
@@ -211,6 +213,49 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     let (tls_listeners, tls_addresses) =
         crate::net::listener::bind_all(&config.tls.listen, config.shards)
             .map_err(StartError::Bind)?;
+    // The management and Prometheus listeners are bound here too, before the store is
+    // opened (its directory created): a start that fails on an address leaves nothing.
+    let http_listener = match config.http.listen {
+        Some(addr) => match crate::http::bind(addr) {
+            Ok(listener) => Some(listener),
+            // The default address taken (another broker's management port): go on
+            // without the management listener, and say so.
+            Err(e) if config.http.default_listen() && e.kind() == std::io::ErrorKind::AddrInUse => {
+                crate::ops::config_event::ConfigEvent::ManagementPortTaken {
+                    addr,
+                    error: e.to_string(),
+                }
+                .emit();
+                None
+            }
+            Err(e) => return Err(StartError::Http(addr, e)),
+        },
+        None => None,
+    };
+    // The default management address is loopback on both families: [::1] beside
+    // 127.0.0.1 (`localhost` may be either). Taken: BRK-1025 as above; no IPv6: none.
+    let http_v6_listener = match config.http.listen {
+        Some(v4) if config.http.default_listen() => {
+            let addr = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, v4.port()));
+            match crate::http::bind(addr) {
+                Ok(listener) => Some(listener),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    crate::ops::config_event::ConfigEvent::ManagementPortTaken {
+                        addr,
+                        error: e.to_string(),
+                    }
+                    .emit();
+                    None
+                }
+                Err(_) => None,
+            }
+        }
+        _ => None,
+    };
+    let prometheus_listener = match config.http.prometheus_listen {
+        Some(addr) => Some(crate::http::bind(addr).map_err(|e| StartError::Prometheus(addr, e))?),
+        None => None,
+    };
     let (peers, inboxes) = inbox::mesh(
         config.shards,
         config.shard.inbox_capacity,
@@ -368,28 +413,42 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         admin: admin.handle(),
         rates: crate::http::rates::Board::default(),
     };
-    let http = match config.http.listen {
-        Some(addr) => match crate::http::start(addr, context()) {
+    let http = match (http_listener, config.http.listen) {
+        (Some(listener), Some(addr)) => match crate::http::start(listener, context()) {
             Ok(server) => Some(server),
             Err(e) => {
                 stop_shards(&peers, threads);
                 return Err(StartError::Http(addr, e));
             }
         },
-        None => None,
+        _ => None,
     };
-    let prometheus = match config.http.prometheus_listen {
-        Some(addr) => match crate::http::start_prometheus(addr, context()) {
+    let http_v6 = match http_v6_listener {
+        Some(listener) => match crate::http::start(listener, context()) {
             Ok(server) => Some(server),
             Err(e) => {
                 if let Some(http) = http {
                     http.stop();
                 }
                 stop_shards(&peers, threads);
-                return Err(StartError::Prometheus(addr, e));
+                let addr = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 0));
+                return Err(StartError::Http(addr, e));
             }
         },
         None => None,
+    };
+    let prometheus = match (prometheus_listener, config.http.prometheus_listen) {
+        (Some(listener), Some(addr)) => match crate::http::start_prometheus(listener, context()) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                for server in [http, http_v6].into_iter().flatten() {
+                    server.stop();
+                }
+                stop_shards(&peers, threads);
+                return Err(StartError::Prometheus(addr, e));
+            }
+        },
+        _ => None,
     };
     OpsEvent::BrokerReady.emit();
     notify::ready(&ready_status(&config, &addresses, &tls_addresses));
@@ -400,6 +459,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         addresses,
         tls_addresses,
         http,
+        http_v6,
         prometheus,
         admin: Some(admin),
         federation,
@@ -444,7 +504,10 @@ impl Broker {
     pub fn shutdown(mut self) {
         OpsEvent::BrokerShuttingDown.emit();
         notify::stopping("shutting down: closing connections (320 CONNECTION_FORCED)");
-        if let Some(http) = self.http.take() {
+        for http in [self.http.take(), self.http_v6.take()]
+            .into_iter()
+            .flatten()
+        {
             http.stop();
         }
         if let Some(prometheus) = self.prometheus.take() {

@@ -1,6 +1,6 @@
 //! Owns: one channel's state — open/closing, the publish it is assembling
 //! (`session::content`), delivery tags and the unacknowledged list, consumers, qos,
-//! confirm mode and the transaction buffer.
+//! confirm mode, the transaction buffer and the direct reply-to consumer.
 //!
 //! Does not: route, enqueue or touch another shard's queues. The shard's handler drives
 //! it and turns what it returns into deliveries, settlements and frames.
@@ -98,6 +98,17 @@ pub struct Channel {
     held_cancels: Option<Vec<ShortStr>>,
     /// What the management API shows as the channel's `message_stats`.
     pub stats: ChannelStats,
+    /// Its direct reply-to consumer (`basic.consume` on `amq.rabbitmq.reply-to`), at
+    /// most one, no-ack.
+    pub direct_reply: Option<ReplyConsumer>,
+}
+
+/// A channel's direct reply-to consumer: its tag, and the reply address
+/// (`session::reply_to::address`) that its publishes' `reply_to` is rewritten to.
+#[derive(Debug, Clone)]
+pub struct ReplyConsumer {
+    pub tag: ShortStr,
+    pub address: ShortStr,
 }
 
 /// A channel's message counts since it opened (RabbitMQ's channel `message_stats`):
@@ -186,6 +197,7 @@ impl Channel {
             next_generated_tag: 1,
             held_cancels: None,
             stats: ChannelStats::default(),
+            direct_reply: None,
         }
     }
 

@@ -129,6 +129,8 @@ pub enum ChannelError {
     FlowControlIgnored {
         millis: u64,
     },
+    /// Direct reply-to refused an operation, in `rabbit_channel`'s words.
+    DirectReply(DirectReplyRefusal),
     /// Something the broker could not do for an internal reason (shutting down).
     Internal(String),
     /// The user lacks a permission on the resource (rabbit_access_control's text).
@@ -142,6 +144,18 @@ pub enum ChannelError {
     /// A configured limit (queues per vhost, bindings per exchange, consumers per
     /// channel) refused the operation.
     Limit(super::limit::LimitRefusal),
+}
+
+/// Why direct reply-to (`amq.rabbitmq.reply-to`) refused an operation: 406
+/// PRECONDITION_FAILED with `rabbit_channel`'s texts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectReplyRefusal {
+    /// `basic.consume` on the pseudo-queue without no-ack.
+    ManualAck,
+    /// A second reply consumer on one channel.
+    AlreadySet,
+    /// A publish with `reply_to = amq.rabbitmq.reply-to` on a channel without one.
+    NoConsumer,
 }
 
 impl ChannelError {
@@ -164,7 +178,8 @@ impl ChannelError {
             | ChannelError::UpstreamArgument { .. }
             | ChannelError::InvalidExpiration { .. }
             | ChannelError::UserIdMismatch { .. }
-            | ChannelError::ControlCharacter { .. } => ReplyCode::PreconditionFailed,
+            | ChannelError::ControlCharacter { .. }
+            | ChannelError::DirectReply(_) => ReplyCode::PreconditionFailed,
             ChannelError::DefaultExchange
             | ChannelError::ReservedPrefix { .. }
             | ChannelError::ExclusiveConsumer { .. }
@@ -325,6 +340,11 @@ impl fmt::Display for ChannelError {
                 f.write_str("cannot switch from confirm to tx mode")
             }
             ChannelError::ConsumingTooSlow => f.write_str("Consuming too slow."),
+            ChannelError::DirectReply(refusal) => f.write_str(match refusal {
+                DirectReplyRefusal::ManualAck => "reply consumer cannot acknowledge",
+                DirectReplyRefusal::AlreadySet => "reply consumer already set",
+                DirectReplyRefusal::NoConsumer => "fast reply consumer does not exist",
+            }),
             ChannelError::FlowControlIgnored { millis } => write!(
                 f,
                 "channel kept publishing for {} ms after flow control stopped it; publish and consume on separate connections",
@@ -408,10 +428,6 @@ pub enum ConnectionError {
     },
     /// A negotiated value out of range.
     NotAllowed(String),
-    /// `connection.update-secret` with a secret that is not the user's.
-    SecretRefused {
-        user: String,
-    },
     NotImplemented(String),
     /// The broker is shutting down, or an operator closed the connection.
     Forced(String),
@@ -441,8 +457,7 @@ impl ConnectionError {
             }
             ConnectionError::VhostNotFound(_)
             | ConnectionError::VhostRefused { .. }
-            | ConnectionError::NotAllowed(_)
-            | ConnectionError::SecretRefused { .. } => ReplyCode::NotAllowed,
+            | ConnectionError::NotAllowed(_) => ReplyCode::NotAllowed,
             ConnectionError::NotImplemented(_) => ReplyCode::NotImplemented,
             ConnectionError::Forced(_) | ConnectionError::MissedHeartbeats { .. } => {
                 ReplyCode::ConnectionForced
@@ -505,9 +520,6 @@ impl fmt::Display for ConnectionError {
             ),
             ConnectionError::VhostNotFound(vhost) => write!(f, "vhost '{vhost}' not found"),
             // rabbit_reader's text for a refused secret (it names no user).
-            ConnectionError::SecretRefused { .. } => {
-                f.write_str("New secret was refused by one of the backends")
-            }
             ConnectionError::LoopbackOnly { user } => write!(
                 f,
                 "user '{user}' can only connect via localhost"
@@ -543,16 +555,26 @@ mod tests {
             ChannelError::ConsumingTooSlow.reply_text(),
             "Consuming too slow."
         );
+        for (refusal, text) in [
+            (
+                DirectReplyRefusal::ManualAck,
+                "PRECONDITION_FAILED - reply consumer cannot acknowledge",
+            ),
+            (
+                DirectReplyRefusal::AlreadySet,
+                "PRECONDITION_FAILED - reply consumer already set",
+            ),
+            (
+                DirectReplyRefusal::NoConsumer,
+                "PRECONDITION_FAILED - fast reply consumer does not exist",
+            ),
+        ] {
+            let e = ChannelError::DirectReply(refusal);
+            assert_eq!((e.code().code(), e.reply_text().as_str()), (406, text));
+        }
         let e = ConnectionError::VhostNotFound("nosuch".into());
         assert_eq!(e.code().code(), 530);
         assert_eq!(e.reply_text(), "NOT_ALLOWED - vhost 'nosuch' not found");
-        let e = ConnectionError::SecretRefused {
-            user: "guest".into(),
-        };
-        assert_eq!(
-            e.reply_text(),
-            "NOT_ALLOWED - New secret was refused by one of the backends"
-        );
         let e = ChannelError::Inequivalent {
             kind: ObjectKind::Exchange,
             name: "x".into(),

@@ -1,7 +1,8 @@
 //! Owns: per-connection protocol state — the connection (handshake, limits,
 //! capabilities, outbound buffer, its phase), its channels (publish assembly in `content`, delivery tags, unacked,
 //! qos, transactions), publisher confirms (`confirm`), a publisher's flow-control state
-//! (`publisher`), consumers and their credit rule — and the typed errors that close a
+//! (`publisher`), consumers and their credit rule, direct reply-to's addresses
+//! (`reply_to`) — and the typed errors that close a
 //! channel or a connection.
 //!
 //! Does not: do I/O or reach another shard; the shard's handler drives this state.
@@ -15,4 +16,5 @@ pub mod error;
 pub mod limit;
 pub mod outbound;
 pub mod publisher;
+pub mod reply_to;
 pub mod signal;

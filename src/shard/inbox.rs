@@ -43,11 +43,34 @@ pub struct Routed {
     pub confirm: u64,
 }
 
+/// A direct reply-to publish (`amq.rabbitmq.reply-to.<token>` on the default exchange)
+/// for the reply consumer of channel `to`, which lives on the receiving shard: no queue
+/// in between. `origin` and `confirm` as in [`Routed`]; under `mandatory` a reply whose
+/// consumer is gone comes back as a [`ReturnedReply`].
+#[derive(Debug)]
+pub struct DirectReply {
+    pub to: ChannelRef,
+    pub msg: Message,
+    pub origin: ChannelRef,
+    pub confirm: u64,
+    pub mandatory: bool,
+}
+
+/// A mandatory direct reply whose consumer was gone, for `basic.return` (312 NO_ROUTE)
+/// on its publishing channel.
+#[derive(Debug)]
+pub struct ReturnedReply {
+    pub origin: ChannelRef,
+    pub msg: Message,
+}
+
 /// The publishes one reader turn routed to one shard.
 #[derive(Debug)]
 pub struct PublishBatch {
     pub from: ShardId,
     pub routed: Vec<Routed>,
+    /// Direct replies for reply consumers on that shard (in the same byte budget).
+    pub replies: Vec<DirectReply>,
     /// Units of the destination's byte budget the sender holds for this batch; the
     /// destination returns them once the messages are in their queues.
     pub permits: u32,
@@ -290,6 +313,12 @@ pub enum ShardMsg {
     DeadLetter(Vec<Routed>),
     /// Confirm outcomes for publishing channels on this shard.
     Confirms(Vec<ConfirmDone>),
+    /// Whether channel `.0` (of this shard) has a direct reply-to consumer: a passive
+    /// `queue.declare` of its reply address on another shard.
+    ReplyConsumer(ChannelRef, oneshot::Sender<bool>),
+    /// Mandatory direct replies whose reply consumer was gone, for their publishing
+    /// channels on this shard; sent before the confirms of the same turn.
+    RepliesReturned(Vec<ReturnedReply>),
     /// Flow control for publishing channels on this shard.
     Flow(Vec<FlowNotice>),
     /// The slow-consumer policy deleted `queue`: close this channel with 506.

@@ -104,7 +104,7 @@ async fn take_earlier_publishes(shard: &Rc<Shard>, inbox: &mut Inbox) {
 /// How much work a message is, for the turn's budget.
 fn work_of(msg: &ShardMsg) -> usize {
     match msg {
-        ShardMsg::Publish(batch) => batch.routed.len(),
+        ShardMsg::Publish(batch) => batch.routed.len() + batch.replies.len(),
         ShardMsg::DeadLetter(routed) => routed.len(),
         ShardMsg::Deliver(batch) => batch.len(),
         ShardMsg::Settle(batch) => batch.len(),
@@ -122,6 +122,9 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             for routed in batch.routed {
                 st.queue_side().take_routed(shard, routed, now);
             }
+            if !batch.replies.is_empty() {
+                st.conn_side().direct_replies(shard, batch.replies);
+            }
             shard.peers.release_budget(shard.id, batch.permits);
         }
         ShardMsg::DeadLetter(routed) => {
@@ -129,6 +132,21 @@ fn on_message(shard: &Rc<Shard>, msg: ShardMsg) {
             for r in routed {
                 st.queue_side().take_routed(shard, r, now);
             }
+        }
+        ShardMsg::ReplyConsumer(to, reply) => {
+            let alive = shard
+                .state
+                .borrow_mut()
+                .conn_side()
+                .reply_consumer_alive(to);
+            let _ = reply.send(alive);
+        }
+        ShardMsg::RepliesReturned(returns) => {
+            shard
+                .state
+                .borrow_mut()
+                .conn_side()
+                .replies_returned(returns);
         }
         ShardMsg::Confirms(done) => {
             shard

@@ -198,8 +198,8 @@ pub struct ShardCounters {
     pub channels_opened: Cell<u64>,
     /// Logins accepted at `connection.start-ok` (`auth_attempts_succeeded_total`).
     pub logins_succeeded: Cell<u64>,
-    /// Logins refused: a wrong password or mechanism, a loopback-only user from
-    /// elsewhere, a refused `update-secret` (`auth_attempts_failed_total`).
+    /// Logins refused: a wrong password, a loopback-only user from elsewhere
+    /// (`auth_attempts_failed_total`).
     pub logins_failed: Cell<u64>,
     /// Published body sizes (`rabbitmq_message_size_bytes`): one add per publish.
     pub message_sizes: message_sizes::MessageSizes,
@@ -318,6 +318,17 @@ impl Shard {
             if !settle.is_empty() {
                 self.peers.send(sid, ShardMsg::Settle(settle));
             }
+            // Returned replies before the confirms: a mandatory publish's basic.return
+            // precedes its basic.ack.
+            let returns = std::mem::take(&mut outbox.returns[shard]);
+            if !returns.is_empty() {
+                if sid == self.id {
+                    st.conn_side().replies_returned(returns);
+                } else {
+                    self.peers.send(sid, ShardMsg::RepliesReturned(returns));
+                }
+            }
+            let outbox = &mut st.common.outbox;
             let confirms = std::mem::take(&mut outbox.confirms[shard]);
             let flow = std::mem::take(&mut outbox.flow[shard]);
             if !confirms.is_empty() {
@@ -346,15 +357,24 @@ impl Shard {
     pub fn take_publishes(&self) -> Vec<(ShardId, PublishBatch)> {
         let mut st = self.state.borrow_mut();
         let mut out = Vec::new();
-        for (shard, batch) in st.common.outbox.publish.iter_mut().enumerate() {
-            if !batch.is_empty() {
+        let outbox = &mut st.common.outbox;
+        for (shard, (batch, replies)) in outbox
+            .publish
+            .iter_mut()
+            .zip(outbox.replies.iter_mut())
+            .enumerate()
+        {
+            if !batch.is_empty() || !replies.is_empty() {
                 let routed = std::mem::take(batch);
-                let bytes: u64 = routed.iter().map(|r| r.msg.memory_size()).sum();
+                let replies = std::mem::take(replies);
+                let bytes: u64 = routed.iter().map(|r| r.msg.memory_size()).sum::<u64>()
+                    + replies.iter().map(|r| r.msg.memory_size()).sum::<u64>();
                 out.push((
                     shard as ShardId,
                     PublishBatch {
                         from: self.id,
                         routed,
+                        replies,
                         permits: self.peers.permits_for(bytes),
                     },
                 ));

@@ -1,6 +1,7 @@
 //! Owns: what a shard's turn sends elsewhere, collected during the turn and sent once at
-//! its end by [`super::Shard::flush`] — publishes, deliveries, settlements, confirm
-//! outcomes and flow notices per destination shard, and the queues the broker itself
+//! its end by [`super::Shard::flush`] — publishes and direct replies, deliveries,
+//! settlements, returned direct replies, confirm outcomes and flow notices per
+//! destination shard, and the queues the broker itself
 //! wants deleted (for the coordinator) — plus the small helpers both sides of a shard
 //! use to spread work (a rotating start, wall-clock seeds).
 //!
@@ -10,11 +11,17 @@ use crate::model::ids::ShardId;
 use crate::model::routing::VhostIdx;
 use crate::protocol::ShortStr;
 
-use super::inbox::{AddressedQueueOp, ConfirmDone, FlowNotice, RemoteDelivery, Routed};
+use super::inbox::{
+    AddressedQueueOp, ConfirmDone, DirectReply, FlowNotice, RemoteDelivery, ReturnedReply, Routed,
+};
 
 /// Messages to other shards, collected during a turn and sent once at its end.
 pub struct Outbox {
     pub publish: Vec<Vec<Routed>>,
+    /// Direct replies for reply consumers on other shards (sent with the publishes).
+    pub replies: Vec<Vec<DirectReply>>,
+    /// Mandatory direct replies whose consumer was gone, back to their publishers.
+    pub returns: Vec<Vec<ReturnedReply>>,
     pub deliver: Vec<Vec<RemoteDelivery>>,
     pub settle: Vec<Vec<AddressedQueueOp>>,
     pub confirms: Vec<Vec<ConfirmDone>>,
@@ -28,6 +35,8 @@ impl Outbox {
     pub fn new(shards: usize) -> Outbox {
         Outbox {
             publish: (0..shards).map(|_| Vec::new()).collect(),
+            replies: (0..shards).map(|_| Vec::new()).collect(),
+            returns: (0..shards).map(|_| Vec::new()).collect(),
             deliver: (0..shards).map(|_| Vec::new()).collect(),
             settle: (0..shards).map(|_| Vec::new()).collect(),
             confirms: (0..shards).map(|_| Vec::new()).collect(),

@@ -222,6 +222,23 @@ async fn predeclared_exchanges(shards: usize) {
         .await
         .unwrap_or_else(|e| panic!("predeclared exchange {name} missing: {e}"));
     }
+    // No firehose tracer, so no amq.rabbitmq.trace (issue 24): a passive declare is 404.
+    let mut probe = conn.channel().await;
+    let refused = probe
+        .exchange_declare(
+            ExchangeDeclareArguments::new("amq.rabbitmq.trace", "topic")
+                .passive(true)
+                .finish(),
+        )
+        .await;
+    assert!(refused.is_err(), "amq.rabbitmq.trace is declared");
+    assert_eq!(
+        probe.expect_close().await,
+        (
+            404,
+            "NOT_FOUND - no exchange 'amq.rabbitmq.trace' in vhost '/'".to_owned()
+        )
+    );
     // amq.direct really routes.
     let q = ch.declare_server_named().await;
     ch.queue_bind(QueueBindArguments::new(&q, "amq.direct", "rk"))

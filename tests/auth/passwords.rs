@@ -25,6 +25,7 @@ fn users_config() -> String {
 shard_tests!(
     hashed_password_logs_in_and_a_wrong_one_is_refused,
     plaintext_warning_names_the_plaintext_users,
+    the_built_in_guest_is_announced_not_warned_about,
     hash_password_output_logs_in,
 );
 
@@ -89,6 +90,48 @@ async fn plaintext_warning_names_the_plaintext_users(shards: usize) {
     assert!(
         !broker.logs().iter().any(|l| l.contains("BRK-1017")),
         "warning without plain-text users"
+    );
+}
+
+/// Without `[auth] users` the users are the built-in guest/guest, a password nobody
+/// wrote down: no BRK-1017 for it, and BRK-1024 says which file is in use (none here)
+/// and that guest may log in from loopback only. With a file, BRK-1024 names it.
+async fn the_built_in_guest_is_announced_not_warned_about(shards: usize) {
+    let broker = Broker::start(shards);
+    assert!(
+        !broker.logs().iter().any(|l| l.contains("BRK-1017")),
+        "{:#?}",
+        broker.logs()
+    );
+    assert!(
+        broker.logs().iter().any(|l| l.ends_with(
+            "BRK-1024 : Configuration file : none (built-in defaults and flags) : built-in \
+             user 'guest' (password 'guest') may log in from loopback only"
+        )),
+        "{:#?}",
+        broker.logs()
+    );
+    // A file that does not set users: still the built-in guest, named file.
+    let broker = Broker::start_with_config(shards, "[broker]\nnode_name = \"n1\"\n");
+    let path = broker.config_path().expect("a file").display().to_string();
+    assert!(
+        broker.logs().iter().any(|l| l.ends_with(&format!(
+            "BRK-1024 : Configuration file : {path} : built-in user 'guest' (password \
+             'guest') may log in from loopback only"
+        ))),
+        "{:#?}",
+        broker.logs()
+    );
+    assert!(!broker.logs().iter().any(|l| l.contains("BRK-1017")));
+    // Users from the file: no built-in note, and BRK-1017 for the plain-text ones.
+    let broker = Broker::start_with_config(shards, &users_config());
+    assert!(
+        broker.logs().iter().any(|l| l.ends_with(&format!(
+            "BRK-1024 : Configuration file : {}",
+            broker.config_path().expect("file").display()
+        ))),
+        "{:#?}",
+        broker.logs()
     );
 }
 

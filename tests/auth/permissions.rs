@@ -448,7 +448,7 @@ async fn a_vhost_without_permissions_is_refused_at_open(shards: usize) {
     std::thread::sleep(Duration::from_millis(200));
     let logs = broker.logs();
     let count = |needle: &str| logs.iter().filter(|l| l.contains(needle)).count();
-    assert_eq!(count("closed during handshake"), 0, "{logs:#?}");
+    assert_eq!(count("CON-1013"), 0, "{logs:#?}");
     assert!(count("CON-1015") <= 4, "{logs:#?}");
     // guest has an entry for "other"; an unknown vhost keeps its own answer.
     login(&broker, "guest", "guest", "other").expect("guest on other");

@@ -136,7 +136,7 @@ fn failed_logins_are_delayed_then_dropped_then_forgotten() {
             Duration::from_secs(5)
         )
         .is_some());
-    assert_eq!(log_count(&broker, "closed during handshake"), 0);
+    assert_eq!(log_count(&broker, "CON-1013"), 0);
 }
 
 shard_tests!(a_flood_of_failed_logins_is_bounded);

@@ -1,5 +1,6 @@
 //! Owns: the consuming methods of an open channel — `basic.qos` (prefetch),
-//! `basic.consume` (tags, consumer limits, priority), `basic.cancel`, `basic.get` and
+//! `basic.consume` (tags, consumer limits, priority; the direct reply-to pseudo-queue is
+//! `direct_reply`'s), `basic.cancel`, `basic.get` and
 //! `basic.recover` / `recover-async`.
 //!
 //! Does not: deliver (`conns::deliver`) or settle (`settle`), or wait for the queue's
@@ -58,6 +59,9 @@ impl ConnSide<'_> {
         number: u16,
         consume: BasicConsume,
     ) -> Result<AfterFrame, MethodError> {
+        if consume.queue.as_bytes() == crate::session::reply_to::PSEUDO_QUEUE.as_bytes() {
+            return self.reply_consume(shard, conn, number, consume);
+        }
         let name = self.queue_name(conn, number, consume.queue);
         self.authorize(conn, number, Read, ObjectKind::Queue, &name)?;
         let queue = self.lookup_queue(shard, conn, &name)?;
@@ -83,7 +87,9 @@ impl ConnSide<'_> {
         } else {
             consume.consumer_tag
         };
-        if ch.consumer_by_tag(&tag).is_some() {
+        if ch.consumer_by_tag(&tag).is_some()
+            || ch.direct_reply.as_ref().is_some_and(|r| r.tag == tag)
+        {
             return Err(MethodError::Connection(ConnectionError::NotAllowed(
                 format!("attempt to reuse consumer tag '{tag}'"),
             )));
@@ -125,6 +131,9 @@ impl ConnSide<'_> {
         number: u16,
         cancel: BasicCancel,
     ) -> Result<AfterFrame, MethodError> {
+        if self.reply_cancel(conn, number, &cancel.consumer_tag, cancel.nowait) {
+            return Ok(AfterFrame::Continue);
+        }
         let removed = self
             .conn_mut(conn)
             .and_then(|c| c.channels.get_mut(&number))

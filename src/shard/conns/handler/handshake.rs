@@ -82,10 +82,10 @@ impl ConnSide<'_> {
             (Some(Phase::AwaitStartOk), Method::ConnectionStartOk(ok)) => {
                 let offered =
                     connection::offered_mechanisms(self.conn(conn).and_then(|c| c.tls.as_ref()));
-                if let Err(e) = connection::check_mechanism(ok.mechanism.as_bytes(), offered) {
-                    return fail(e);
-                }
                 let mechanism = ok.mechanism.as_str_lossy().into_owned();
+                if !connection::mechanism_offered(ok.mechanism.as_bytes(), offered) {
+                    return Ok(self.refuse_mechanism(shard, conn, &mechanism, offered));
+                }
                 let creds = connection::parse_sasl(
                     ok.mechanism.as_bytes(),
                     &ok.response.clone().into_bytes(),

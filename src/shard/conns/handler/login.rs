@@ -3,14 +3,17 @@
 //! without blocking the shard: the connection's reader awaits it as a
 //! [`PendingOp::LoginDelay`] holding a `DelayPermit`; or no reply at all), the record of
 //! refused logins, and the `channel_max` refusal — with `crate::limits` doing the
-//! counting. A login that succeeds is answered at once, whatever failed before.
+//! counting. A login that succeeds is answered at once, whatever failed before. Also
+//! the silent close of a `start-ok` whose mechanism was not offered (CON-1012).
 //!
 //! Does not: authenticate (`Config::authenticate`) or count connections.
 
 use std::time::Duration;
 
+use crate::limits::report::{Reporter, REPORT_GAP};
 use crate::limits::LoginAnswer;
 use crate::model::ids::ConnId;
+use crate::ops::session_event::SessionEvent;
 use crate::protocol::method::ConnectionTune;
 use crate::protocol::Method;
 use crate::session::connection::Phase;
@@ -40,7 +43,7 @@ pub fn logged_as_limit(err: &ConnectionError) -> bool {
 
 impl ConnSide<'_> {
     /// A refused login (a wrong password at `start-ok`, a loopback-only user from
-    /// elsewhere, a wrong `update-secret`) as `user`: recorded (throttling, CON-1008),
+    /// elsewhere) as `user`: recorded (throttling, CON-1008),
     /// then `refusal` is sent now, after the throttle's delay (the reader awaits it,
     /// reading nothing more from this socket, while the shard serves others), or not at
     /// all (the connection is closed without a reply).
@@ -144,6 +147,62 @@ impl ConnSide<'_> {
             .limits
             .channel_refused(subject, number, &refusal, shard.clock.now());
         super::MethodError::Connection(ConnectionError::Limit(refusal))
+    }
+}
+
+/// How long a connection whose `start-ok` names a mechanism that was not offered waits
+/// before its socket is closed without a reply: RabbitMQ's reader's silent-close delay
+/// (`?SILENT_CLOSE_DELAY`, 3 s), so a client cannot probe mechanisms in a tight loop.
+pub const SILENT_CLOSE_DELAY: Duration = Duration::from_secs(3);
+
+thread_local! {
+    /// This shard's (thread's) rate limit of CON-1012 lines.
+    static MECHANISM_LINES: Reporter = const { Reporter::new(REPORT_GAP, 1) };
+}
+
+impl ConnSide<'_> {
+    /// `start-ok` chose `mechanism`, which `connection.start` did not offer (`offered`):
+    /// the socket is closed without any frame — the 0-9-1 spec's rule, and what
+    /// RabbitMQ's reader does during the handshake — after [`SILENT_CLOSE_DELAY`], or at
+    /// once when the shard already holds `limits.login.max_delayed` delayed answers.
+    /// Logged as CON-1012 (rate-limited); not a failed login (no user was named).
+    pub(super) fn refuse_mechanism(
+        &mut self,
+        shard: &Shard,
+        conn: ConnId,
+        mechanism: &str,
+        offered: &'static str,
+    ) -> AfterFrame {
+        let Some(peer) = self.conn(conn).map(|c| c.peer) else {
+            return AfterFrame::Stop;
+        };
+        let permit = shard.limits.hold_silent_close();
+        let delay = if permit.is_some() {
+            SILENT_CLOSE_DELAY
+        } else {
+            Duration::ZERO
+        };
+        if let Some(count) = MECHANISM_LINES.with(|r| r.note(shard.clock.now())) {
+            SessionEvent::MechanismRefused {
+                peer,
+                mechanism: mechanism.to_owned(),
+                offered,
+                delay_s: delay.as_secs(),
+                count,
+            }
+            .emit();
+        }
+        match permit {
+            Some(permit) => AfterFrame::Await(Pending {
+                conn,
+                channel: 0,
+                op: PendingOp::SilentClose { delay, permit },
+            }),
+            None => {
+                self.finish_connection(conn);
+                AfterFrame::Stop
+            }
+        }
     }
 }
 

@@ -18,6 +18,7 @@ macro_rules! method_id {
 pub mod access;
 pub mod channel;
 mod consume;
+mod direct_reply;
 mod exchange;
 mod handshake;
 mod login;
@@ -32,10 +33,11 @@ use std::time::{Duration, Instant};
 use crate::model::ids::ConnId;
 use crate::ops::escape::Escaped;
 use crate::ops::event::OpsEvent;
+use crate::ops::session_event::SessionEvent;
 use crate::protocol::frame::{Frame, FrameKind};
 use crate::protocol::method::{
     BasicPublish, ChannelClose, ChannelCloseOk, ChannelOpenOk, ConnectionClose, ConnectionCloseOk,
-    ConnectionUpdateSecret, ConnectionUpdateSecretOk,
+    ConnectionUpdateSecretOk,
 };
 use crate::protocol::{LongStr, Method, ShortStr};
 use crate::session::channel::{Channel, ChannelPhase};
@@ -47,6 +49,12 @@ use crate::shard::inbox::QueueOp;
 use crate::shard::{Shard, TimerKey};
 
 pub use pending::{Pending, PendingOp};
+
+thread_local! {
+    /// This shard's (thread's) rate limit of CON-1011 lines: ten a second.
+    static SECRET_LINES: crate::limits::report::Reporter =
+        const { crate::limits::report::Reporter::new(Duration::from_secs(1), 10) };
+}
 
 /// What the reader does after a frame (named apart from flow control, which is
 /// `conns::flow`).
@@ -167,30 +175,27 @@ impl ConnSide<'_> {
         let method = Method::decode(frame.payload)
             .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
         match method {
-            // RabbitMQ 3.8+ (OAuth token refresh): the new secret must be valid for the
-            // connection's user, checked as a PLAIN login is; otherwise 530, as
-            // rabbit_reader answers a refusal.
+            // RabbitMQ 3.8+ (an OAuth client refreshing its token). Every mechanism
+            // sluice offers (PLAIN, AMQPLAIN, EXTERNAL) logs in a password or
+            // certificate user, for which RabbitMQ's internal backend has no token to
+            // refresh: it answers update-secret-ok for any new secret and the
+            // connection keeps the user and permissions it authenticated with. So does
+            // sluice (CON-1011); nothing is checked, so nothing counts as a failed login.
             Method::ConnectionUpdateSecret(update) => {
                 let Some(c) = self.conn_mut(conn) else {
                     return Ok(AfterFrame::Stop);
                 };
-                let secret = update.new_secret.into_bytes();
-                if shard.live().authenticate(&c.user, &secret).is_none() {
-                    // A wrong secret is a failed login: it counts against the address
-                    // and user (so a connection made without a password, by EXTERNAL,
-                    // cannot guess one unthrottled), is logged as CON-1008
-                    // (rate-limited), and its 530 is throttled as a refused login's 403.
-                    let user = c.user.clone();
-                    let refused = ConnectionError::SecretRefused { user: user.clone() }
-                        .on(method_id!(ConnectionUpdateSecret));
-                    return Ok(self.refuse_login(shard, conn, &user, "update-secret", refused));
+                // A client looping on update-secret cannot flood the log.
+                if let Some(count) = SECRET_LINES.with(|r| r.note(shard.clock.now())) {
+                    SessionEvent::SecretUpdated {
+                        subject: c.log_subject(),
+                        user: c.user.clone(),
+                        mechanism: c.auth_mechanism.clone(),
+                        reason: update.reason.as_str_lossy().into_owned(),
+                        suppressed: count - 1,
+                    }
+                    .emit();
                 }
-                tracing::info!(
-                    "{}: user '{}' updated secret, reason: {}",
-                    Escaped(&c.log_subject()),
-                    Escaped(&c.user),
-                    Escaped(&update.reason.as_str_lossy())
-                );
                 c.out.method(
                     0,
                     &Method::ConnectionUpdateSecretOk(ConnectionUpdateSecretOk {}),
@@ -405,12 +410,12 @@ impl ConnSide<'_> {
             }
             .emit();
         } else if !login::logged_as_limit(err) {
-            tracing::info!(
-                "connection from {} closed during handshake: {} {}",
-                c.peer,
-                err.code().code(),
-                Escaped(&text)
-            );
+            SessionEvent::HandshakeClosed {
+                peer: c.peer,
+                reason: format!("{} {}", err.code().code(), text),
+                name: c.client_name(),
+            }
+            .emit();
         }
         c.out.method(
             0,

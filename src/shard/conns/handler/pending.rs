@@ -1,6 +1,6 @@
 //! Owns: channel operations that need another shard's answer — control-plane requests
 //! (declare, bind, delete), and queue requests to a remote home (consume, cancel, get,
-//! purge, passive declare) — as data ([`PendingOp`]) that the reader awaits with
+//! purge, passive declare, a direct reply-to address's declare) — as data ([`PendingOp`]) that the reader awaits with
 //! [`resolve`] and then completes with [`ConnSide::complete`].
 //!
 //! Does not: hold a borrow of the shard across the wait: `resolve` only awaits, and
@@ -109,6 +109,21 @@ pub enum PendingOp {
         /// held until the answer is sent or the connection goes.
         permit: crate::limits::DelayPermit,
     },
+    /// A `queue.declare` of a direct reply-to address whose channel lives on another
+    /// shard: answered as a passive declare once that shard says whether the channel
+    /// has its reply consumer (`handler::direct_reply`).
+    ReplyDeclare {
+        to: crate::model::ids::ChannelRef,
+        name: ShortStr,
+        nowait: bool,
+    },
+    /// A connection closed without a reply once the delay is over (a `start-ok` whose
+    /// mechanism was not offered: `handler::login::refuse_mechanism`).
+    SilentClose {
+        delay: std::time::Duration,
+        /// Its place among the shard's `limits.login.max_delayed`.
+        permit: crate::limits::DelayPermit,
+    },
 }
 
 /// The answer to a [`PendingOp`].
@@ -137,6 +152,8 @@ pub enum Resolved {
         nowait: bool,
     },
     Login(super::login::LoginOutcome),
+    /// Close the socket, sending nothing.
+    SilentClose,
 }
 
 /// Performs the waiting part of an operation.
@@ -150,6 +167,23 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
             super::login::wait(delay).await;
             drop(permit);
             Resolved::Login(outcome)
+        }
+        PendingOp::ReplyDeclare { to, name, nowait } => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            shard.peers.send(
+                to.shard,
+                crate::shard::inbox::ShardMsg::ReplyConsumer(to, tx),
+            );
+            Resolved::Stats(
+                name,
+                super::direct_reply::declare_reply(rx.await.unwrap_or(false)),
+                nowait,
+            )
+        }
+        PendingOp::SilentClose { delay, permit } => {
+            super::login::wait(delay).await;
+            drop(permit);
+            Resolved::SilentClose
         }
         PendingOp::Control { req, then } => {
             let reply = control::request(shard, req).await;
@@ -268,6 +302,7 @@ impl ConnSide<'_> {
     pub fn complete(&mut self, shard: &Shard, conn: ConnId, number: u16, resolved: Resolved) {
         let resolved = match resolved {
             Resolved::Login(outcome) => return self.send_login_outcome(shard, conn, outcome),
+            Resolved::SilentClose => return self.finish_connection(conn),
             other => other,
         };
         let open = self
@@ -424,7 +459,7 @@ impl ConnSide<'_> {
                 _ => Ok((!nowait).then(|| Method::QueuePurgeOk(QueuePurgeOk { message_count: 0 }))),
             },
             // Answered above, before any channel is looked at.
-            Resolved::Login(_) => Ok(None),
+            Resolved::Login(_) | Resolved::SilentClose => Ok(None),
         };
         if !open {
             return;

@@ -4,7 +4,8 @@
 //! the end of the turn, each message tagged with its channel — plus `basic.return` for
 //! unroutable mandatory publishes and publisher confirms: a publish is confirmed once
 //! every queue it was routed to has it (local queues at once, other shards when they
-//! report back), and nacked when a queue refused it (`reject-publish`).
+//! report back), and nacked when a queue refused it (`reject-publish`). A publish to a
+//! direct reply-to address goes to `direct_reply` instead of the directory.
 //!
 //! Does not: wait for another shard (the reader sends the batches and awaits room).
 
@@ -60,11 +61,18 @@ impl ConnSide<'_> {
         if let Err(e) = self.check_user_id(shard, conn, &header.raw_properties) {
             return self.close_channel(shard, conn, number, &e, PUBLISH);
         }
+        // Direct reply-to: `reply_to = amq.rabbitmq.reply-to` names this channel's
+        // reply address.
+        let raw_properties = match self.rewrite_reply_to(conn, number, &header.raw_properties) {
+            Ok(None) => header.raw_properties,
+            Ok(Some(rewritten)) => rewritten,
+            Err(e) => return self.close_channel(shard, conn, number, &e, PUBLISH),
+        };
         shard.counters.message_sizes.record(header.body_size);
         let msg = Message::with_ttl(
             publish.exchange.clone(),
             publish.routing_key.clone(),
-            header.raw_properties,
+            raw_properties,
             body,
             header.body_size,
             ttl_ms,
@@ -105,6 +113,11 @@ impl ConnSide<'_> {
         publish: &BasicPublish,
         msg: Message,
     ) -> Result<(), MethodError> {
+        if publish.exchange.is_empty()
+            && crate::session::reply_to::is_reply_name(publish.routing_key.as_bytes())
+        {
+            return self.route_reply(shard, conn, number, publish, msg);
+        }
         let now = shard.clock.now();
         let vhost = self.conn(conn).map(|c| c.vhost).unwrap_or_default();
         let mut targets = Targets::new();

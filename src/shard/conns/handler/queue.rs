@@ -32,6 +32,9 @@ impl ConnSide<'_> {
             .conn(conn)
             .map(|c| c.vhost_name.clone())
             .unwrap_or_default();
+        if crate::session::reply_to::is_reply_name(decl.queue.as_bytes()) {
+            return self.reply_declare(shard, conn, number, decl);
+        }
         if decl.passive {
             let name = self.queue_name(conn, number, decl.queue);
             self.authorize_any(conn, number, ObjectKind::Queue, &name)?;
