@@ -3,7 +3,7 @@
 //! `amq.rabbitmq.reply-to.<token>` that a requester's `reply_to` is rewritten to — and
 //! the token: the channel it names ([`ChannelRef`]: shard, connection slot and
 //! generation, channel number and epoch) followed by an HMAC-SHA256 of those bytes
-//! under a key drawn at random once per process, truncated to 128 bits, in unpadded
+//! under a key drawn at random once per process (`ring::hmac`), in unpadded
 //! base64url. A token cannot be guessed or altered to name another channel: without the
 //! key no MAC checks, and a channel closed (or a connection slot reused) fails the
 //! epoch or generation check where the channel lives.
@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use sha2::{Digest, Sha256};
+use ring::hmac;
 
 use crate::model::ids::{ChannelRef, ConnId};
 
@@ -27,39 +27,20 @@ pub const PREFIX: &str = "amq.rabbitmq.reply-to.";
 
 /// Bytes of the channel it names: shard 2, slot 4, generation 4, channel 2, epoch 4.
 const PAYLOAD: usize = 16;
-/// Bytes of the MAC kept.
-const MAC: usize = 16;
-/// SHA-256's block size, for HMAC.
-const BLOCK: usize = 64;
+/// Bytes of the MAC (the whole HMAC-SHA256 tag, checked by `ring` in constant time).
+const MAC: usize = 32;
 
 /// This process's key, drawn on first use; `None` when the OS gave no randomness (then
 /// no reply address can be made, and a reply consumer is refused).
-fn key() -> Option<&'static [u8; 32]> {
-    static KEY: OnceLock<Option<[u8; 32]>> = OnceLock::new();
+fn key() -> Option<&'static hmac::Key> {
+    static KEY: OnceLock<Option<hmac::Key>> = OnceLock::new();
     KEY.get_or_init(|| {
         let mut k = [0u8; 32];
-        getrandom::getrandom(&mut k).ok().map(|()| k)
+        getrandom::getrandom(&mut k)
+            .ok()
+            .map(|()| hmac::Key::new(hmac::HMAC_SHA256, &k))
     })
     .as_ref()
-}
-
-/// HMAC-SHA256 (RFC 2104) of `data` under `key` (32 bytes, shorter than a block).
-fn hmac(key: &[u8; 32], data: &[u8]) -> [u8; 32] {
-    let mut ipad = [0x36u8; BLOCK];
-    let mut opad = [0x5cu8; BLOCK];
-    for (i, k) in key.iter().enumerate() {
-        ipad[i] ^= k;
-        opad[i] ^= k;
-    }
-    let inner = Sha256::new()
-        .chain_update(ipad)
-        .chain_update(data)
-        .finalize();
-    Sha256::new()
-        .chain_update(opad)
-        .chain_update(inner)
-        .finalize()
-        .into()
 }
 
 fn payload(ch: &ChannelRef) -> [u8; PAYLOAD] {
@@ -76,7 +57,8 @@ fn payload(ch: &ChannelRef) -> [u8; PAYLOAD] {
 pub fn address(ch: &ChannelRef) -> Option<String> {
     let key = key()?;
     let p = payload(ch);
-    let mac = hmac(key, &p);
+    let mac = hmac::sign(key, &p);
+    let mac = mac.as_ref();
     let mut raw = [0u8; PAYLOAD + MAC];
     raw[..PAYLOAD].copy_from_slice(&p);
     raw[PAYLOAD..].copy_from_slice(&mac[..MAC]);
@@ -100,14 +82,7 @@ pub fn resolve(routing_key: &[u8]) -> Option<ChannelRef> {
         _ => return None,
     }
     let (p, mac) = raw.split_at(PAYLOAD);
-    let expected = hmac(key, p);
-    let diff = mac
-        .iter()
-        .zip(&expected[..MAC])
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    if diff != 0 {
-        return None;
-    }
+    hmac::verify(key, p, mac).ok()?;
     let u16_at = |i: usize| u16::from_be_bytes([p[i], p[i + 1]]);
     let u32_at = |i: usize| u32::from_be_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
     Some(ChannelRef {
@@ -169,19 +144,5 @@ mod tests {
         assert_eq!(resolve(&a.as_bytes()[1..]), None);
         let longer = format!("{a}AA");
         assert_eq!(resolve(longer.as_bytes()), None);
-    }
-
-    #[test]
-    fn hmac_matches_rfc_4231_case_1() {
-        // RFC 4231 test case 1: key = 0x0b × 20, data "Hi There" (a 20-byte key padded
-        // with zeros to 32 gives the same HMAC: keys shorter than a block are padded).
-        let mut key = [0u8; 32];
-        key[..20].copy_from_slice(&[0x0b; 20]);
-        let mac = hmac(&key, b"Hi There");
-        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(
-            hex,
-            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
-        );
     }
 }
