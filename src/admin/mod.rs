@@ -271,21 +271,32 @@ impl Authority {
         let mut config = (*self.in_force).clone();
         config.runtime_policies = Arc::clone(&planned.set);
         let config = Arc::new(config);
-        let mut acks = Vec::with_capacity(self.peers.len());
-        for shard in 0..self.peers.len() {
-            let (tx, rx) = oneshot::channel();
-            self.peers
-                .send(shard as u16, ShardMsg::Policies(Arc::clone(&config), tx));
-            acks.push(rx);
-        }
-        let mut queues = 0;
-        for ack in acks {
-            queues += ack.await.unwrap_or(0);
-        }
+        let changed = self
+            .ask_every_shard(|tx| ShardMsg::Policies(Arc::clone(&config), tx))
+            .await;
+        let queues = changed.iter().sum();
         self.live.send_replace(Arc::clone(&config));
         self.in_force = config;
         policy::log(&planned, &acting, queues);
         Ok(planned.outcome)
+    }
+
+    /// Sends every shard the message `make` builds around a reply sender, then waits for
+    /// each answer. A shard that stopped drops its sender: nothing to wait for.
+    async fn ask_every_shard<T>(&self, make: impl Fn(oneshot::Sender<T>) -> ShardMsg) -> Vec<T> {
+        let mut replies = Vec::with_capacity(self.peers.len());
+        for shard in 0..self.peers.len() {
+            let (tx, rx) = oneshot::channel();
+            self.peers.send(shard as u16, make(tx));
+            replies.push(rx);
+        }
+        let mut answers = Vec::with_capacity(replies.len());
+        for reply in replies {
+            if let Ok(answer) = reply.await {
+                answers.push(answer);
+            }
+        }
+        answers
     }
 
     /// Written to the definitions log by the coordinator; returns once synced (or at
@@ -298,17 +309,8 @@ impl Authority {
 
     /// Sends `config` to every shard, waits for each, then to the management thread.
     async fn put_in_force(&mut self, config: Arc<Config>) {
-        let mut acks = Vec::with_capacity(self.peers.len());
-        for shard in 0..self.peers.len() {
-            let (tx, rx) = oneshot::channel();
-            self.peers
-                .send(shard as u16, ShardMsg::Reload(Arc::clone(&config), tx));
-            acks.push(rx);
-        }
-        // A shard that stopped drops its sender: nothing to wait for.
-        for ack in acks {
-            let _ = ack.await;
-        }
+        self.ask_every_shard(|tx| ShardMsg::Reload(Arc::clone(&config), tx))
+            .await;
         // The shards check max-queues from the configuration they now hold; the
         // connection and channel limits are the shared counts'.
         self.counts.set_limits(&config.limits.resources);
