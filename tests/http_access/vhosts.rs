@@ -70,8 +70,11 @@ fn vhosts_are_created_and_deleted_at_run_time() {
     for i in 0..6 {
         let mut c = login_to(&broker, "guest", "guest", "orders").expect("open orders");
         c.channel_open(1);
+        // Confirmed: on disk before the kill -9 below.
+        c.confirm_select(1);
         c.publish(1, "", "q", &persistent(), format!("m{i}").as_bytes())
             .expect("publish");
+        c.expect_method(1, m::BASIC_ACK);
         c.channel_open(2);
         c.send_queue_declare(2, "q", [true, false, false]);
         c.expect_method(2, m::QUEUE_DECLARE_OK);
