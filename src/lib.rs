@@ -34,8 +34,9 @@
 //! - [`server`]: starts N shards (each thread composed in `server::shard_thread`) and the
 //!   management listener, coordinates shutdown and reload.
 //! - [`http`]: the management listener on its own thread (hyper): Prometheus
-//!   `/metrics`, the RabbitMQ-style management API, basic auth; every figure is asked of
-//!   the shards through their inboxes (`shard::observe`).
+//!   `/metrics`, the RabbitMQ-style management API, basic auth, and the web console's
+//!   embedded static files (`/`, built only on that API); every figure is asked of the
+//!   shards through their inboxes (`shard::observe`).
 //! - [`config`]: the configuration (defaults, TOML file, CLI), immutable but for the
 //!   sections a SIGHUP reloads (`config::reload`) and the users and permissions changed
 //!   at run time, put over the file's (`config::access`).

@@ -6,7 +6,9 @@
 //! `message_json`; declaring and deleting queues, exchanges and bindings, `topology`;
 //! exporting and importing definitions, `definitions`; health checks, `health`; the
 //! node, cluster name and whoami, `nodes`; paging, columns and sorting of every list,
-//! `paging`; the message rates' sampler, `rates`), HTTP basic auth (`auth`);
+//! `paging`; the message rates' sampler, `rates`), HTTP basic auth (`auth`); the web
+//! console's static files at `/` and `/console/`, served without credentials (`console`:
+//! the page itself uses only the API);
 //! what one connection may hold (`conn`: the connection cap, the header-read and idle
 //! timeouts). The Prometheus listener (`prometheus`, off by default) is a second
 //! instance of the same server on its own thread, without credentials, serving only
@@ -26,6 +28,7 @@ pub mod access;
 pub mod api;
 pub mod auth;
 mod conn;
+mod console;
 pub mod definitions;
 pub mod federation;
 pub mod health;
@@ -312,12 +315,23 @@ async fn handle(
     req: Request<hyper::body::Incoming>,
     peer: SocketAddr,
 ) -> Result<HttpResponse, Unanswered> {
+    // The console's static files hold no data: served without credentials.
+    if console::owns(req.uri().path()) {
+        return Ok(console::serve(
+            req.method(),
+            req.uri().path(),
+            req.headers(),
+        ));
+    }
+    // A script that says so (the console) gets no basic-auth challenge with a 401,
+    // which would make the browser open its own login dialog over the page's.
+    let xhr = req.headers().contains_key("x-requested-with");
     // The users and permissions in force (a SIGHUP reload or a change over the API
     // replaces them).
     let config = Arc::clone(&ctx.live.borrow());
     let user = match auth::admit(&config, &ctx.limits.failures, req.headers(), peer).await {
         Ok(user) => user,
-        Err(auth::Refused::Respond(response)) => return Ok(response),
+        Err(auth::Refused::Respond(response)) => return Ok(unchallenged(xhr, response)),
         Err(auth::Refused::Silently) => return Err(Unanswered),
     };
     let (parts, body) = req.into_parts();
@@ -339,7 +353,17 @@ async fn handle(
         }
     };
     let req = Request::from_parts(parts, body);
-    Ok(route(ctx, &config, &req, user).await)
+    Ok(unchallenged(xhr, route(ctx, &config, &req, user).await))
+}
+
+/// `response` without its `WWW-Authenticate` challenge when `xhr`.
+fn unchallenged(xhr: bool, mut response: HttpResponse) -> HttpResponse {
+    if xhr {
+        response
+            .headers_mut()
+            .remove(hyper::header::WWW_AUTHENTICATE);
+    }
+    response
 }
 
 /// Routes an authenticated request.
@@ -403,7 +427,15 @@ async fn route(
         (&Method::GET, ["api", rest @ ..]) => {
             api::get(ctx, rest, &query, &auth::Viewer::of(config, user)).await
         }
-        (&Method::DELETE, ["api", rest @ ..]) => api::delete(ctx, rest).await,
+        (&Method::DELETE, ["api", rest @ ..]) => {
+            // RabbitMQ's `X-Reason` header: the text a closed connection is told.
+            // (UTF-8, as a script may send it; a value that is not is ignored.)
+            let reason = req
+                .headers()
+                .get("x-reason")
+                .and_then(|v| std::str::from_utf8(v.as_bytes()).ok());
+            api::delete(ctx, rest, reason).await
+        }
         (_, ["metrics"] | ["api", ..]) => {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         }

@@ -70,6 +70,15 @@ pub fn node_json(ctx: &Context, config: &crate::config::Config) -> Value {
         "disk_free": ctx.disk.free.free(),
         "disk_free_limit": ctx.disk.free.limit(),
         "disk_free_alarm": ctx.disk.free.alarm(),
+        // sluice's store quota (seed 001): the store's size on disk and, per vhost that
+        // has a quota, its thresholds and whether its producers are blocked (MST-1008).
+        "store_size": ctx.disk.total(),
+        "store_quotas": ctx.disk.quotas().map(|(vhost, quota, blocked)| json!({
+            "vhost": vhost,
+            "overfull_size": quota.overfull,
+            "underfull_size": quota.underfull,
+            "alarm": blocked,
+        })).collect::<Vec<_>>(),
         "fd_used": fds.as_ref().map(|f| f.all),
         "fd_total": fd_total,
         "sockets_used": fds.as_ref().map(|f| f.sockets),

@@ -8,8 +8,10 @@
 //! The order of the steps is RabbitMQ's (`rabbit_mgmt_util`): columns, then sort, then
 //! the name filter and the page. Sorting compares values in Erlang's term order (numbers
 //! before atoms before objects before arrays before strings; a missing field is 0), as
-//! RabbitMQ's `lists:sort` does over its facts. The list is built once and each step
-//! walks it once, so a page of 10,000 queues costs what the list costs.
+//! RabbitMQ's `lists:sort` does over its facts. A list whose items are built here
+//! ([`reply_built`]) has each item built first with only its sort keys, and whole only
+//! if it is answered: a page of 50 of 10,000 queues, or a few columns of each, costs
+//! what it shows, not the whole list's JSON.
 //!
 //! Does not: build the list (each area of the API does) or decide who may see an item.
 
@@ -157,10 +159,66 @@ fn parse(query: &str) -> Result<ListQuery, Invalid> {
     })
 }
 
+/// The top-level fields a list item must have where [`reply_built`] builds it; a builder
+/// may leave out every other field, and the answer is the same as if it had built them
+/// all.
+pub struct Fields {
+    only: Option<Vec<String>>,
+    keys: bool,
+}
+
+impl Fields {
+    /// Every field.
+    pub const ALL: Fields = Fields {
+        only: None,
+        keys: false,
+    };
+
+    /// Whether the item needs `field`.
+    pub fn wants(&self, field: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|f| f == field))
+    }
+}
+
+/// A JSON object of the fields `fields` wants, each value evaluated only if its field is
+/// wanted: `object!(fields, { "name": q.name, "messages": q.ready + q.unacked })`.
+macro_rules! object {
+    ($fields:expr, { $($key:literal : $value:expr),* $(,)? }) => {{
+        let fields: &$crate::http::paging::Fields = $fields;
+        let mut map = serde_json::Map::new();
+        $(
+            if fields.wants($key) {
+                map.insert($key.to_owned(), serde_json::json!($value));
+            }
+        )*
+        serde_json::Value::Object(map)
+    }};
+}
+pub(crate) use object;
+
 /// Answers a list as the query asks: all of it (sorted, with the columns asked for), or
 /// the paged object. `default_sort` are the list's own sort keys.
 pub fn reply(query: &str, items: Vec<Value>, default_sort: &[&str]) -> HttpResponse {
-    match shape(query, items, default_sort) {
+    answer(shape(query, items, default_sort))
+}
+
+/// [`reply`] for a list of `count` items that `build(i, fields)` makes: each item is
+/// built once with only its sort keys (and its name, under a name filter), and only the
+/// items answered are built whole (with only the columns asked for). So a page of 50 of
+/// 10,000 queues costs 50 queues' JSON, not 10,000.
+pub fn reply_built(
+    query: &str,
+    count: usize,
+    default_sort: &[&str],
+    build: impl FnMut(usize, &Fields) -> Value,
+) -> HttpResponse {
+    answer(shape_with(query, count, default_sort, build))
+}
+
+fn answer(shaped: Result<Value, Invalid>) -> HttpResponse {
+    match shaped {
         Ok(v) => respond(
             StatusCode::OK,
             "application/json",
@@ -174,13 +232,39 @@ pub fn reply(query: &str, items: Vec<Value>, default_sort: &[&str]) -> HttpRespo
     }
 }
 
-fn shape(query: &str, mut items: Vec<Value>, default_sort: &[&str]) -> Result<Value, Invalid> {
-    let q = parse(query)?;
-    if let Some(columns) = &q.columns {
-        for item in &mut items {
-            keep_columns(item, columns);
+/// [`shape_with`] over built items: the key pass copies the fields it needs, the answer
+/// takes each item as it is.
+fn shape(query: &str, items: Vec<Value>, default_sort: &[&str]) -> Result<Value, Invalid> {
+    let count = items.len();
+    let mut slots: Vec<Option<Value>> = items.into_iter().map(Some).collect();
+    shape_with(query, count, default_sort, |i, fields| {
+        let Some(slot) = slots.get_mut(i) else {
+            return Value::Null;
+        };
+        if !fields.keys {
+            return slot.take().unwrap_or(Value::Null);
         }
-    }
+        match slot.as_ref() {
+            Some(Value::Object(map)) => Value::Object(
+                map.iter()
+                    .filter(|(k, _)| fields.wants(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            other => other.cloned().unwrap_or(Value::Null),
+        }
+    })
+}
+
+/// The steps in RabbitMQ's order (`rabbit_mgmt_util`): columns, then sort, then the name
+/// filter and the page — over items built as each step needs them.
+fn shape_with(
+    query: &str,
+    count: usize,
+    default_sort: &[&str],
+    mut build: impl FnMut(usize, &Fields) -> Value,
+) -> Result<Value, Invalid> {
+    let q = parse(query)?;
     // The asked-for key first, then the defaults without it (RabbitMQ's merge_sorts).
     let mut keys: Vec<Vec<&str>> = Vec::new();
     for k in q
@@ -194,12 +278,36 @@ fn shape(query: &str, mut items: Vec<Value>, default_sort: &[&str]) -> Result<Va
             keys.push(path);
         }
     }
-    let mut keyed: Vec<(Vec<&Value>, usize)> = items
+    let filter = q
+        .page
+        .as_ref()
+        .map(|p| NameFilter::new(p.name.as_deref(), p.regex))
+        .filter(|f| !matches!(f, NameFilter::All));
+    let mut key_fields: Vec<String> = keys
         .iter()
-        .enumerate()
-        .map(|(i, item)| (keys.iter().map(|k| dotted(item, k)).collect(), i))
+        .filter_map(|k| k.first().map(|f| (*f).to_owned()))
         .collect();
-    keyed.sort_by(|(a, _), (b, _)| {
+    if filter.is_some() {
+        key_fields.push("name".to_owned());
+    }
+    let key_fields = Fields {
+        only: Some(key_fields),
+        keys: true,
+    };
+    // The key pass: each item's sort values and whether the filter admits it, as they
+    // are once the columns are applied (a column left out sorts as missing).
+    let mut keyed: Vec<(Vec<Value>, usize, bool)> = (0..count)
+        .map(|i| {
+            let mut item = build(i, &key_fields);
+            if let Some(columns) = &q.columns {
+                keep_columns(&mut item, columns);
+            }
+            let values = keys.iter().map(|k| dotted(&item, k).clone()).collect();
+            let admitted = filter.as_ref().is_none_or(|f| f.admits(&item));
+            (values, i, admitted)
+        })
+        .collect();
+    keyed.sort_by(|(a, _, _), (b, _, _)| {
         a.iter()
             .zip(b.iter())
             .map(|(x, y)| term_order(x, y))
@@ -209,15 +317,30 @@ fn shape(query: &str, mut items: Vec<Value>, default_sort: &[&str]) -> Result<Va
     if q.reverse {
         keyed.reverse();
     }
-    let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
-    let total = items.len();
-    let mut slots: Vec<Option<Value>> = items.into_iter().map(Some).collect();
-    let sorted = order.into_iter().filter_map(|i| slots.get_mut(i)?.take());
-    let Some(page) = q.page else {
-        return Ok(Value::Array(sorted.collect()));
+    let answer_fields = Fields {
+        only: q
+            .columns
+            .as_ref()
+            .map(|columns| columns.iter().filter_map(|c| c.first().cloned()).collect()),
+        keys: false,
     };
-    let matcher = NameFilter::new(page.name.as_deref(), page.regex);
-    let filtered: Vec<Value> = sorted.filter(|item| matcher.admits(item)).collect();
+    let mut whole = |i: usize| {
+        let mut item = build(i, &answer_fields);
+        if let Some(columns) = &q.columns {
+            keep_columns(&mut item, columns);
+        }
+        item
+    };
+    let Some(page) = q.page else {
+        return Ok(Value::Array(
+            keyed.into_iter().map(|(_, i, _)| whole(i)).collect(),
+        ));
+    };
+    let filtered: Vec<usize> = keyed
+        .into_iter()
+        .filter(|(_, _, admitted)| *admitted)
+        .map(|(_, i, _)| i)
+        .collect();
     let len = filtered.len() as i64;
     // lists:sublist/3 takes a start from 1 up to length + 1.
     let offset = (page.page - 1).saturating_mul(page.size);
@@ -235,9 +358,10 @@ fn shape(query: &str, mut items: Vec<Value>, default_sort: &[&str]) -> Result<Va
         .into_iter()
         .skip(offset as usize)
         .take(page.size as usize)
+        .map(whole)
         .collect();
     Ok(json!({
-        "total_count": total,
+        "total_count": count,
         "item_count": items.len(),
         "filtered_count": len,
         "page": page.page,
@@ -437,6 +561,53 @@ mod tests {
             reason("page=5&page_size=1").as_deref(),
             Some("Page out of range, page: 5 page size: 1, len: 3")
         );
+    }
+
+    /// [`shape_with`] over `list()` built field by field, counting whole builds.
+    fn built(query: &str) -> (Result<Value, Invalid>, usize) {
+        let items = list();
+        let mut whole = 0;
+        let shaped = shape_with(query, items.len(), BY_VHOST_AND_NAME, |i, fields| {
+            if !fields.keys {
+                whole += 1;
+            }
+            match &items[i] {
+                Value::Object(map) => Value::Object(
+                    map.iter()
+                        .filter(|(k, _)| fields.wants(k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                ),
+                other => other.clone(),
+            }
+        });
+        (shaped, whole)
+    }
+
+    #[test]
+    fn items_built_field_by_field_answer_as_built_items() {
+        for query in [
+            "",
+            "sort=s.x&sort_reverse=true",
+            "sort=n",
+            "columns=name,s.x",
+            "columns=s&sort=name",
+            "columns=n&sort=n",
+            "page=1&page_size=2&name=A",
+            "page=2&page_size=1&sort=n&sort_reverse=true",
+            "page=1&name=%5B%5Eb%5D&use_regex=true&columns=vhost",
+            "page=5&page_size=1",
+        ] {
+            assert_eq!(
+                built(query).0,
+                shape(query, list(), BY_VHOST_AND_NAME),
+                "{query}"
+            );
+        }
+        // Only what is answered is built whole.
+        assert_eq!(built("page=2&page_size=1").1, 1);
+        assert_eq!(built("page=1&page_size=2&name=a").1, 1);
+        assert_eq!(built("").1, 3);
     }
 
     #[test]

@@ -296,6 +296,11 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
         connection_count: st.conns.len() as u64,
         ..ShardView::default()
     };
+    for q in st.home.iter() {
+        let ready = q.ready_count() as u64;
+        view.messages_ready += ready;
+        view.messages_unacked += q.held_count().saturating_sub(ready);
+    }
     for c in st.conns.iter() {
         view.channel_count += c.channels.len() as u64;
         for ch in c.channels.values() {

@@ -104,6 +104,16 @@ impl DiskBoard {
             .is_some_and(|a| a.load(Ordering::Acquire))
     }
 
+    /// Every vhost that has a quota: its name, thresholds and whether its producers are
+    /// blocked now (the management API's `store_quotas`).
+    pub fn quotas(&self) -> impl Iterator<Item = (&str, StoreQuota, bool)> + '_ {
+        self.quotas
+            .iter()
+            .zip(&self.alarms)
+            .filter(|((_, quota), _)| quota.overfull > 0)
+            .map(|((vhost, quota), alarm)| (vhost.as_str(), *quota, alarm.load(Ordering::Acquire)))
+    }
+
     /// Whether any vhost has a quota (nothing to evaluate otherwise).
     pub fn has_quotas(&self) -> bool {
         self.quotas.iter().any(|(_, q)| q.overfull > 0)
@@ -166,8 +176,11 @@ mod tests {
         board.post(0, 100);
         board.evaluate();
         assert!(board.alarm(0), "610 is not under 500 yet");
+        let shown: Vec<_> = board.quotas().collect();
+        assert_eq!(shown, vec![("/", quota, true)], "only vhosts with a quota");
         board.post(1, 300);
         board.evaluate();
         assert!(!board.alarm(0));
+        assert!(!board.quotas().any(|(_, _, blocked)| blocked));
     }
 }

@@ -59,6 +59,9 @@ async fn one_node_with_plausible_figures(shards: usize) {
     assert_eq!(node["disk_free_alarm"], false, "{node}");
     assert_eq!(node["shards"], shards, "{node}");
     assert_eq!(node["partitions"], json!([]), "{node}");
+    // No vhost has a store quota here: none is listed.
+    assert_eq!(node["store_quotas"], json!([]), "{node}");
+    assert!(node["store_size"].is_u64(), "{node}");
     let fd_used = u64_field(node, "fd_used");
     let fd_total = u64_field(node, "fd_total");
     let sockets_used = u64_field(node, "sockets_used");
@@ -154,6 +157,25 @@ async fn one_node_with_plausible_figures(shards: usize) {
         ],
         "{overview}"
     );
+    // Each shard's figures: together the connection, its channel, the queue and its
+    // message, on the shards that have them.
+    let details = overview["shard_details"].as_array().expect("shard_details");
+    assert_eq!(details.len(), shards, "{overview}");
+    let sum = |key: &str| details.iter().map(|d| u64_field(d, key)).sum::<u64>();
+    assert_eq!(sum("connections"), 1, "{overview}");
+    assert_eq!(sum("channels"), 1, "{overview}");
+    assert_eq!(sum("queues"), 1, "{overview}");
+    assert_eq!(sum("messages_ready"), 1, "{overview}");
+    assert_eq!(sum("messages_unacknowledged"), 0, "{overview}");
+    assert_eq!(overview["queue_totals"]["messages_ready"], 1, "{overview}");
+    for (i, d) in details.iter().enumerate() {
+        assert_eq!(d["shard"], i, "{overview}");
+        assert!(
+            d["cpu_seconds"].as_f64().is_some_and(|c| c > 0.0),
+            "{overview}"
+        );
+        assert_eq!(d["publish_inbox_depth"], 0, "{overview}");
+    }
     conn.close().await;
 }
 

@@ -8,18 +8,23 @@ use serde_json::{json, Value};
 use super::json::table_json;
 use super::{no_content, not_found, ok_json, CONNECTIONS};
 use crate::http::auth::Viewer;
+use crate::http::paging::{object, Fields};
 use crate::http::rates::{channel_counts, message_stats, RateTable, MESSAGE_FIELDS};
 use crate::http::{unavailable, Context, HttpResponse};
 use crate::shard::inbox::observe::{ObserveReply, ObserveRequest};
 
-/// One connection, on the node named `node`.
-pub(super) fn connection_json(c: &crate::shard::inbox::observe::ConnView, node: &str) -> Value {
+/// One connection, on the node named `node`, with the fields `fields` wants.
+pub(super) fn connection_json(
+    c: &crate::shard::inbox::observe::ConnView,
+    node: &str,
+    fields: &Fields,
+) -> Value {
     let (peer_host, peer_port) = split_addr(&c.peer);
     let (host, port) = c.local.as_deref().map_or((None, None), |l| {
         let (h, p) = split_addr(l);
         (Some(h), p)
     });
-    json!({
+    object!(fields, {
         "name": c.name,
         "node": node,
         "type": "network",
@@ -60,23 +65,20 @@ fn split_addr(addr: &str) -> (&str, Option<u16>) {
     }
 }
 
+/// One channel, with the fields `fields` wants.
 pub(super) fn channel_json(
     c: &crate::shard::inbox::observe::ChannelView,
     rates: &RateTable,
+    fields: &Fields,
 ) -> Value {
-    let stats = message_stats(
-        &MESSAGE_FIELDS,
-        &channel_counts(&c.stats),
-        rates.channel(c.serial, c.number),
-    );
-    json!({
+    object!(fields, {
         "name": format!("{} ({})", c.connection, c.number),
         "number": c.number,
-        "connection_details": {
+        "connection_details": json!({
             "name": c.connection,
             "peer_host": split_addr(&c.peer).0,
             "peer_port": split_addr(&c.peer).1,
-        },
+        }),
         "user": c.user,
         "vhost": c.vhost,
         "prefetch_count": c.prefetch,
@@ -87,7 +89,11 @@ pub(super) fn channel_json(
         "transactional": c.transactional,
         "state": if c.flow_blocked { "flow" } else { "running" },
         "flow_blocked": c.flow_blocked,
-        "message_stats": stats,
+        "message_stats": message_stats(
+            &MESSAGE_FIELDS,
+            &channel_counts(&c.stats),
+            rates.channel(c.serial, c.number),
+        ),
     })
 }
 
@@ -119,16 +125,33 @@ pub(super) async fn connection(ctx: &Context, name: &str, viewer: &Viewer<'_>) -
         .flat_map(|s| s.connections.iter())
         .find(|c| c.name == name && viewer.sees_connection_of(&c.user));
     match found {
-        Some(c) => ok_json(&connection_json(c, &ctx.config.node_name)),
+        Some(c) => ok_json(&connection_json(c, &ctx.config.node_name, &Fields::ALL)),
         None => not_found(),
     }
 }
 
-/// Asks every shard to close the connection (only its owner has it).
-pub(super) async fn close_connection(ctx: &Context, name: &str) -> HttpResponse {
+/// Asks every shard to close the connection (only its owner has it), telling it
+/// `reason` (RabbitMQ's `X-Reason` header) or RabbitMQ's default text.
+pub(super) async fn close_connection(
+    ctx: &Context,
+    name: &str,
+    reason: Option<&str>,
+) -> HttpResponse {
+    // The text goes into the short string of connection.close after the reply code's
+    // and the broker's prefixes (about 70 bytes): kept to 150 bytes, cut at a character
+    // boundary, on one line (nothing that breaks a log line).
+    let mut text: String = reason
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or("Closed via management API")
+        .chars()
+        .filter(|c| !crate::ops::escape::breaks_lines(*c))
+        .collect();
+    while text.len() > 150 {
+        text.pop();
+    }
     let req = ObserveRequest::CloseConnection {
         name: name.to_owned(),
-        reason: "Closed via management API".to_owned(),
+        reason: text,
     };
     let Some(replies) = ctx.ask_all(req).await else {
         return unavailable();

@@ -28,8 +28,6 @@ use crate::shard::inbox::observe::{ShardView, Want};
 use super::auth::Viewer;
 use super::{error, paging, respond, unavailable, Context, HttpResponse};
 
-pub use queues::queue_json;
-
 pub(super) fn ok_json(v: &Value) -> HttpResponse {
     respond(
         StatusCode::OK,
@@ -70,23 +68,37 @@ pub async fn get(ctx: &Context, path: &[&str], query: &str, viewer: &Viewer<'_>)
             exchanges::exchanges(ctx, path.get(1).copied(), query, viewer).await
         }
         ["connections"] => {
-            listing(ctx, CONNECTIONS, query, |s| {
-                let mine = s.connections.iter();
-                let mine = mine.filter(|c| viewer.sees_connection_of(&c.user));
-                mine.map(|c| connections::connection_json(c, &ctx.config.node_name))
-                    .collect()
+            let Some(shards) = ctx.snapshots(CONNECTIONS).await else {
+                return unavailable();
+            };
+            let shown: Vec<_> = shards
+                .iter()
+                .flat_map(|s| &s.connections)
+                .filter(|c| viewer.sees_connection_of(&c.user))
+                .collect();
+            let node = &ctx.config.node_name;
+            paging::reply_built(query, shown.len(), paging::BY_VHOST_AND_NAME, |i, f| {
+                shown
+                    .get(i)
+                    .map_or(Value::Null, |c| connections::connection_json(c, node, f))
             })
-            .await
         }
         ["connections", name] => connections::connection(ctx, name, viewer).await,
         ["channels"] => {
+            let Some(shards) = ctx.snapshots(CONNECTIONS).await else {
+                return unavailable();
+            };
+            let shown: Vec<_> = shards
+                .iter()
+                .flat_map(|s| &s.channels)
+                .filter(|c| viewer.sees_connection_of(&c.user))
+                .collect();
             let rates = ctx.rates.current();
-            listing(ctx, CONNECTIONS, query, |s| {
-                let mine = s.channels.iter();
-                let mine = mine.filter(|c| viewer.sees_connection_of(&c.user));
-                mine.map(|c| connections::channel_json(c, &rates)).collect()
+            paging::reply_built(query, shown.len(), paging::BY_VHOST_AND_NAME, |i, f| {
+                shown
+                    .get(i)
+                    .map_or(Value::Null, |c| connections::channel_json(c, &rates, f))
             })
-            .await
         }
         ["consumers"] => {
             listing(ctx, CONSUMERS, query, |s| {
@@ -100,9 +112,11 @@ pub async fn get(ctx: &Context, path: &[&str], query: &str, viewer: &Viewer<'_>)
     }
 }
 
-pub async fn delete(ctx: &Context, path: &[&str]) -> HttpResponse {
+/// A DELETE under `/api/`; `reason` is the request's `X-Reason` (a closed connection's
+/// text).
+pub async fn delete(ctx: &Context, path: &[&str], reason: Option<&str>) -> HttpResponse {
     match path {
-        ["connections", name] => connections::close_connection(ctx, name).await,
+        ["connections", name] => connections::close_connection(ctx, name, reason).await,
         ["queues", vhost, name, "contents"] => queues::purge(ctx, vhost, name).await,
         _ => not_found(),
     }

@@ -1,16 +1,24 @@
 //! Owns: `/api/overview` — product and version (`rabbitmq_version`, `product_version`),
 //! `cluster_name` and `node` (the node name), the node's totals, listeners, web
-//! contexts, exchange types, memory and disk figures.
+//! contexts, exchange types, memory and disk figures, and sluice's `shard_details` (each
+//! shard's connections, channels, home queues, messages, publish inbox depth, CPU time
+//! and socket bytes: the figures `/metrics` has per shard).
 
 use serde_json::json;
 
-use super::{ok_json, QUEUES};
+use serde_json::Value;
+
+use super::ok_json;
 use crate::http::{rates, unavailable, Context, HttpResponse};
-use crate::shard::inbox::observe::ShardView;
+use crate::shard::inbox::observe::{ShardView, Want};
 
 pub(super) async fn overview(ctx: &Context) -> HttpResponse {
-    let (Some(shards), Some(counters)) = (ctx.snapshots(QUEUES).await, rates::counters(ctx).await)
-    else {
+    // Counts and totals only: no view of each queue is built (the console's overview
+    // asks this every 5 s).
+    let (Some(shards), Some(counters)) = (
+        ctx.snapshots(Want::default()).await,
+        rates::counters(ctx).await,
+    ) else {
         return unavailable();
     };
     let queue_counts: Vec<rates::Counts> = counters
@@ -28,13 +36,8 @@ pub(super) async fn overview(ctx: &Context) -> HttpResponse {
         .directory()
         .await
         .map_or(0, |d| d.iter().map(|v| v.exchanges.len()).sum::<usize>());
-    let queues = shards.iter().flat_map(|s| &s.queues);
-    let (mut ready, mut unacked) = (0u64, 0u64);
-    for q in queues {
-        ready += q.ready;
-        unacked += q.unacked;
-    }
     let count = |f: fn(&ShardView) -> u64| shards.iter().map(f).sum::<u64>();
+    let (ready, unacked) = (count(|s| s.messages_ready), count(|s| s.messages_unacked));
     let node = &ctx.config.node_name;
     ok_json(&json!({
         "management_version": env!("CARGO_PKG_VERSION"),
@@ -70,6 +73,7 @@ pub(super) async fn overview(ctx: &Context) -> HttpResponse {
                 "port": a.port(),
             })).collect::<Vec<_>>(),
         "shards": ctx.peers.len(),
+        "shard_details": shards.iter().map(|s| shard_json(ctx, s)).collect::<Vec<_>>(),
         "uptime_seconds": ctx.uptime(),
         "memory": {
             "used": ctx.memory.used(),
@@ -84,4 +88,27 @@ pub(super) async fn overview(ctx: &Context) -> HttpResponse {
         "disk_free_limit": ctx.disk.free.limit(),
         "disk_free_alarm": ctx.disk.free.alarm(),
     }))
+}
+
+/// One shard's figures (`shard_details`); `cpu_seconds` grows by the event loop's busy
+/// time, so its rate is the shard's busy fraction.
+fn shard_json(ctx: &Context, s: &ShardView) -> Value {
+    let inbox = ctx
+        .peers
+        .publish
+        .get(usize::from(s.shard))
+        .map(|tx| tx.max_capacity().saturating_sub(tx.capacity()));
+    json!({
+        "shard": s.shard,
+        "connections": s.connection_count,
+        "channels": s.channel_count,
+        "queues": s.queue_count,
+        "consumers": s.consumer_count,
+        "messages_ready": s.messages_ready,
+        "messages_unacknowledged": s.messages_unacked,
+        "publish_inbox_depth": inbox,
+        "cpu_seconds": s.cpu_seconds,
+        "bytes_read": s.bytes_read,
+        "bytes_written": s.bytes_written,
+    })
 }

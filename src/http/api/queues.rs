@@ -4,39 +4,16 @@
 use serde_json::{json, Value};
 
 use super::json::table_json;
-use super::{list, no_content, not_found, ok_json, QUEUES};
+use super::{no_content, not_found, ok_json, QUEUES};
 use crate::http::auth::Viewer;
-use crate::http::paging::BY_VHOST_AND_NAME;
+use crate::http::paging::{self, object, Fields, BY_VHOST_AND_NAME};
 use crate::http::rates::{message_stats, queue_counts, RateTable, MESSAGE_FIELDS};
 use crate::http::{unavailable, Context, HttpResponse};
 use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, QueueView};
 
-pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
-    let slow = q.slow.as_ref().map(|s| {
-        json!({
-            "policy": s.action,
-            "max_depth": s.max_depth,
-            "max_count": s.max_count,
-            "max_age_seconds": s.max_age_secs,
-            "min_rate": s.min_rate,
-            "headroom_messages": s.max_count.map(|m| m as i64 - (q.ready + q.unacked) as i64),
-            "headroom_bytes": s.max_depth.map(|m| m as i64 - q.bytes as i64),
-            "headroom_age_seconds": s.max_age_secs.map(|m| m - q.oldest_age_secs),
-            "arrival_rate": s.arrival_rate,
-            "consume_rate": s.consume_rate,
-            "predicted_threshold": s.predicted_threshold,
-            "predicted_seconds": s.predicted_seconds,
-        })
-    });
-    let flow = q.flow.map(|f| {
-        json!({
-            "blocked": f.blocked,
-            "capacity": f.capacity,
-            "resume_capacity": f.resume_capacity,
-            "blocked_publishers": f.blocked_publishers,
-        })
-    });
-    json!({
+/// A queue as the API shows it, with the fields `fields` wants.
+pub fn queue_json(q: &QueueView, rates: &RateTable, fields: &Fields) -> Value {
+    object!(fields, {
         "name": q.name,
         "vhost": q.vhost,
         "durable": q.durable,
@@ -62,8 +39,41 @@ pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
         "discarded": q.counters.discarded,
         "expired": q.counters.expired,
         "rejected": q.counters.rejected,
-        "flow": flow,
-        "slow_consumer": slow,
+        "flow": flow_json(q),
+        "slow_consumer": slow_consumer_json(q),
+    })
+}
+
+/// A queue's capacity (seed 001), or null without one.
+fn flow_json(q: &QueueView) -> Value {
+    q.flow.map_or(Value::Null, |f| {
+        json!({
+            "blocked": f.blocked,
+            "capacity": f.capacity,
+            "resume_capacity": f.resume_capacity,
+            "blocked_publishers": f.blocked_publishers,
+        })
+    })
+}
+
+/// A topic subscription's slow-consumer policy (seed 000) and how close it is to
+/// firing, or null for a queue without one.
+fn slow_consumer_json(q: &QueueView) -> Value {
+    q.slow.as_ref().map_or(Value::Null, |s| {
+        json!({
+            "policy": s.action,
+            "max_depth": s.max_depth,
+            "max_count": s.max_count,
+            "max_age_seconds": s.max_age_secs,
+            "min_rate": s.min_rate,
+            "headroom_messages": s.max_count.map(|m| m as i64 - (q.ready + q.unacked) as i64),
+            "headroom_bytes": s.max_depth.map(|m| m as i64 - q.bytes as i64),
+            "headroom_age_seconds": s.max_age_secs.map(|m| m - q.oldest_age_secs),
+            "arrival_rate": s.arrival_rate,
+            "consume_rate": s.consume_rate,
+            "predicted_threshold": s.predicted_threshold,
+            "predicted_seconds": s.predicted_seconds,
+        })
     })
 }
 
@@ -77,13 +87,16 @@ pub(super) async fn queues(
         return unavailable();
     };
     let rates = ctx.rates.current();
-    let all: Vec<Value> = shards
+    let shown: Vec<&QueueView> = shards
         .iter()
         .flat_map(|s| &s.queues)
         .filter(|q| vhost.is_none_or(|v| q.vhost == v) && viewer.sees_vhost(&q.vhost))
-        .map(|q| queue_json(q, &rates))
         .collect();
-    list(query, all, BY_VHOST_AND_NAME)
+    paging::reply_built(query, shown.len(), BY_VHOST_AND_NAME, |i, fields| {
+        shown
+            .get(i)
+            .map_or(Value::Null, |q| queue_json(q, &rates, fields))
+    })
 }
 
 pub(super) async fn queue(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {
@@ -94,7 +107,9 @@ pub(super) async fn queue(ctx: &Context, vhost: &str, name: &str) -> HttpRespons
         .iter()
         .flat_map(|s| &s.queues)
         .find(|q| q.vhost == vhost && q.name == name)
-        .map_or_else(not_found, |q| ok_json(&queue_json(q, &ctx.rates.current())))
+        .map_or_else(not_found, |q| {
+            ok_json(&queue_json(q, &ctx.rates.current(), &Fields::ALL))
+        })
 }
 
 pub(super) async fn purge(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {

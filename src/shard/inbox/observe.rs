@@ -162,6 +162,10 @@ pub struct ShardView {
     pub consumer_count: u64,
     /// Channels that have published at least once (RabbitMQ's `publishers`).
     pub publisher_count: u64,
+    /// Messages ready and awaiting ack over every home queue (the overview's totals
+    /// without a view of each queue).
+    pub messages_ready: u64,
+    pub messages_unacked: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
     /// The shard's connection and login totals since start (`ShardCounters`).
