@@ -20,13 +20,18 @@
 //! Each failed before: the consume was `404 NOT_FOUND - no queue
 //! 'amq.rabbitmq.reply-to' in vhost '/'`.
 //!
-//! The helpers are in `tests/direct_reply_to/support.rs`.
+//! Sections in `tests/direct_reply_to/`: `names` (bind, unbind, purge, delete, get and
+//! consume on the pseudo-queue and on addresses answer as RabbitMQ 3.10's); `support`
+//! holds the helpers.
 
 #[macro_use]
 mod common;
 
 #[path = "direct_reply_to/support.rs"]
 mod support;
+
+#[path = "direct_reply_to/names.rs"]
+mod names;
 
 use std::time::Duration;
 

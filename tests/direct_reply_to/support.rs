@@ -61,11 +61,23 @@ pub fn reply_consume(c: &mut RawConn, channel: u16) -> String {
         .shortstr()
 }
 
-/// basic.publish with `mandatory`, header and one body frame.
+/// basic.publish to the default exchange with `mandatory`, header and one body frame.
 pub fn publish_flags(
     c: &mut RawConn,
     channel: u16,
     key: &str,
+    mandatory: bool,
+    props: &Props,
+    body: &[u8],
+) {
+    publish_to(c, channel, ("", key), mandatory, props, body);
+}
+
+/// basic.publish to (exchange, routing key) with `mandatory`, header and one body frame.
+pub fn publish_to(
+    c: &mut RawConn,
+    channel: u16,
+    (exchange, key): (&str, &str),
     mandatory: bool,
     props: &Props,
     body: &[u8],
@@ -75,7 +87,7 @@ pub fn publish_flags(
         channel,
         &wire::method_payload(
             m::BASIC_PUBLISH,
-            &RawConn::publish_args("", key, mandatory, false),
+            &RawConn::publish_args(exchange, key, mandatory, false),
         ),
     );
     bytes.extend(wire::frame(
