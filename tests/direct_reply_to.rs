@@ -21,8 +21,9 @@
 //! 'amq.rabbitmq.reply-to' in vhost '/'`.
 //!
 //! Sections in `tests/direct_reply_to/`: `names` (bind, unbind, purge, delete, get and
-//! consume on the pseudo-queue and on addresses answer as RabbitMQ 3.10's); `support`
-//! holds the helpers.
+//! consume on the pseudo-queue and on addresses answer as RabbitMQ 3.10's), `paused`
+//! (replies to a channel paused by `channel.flow(active=false)` are held, capped, and
+//! delivered in order when it resumes); `support` holds the helpers.
 
 #[macro_use]
 mod common;
@@ -32,6 +33,8 @@ mod support;
 
 #[path = "direct_reply_to/names.rs"]
 mod names;
+#[path = "direct_reply_to/paused.rs"]
+mod paused;
 
 use std::time::Duration;
 
