@@ -20,6 +20,7 @@ use crate::session::consumer::ChannelConsumer;
 use crate::session::content::Content;
 use crate::session::error::ChannelError;
 use crate::session::publisher::PublisherFlow;
+use crate::session::reply_consumer::ReplyConsumer;
 
 /// Where a channel is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,16 +100,8 @@ pub struct Channel {
     /// What the management API shows as the channel's `message_stats`.
     pub stats: ChannelStats,
     /// Its direct reply-to consumer (`basic.consume` on `amq.rabbitmq.reply-to`), at
-    /// most one, no-ack.
+    /// most one, no-ack, with the replies it holds while `flow_active` is false.
     pub direct_reply: Option<ReplyConsumer>,
-}
-
-/// A channel's direct reply-to consumer: its tag, and the reply address
-/// (`session::reply_to::address`) that its publishes' `reply_to` is rewritten to.
-#[derive(Debug, Clone)]
-pub struct ReplyConsumer {
-    pub tag: ShortStr,
-    pub address: ShortStr,
 }
 
 /// A channel's message counts since it opened (RabbitMQ's channel `message_stats`):

@@ -1,9 +1,10 @@
 //! Owns: per-connection protocol state — the connection (handshake, limits,
-//! capabilities, outbound buffer, its phase), its channels (publish assembly in `content`, delivery tags, unacked,
-//! qos, transactions), publisher confirms (`confirm`), a publisher's flow-control state
-//! (`publisher`), consumers and their credit rule, direct reply-to's addresses
-//! (`reply_to`) — and the typed errors that close a
-//! channel or a connection.
+//! capabilities, outbound buffer, its phase), its channels (publish assembly in
+//! `content`, delivery tags, unacked, qos, transactions), publisher confirms
+//! (`confirm`), a publisher's flow-control state (`publisher`), consumers and their
+//! credit rule, direct reply-to's addresses (`reply_to`) and a channel's reply consumer
+//! with the replies it holds while paused (`reply_consumer`) — and the typed errors that
+//! close a channel or a connection.
 //!
 //! Does not: do I/O or reach another shard; the shard's handler drives this state.
 
@@ -16,5 +17,6 @@ pub mod error;
 pub mod limit;
 pub mod outbound;
 pub mod publisher;
+pub mod reply_consumer;
 pub mod reply_to;
 pub mod signal;

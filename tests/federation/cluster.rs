@@ -196,9 +196,21 @@ impl Node {
         broker.kill9();
     }
 
-    /// Starts the node again on its port, data directory and config.
+    /// Starts the node again on its port, data directory and config. A node killed with
+    /// -9 may hold its listening socket for some milliseconds after it was reaped (the
+    /// kernel releases a pending io_uring accept's file in deferred work; longer on a
+    /// loaded machine), so a loopback node first waits, bounded, for its port to be free.
     pub fn restart(&mut self) {
         assert!(self.broker.is_none(), "restart: the node is still running");
+        if self.netns.is_none() {
+            let port = self.port;
+            assert!(
+                crate::common::wait_until(Duration::from_secs(10), || {
+                    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+                }),
+                "port {port} still taken 10 s after the node stopped"
+            );
+        }
         self.boot();
     }
 

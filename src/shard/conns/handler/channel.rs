@@ -273,6 +273,7 @@ impl ConnSide<'_> {
             }),
         );
         if flow.active {
+            self.release_held_replies(shard, conn, number);
             self.top_up(shard, conn, number, None);
         }
         Ok(AfterFrame::Continue)

@@ -6,15 +6,18 @@
 //! with such an address as its routing key: straight into the consuming channel's
 //! outbound buffer when it lives on this shard, else with this turn's publishes to its
 //! shard (`ShardMsg::Publish`, the same bounded inbox and byte budget), with no queue in
-//! between. A reply whose consumer is gone (channel closed, cancelled, connection gone,
-//! or an address that does not check) is dropped, and returned with 312 NO_ROUTE under
-//! `mandatory`; a confirmed one is acked once the consumer's shard handled it.
+//! between. While the client has paused the consuming channel (`channel.flow
+//! active=false`) its replies are held by its reply consumer and written, in order, when
+//! it resumes. A reply whose consumer is gone (channel closed, cancelled, connection gone,
+//! or an address that does not check), or whose consumer's connection already holds its
+//! cap, is dropped, and returned with 312 NO_ROUTE under `mandatory`; a confirmed one is
+//! acked once the consumer's shard handled it (delivered or held).
 //!
 //! Does not: mint or check tokens (`session::reply_to`) or route through the directory.
 
 use bytes::Bytes;
 
-use crate::model::ids::{ChannelRef, ConnId, QueueId, QueueRef};
+use crate::model::ids::{ChannelRef, ConnId, QueueId, QueueRef, ShardId};
 use crate::model::message::Message;
 use crate::protocol::method::{
     BasicCancelOk, BasicConsume, BasicConsumeOk, BasicPublish, BasicReturn, QueueDeclare,
@@ -23,8 +26,10 @@ use crate::protocol::method::{
 use crate::protocol::properties::{raw_reply_to, with_reply_to};
 use crate::protocol::{Method, ShortStr};
 use crate::queue::QueueStats;
-use crate::session::channel::{ChannelPhase, ReplyConsumer};
+use crate::session::channel::ChannelPhase;
+use crate::session::connection::Conn;
 use crate::session::error::{ChannelError, ConnectionError, DirectReplyRefusal, ObjectKind};
+use crate::session::reply_consumer::ReplyConsumer;
 use crate::session::reply_to;
 
 use super::channel::wait_for;
@@ -47,9 +52,10 @@ pub(super) fn declare_reply(alive: bool) -> QueueReply {
 }
 
 /// A reply is dropped when its consumer's connection already has this many times
-/// `net.write_high_water` bytes waiting to be written: a reply consumer has no credit
-/// (RabbitMQ's is unlimited too), so this bounds what a requester that stopped reading
-/// can make the broker hold.
+/// `net.write_high_water` bytes waiting to be written (to a paused channel: waiting to
+/// be written plus held by its channels' reply consumers): a reply consumer has no
+/// credit (RabbitMQ's is unlimited too), so this bounds what a requester that stopped
+/// reading, or paused its channel, can make the broker hold.
 const OUTBOUND_CAP_FACTOR: usize = 16;
 
 /// The pseudo consumer id a reply delivery is counted under (never a real one).
@@ -99,10 +105,7 @@ impl ConnSide<'_> {
         } else {
             consume.consumer_tag
         };
-        ch.direct_reply = Some(ReplyConsumer {
-            tag: tag.clone(),
-            address: ShortStr::from(address),
-        });
+        ch.direct_reply = Some(ReplyConsumer::new(tag.clone(), ShortStr::from(address)));
         if !consume.nowait {
             self.reply(
                 conn,
@@ -309,38 +312,77 @@ impl ConnSide<'_> {
     }
 
     /// Writes `msg` to the reply consumer of channel `to` (on this shard) as
-    /// `basic.deliver`; false when there is none (or its connection holds too much).
+    /// `basic.deliver`, or holds it there while the client has paused the channel
+    /// (`channel.flow active=false`); false when there is no such consumer, or its
+    /// connection already holds the cap: unwritten bytes, and with a paused channel the
+    /// replies every channel of the connection holds as well.
     fn deliver_reply(&mut self, shard: &Shard, to: ChannelRef, msg: &Message) -> bool {
         let cap = shard
             .config
             .net
             .write_high_water
-            .saturating_mul(OUTBOUND_CAP_FACTOR);
+            .saturating_mul(OUTBOUND_CAP_FACTOR) as u64;
         let Some(c) = self.conns.get_mut(to.conn) else {
             return false;
         };
-        if c.out.queued_bytes() >= cap {
-            return false;
-        }
-        let Some(ch) = c
+        let Some(paused) = c
             .channels
-            .get_mut(&to.channel)
-            .filter(|ch| ch.epoch == to.epoch && ch.phase == ChannelPhase::Open)
+            .get(&to.channel)
+            .filter(|ch| {
+                ch.epoch == to.epoch && ch.phase == ChannelPhase::Open && ch.direct_reply.is_some()
+            })
+            .map(|ch| !ch.flow_active)
         else {
             return false;
         };
-        let Some(tag) = ch.direct_reply.as_ref().map(|r| r.tag.clone()) else {
+        let unwritten = c.out.queued_bytes() as u64;
+        if paused {
+            // Only here is every channel's hold summed: a paused reply consumer is rare.
+            let held: u64 = c
+                .channels
+                .values()
+                .filter_map(|ch| ch.direct_reply.as_ref())
+                .map(ReplyConsumer::held_bytes)
+                .sum();
+            if unwritten + held >= cap {
+                return false;
+            }
+            if let Some(reply) = c
+                .channels
+                .get_mut(&to.channel)
+                .and_then(|ch| ch.direct_reply.as_mut())
+            {
+                reply.hold(msg.clone());
+            }
+            return true;
+        }
+        if unwritten >= cap {
             return false;
-        };
-        // No queue: the tag is counted as a no-ack delivery and nothing is remembered.
-        let none = QueueRef {
-            id: QueueId(0),
-            home: shard.id,
-        };
-        let delivery_tag = ch.record_delivery(none, 0, Some(REPLY_CONSUMER), true, false);
-        c.out.deliver(to.channel, &tag, delivery_tag, false, msg);
+        }
+        write_reply(c, to.channel, shard.id, msg);
         self.mark_writer(to.conn);
         true
+    }
+
+    /// `channel.flow active=true`: the replies held while the channel was paused, written
+    /// in the order they arrived.
+    pub(super) fn release_held_replies(&mut self, shard: &Shard, conn: ConnId, number: u16) {
+        let Some(c) = self.conns.get_mut(conn) else {
+            return;
+        };
+        let held = c
+            .channels
+            .get_mut(&number)
+            .and_then(|ch| ch.direct_reply.as_mut())
+            .map(ReplyConsumer::take_held)
+            .unwrap_or_default();
+        if held.is_empty() {
+            return;
+        }
+        for msg in &held {
+            write_reply(c, number, shard.id, msg);
+        }
+        self.mark_writer(conn);
     }
 
     /// `basic.return` 312 NO_ROUTE of a reply on its publishing channel (on this shard).
@@ -410,4 +452,21 @@ impl ConnSide<'_> {
             self.return_reply(r.origin, &r.msg);
         }
     }
+}
+
+/// Writes `msg` to the reply consumer of `c`'s channel `number` as `basic.deliver`: no
+/// queue, so its delivery tag is counted as a no-ack delivery and nothing is remembered.
+fn write_reply(c: &mut Conn, number: u16, home: ShardId, msg: &Message) {
+    let Some(ch) = c.channels.get_mut(&number) else {
+        return;
+    };
+    let Some(tag) = ch.direct_reply.as_ref().map(|r| r.tag.clone()) else {
+        return;
+    };
+    let none = QueueRef {
+        id: QueueId(0),
+        home,
+    };
+    let delivery_tag = ch.record_delivery(none, 0, Some(REPLY_CONSUMER), true, false);
+    c.out.deliver(number, &tag, delivery_tag, false, msg);
 }
