@@ -29,6 +29,7 @@ pub mod record;
 pub mod recovery;
 pub mod rehome;
 pub mod shard_store;
+pub mod stream_log;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
