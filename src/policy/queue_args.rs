@@ -45,7 +45,7 @@ pub const MAX_SUPPORTED_PRIORITY: i64 = 255;
 /// `?KNOWN_OVERFLOW_MODES`, compared byte for byte.
 const OVERFLOW_MODES: [&str; 3] = ["drop-head", "reject-publish", "reject-publish-dlx"];
 /// Queue types RabbitMQ has and sluice does not.
-const OTHER_QUEUE_TYPES: [&str; 2] = ["quorum", "stream"];
+const OTHER_QUEUE_TYPES: [&str; 1] = ["quorum"];
 
 /// Why RabbitMQ refuses a declare argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,7 +116,7 @@ impl fmt::Display for Reason {
                 f.write_str(&erl_string(&format!("unsupported queue type '{v}'")))
             }
             Reason::NotInSluice(v) => f.write_str(&erl_string(&format!(
-                "unsupported queue type '{v}': sluice has classic queues only"
+                "unsupported queue type '{v}': sluice has classic queues and streams only"
             ))),
             Reason::InvalidMaxAge => f.write_str("invalid_max_age"),
             Reason::InvalidQueueLocator => f.write_str("invalid_queue_locator_arg"),
@@ -206,7 +206,7 @@ fn queue_type(v: &FieldValue) -> Result<(), Reason> {
         return Err(Reason::UnacceptableType(v.rabbit_type_name()));
     };
     match s.as_bytes() {
-        b"" | b"undefined" | b"classic" => Ok(()),
+        b"" | b"undefined" | b"classic" | b"stream" => Ok(()),
         other => match OTHER_QUEUE_TYPES.iter().find(|t| t.as_bytes() == other) {
             Some(t) => Err(Reason::NotInSluice(t)),
             None => Err(Reason::UnsupportedQueueType(
@@ -367,7 +367,7 @@ mod tests {
         assert_eq!(reason(&[("x-queue-type", s(""))]), "ok");
         assert_eq!(
             reason(&[("x-queue-type", s("quorum"))]),
-            "x-queue-type: \"unsupported queue type 'quorum': sluice has classic queues only\""
+            "x-queue-type: \"unsupported queue type 'quorum': sluice has classic queues and streams only\""
         );
         assert_eq!(
             reason(&[("x-queue-type", s("lazy\"q"))]),
@@ -393,7 +393,7 @@ mod tests {
         );
         assert_eq!(
             reason(&[("x-message-ttl", I32(-1)), ("x-queue-type", s("quorum"))]),
-            "x-queue-type: \"unsupported queue type 'quorum': sluice has classic queues only\""
+            "x-queue-type: \"unsupported queue type 'quorum': sluice has classic queues and streams only\""
         );
         assert_eq!(
             reason(&[("x-message-ttl", I32(-1)), ("x-expires", I32(0))]),

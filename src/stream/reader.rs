@@ -126,6 +126,11 @@ impl Reader {
         self.loaded.len()
     }
 
+    /// Whether a disk read for it is planned or running.
+    pub fn is_reading(&self) -> bool {
+        self.reading
+    }
+
     fn has_credit(&self) -> bool {
         self.credit > 0 && self.credit_bytes > 0
     }

@@ -1,5 +1,6 @@
-//! Owns: queues as JSON (`/api/queues`), and purging a queue, sent to the shard that
-//! owns it (deleting one is `http::topology`'s).
+//! Owns: queues as JSON (`/api/queues`; a stream's log and readers with their lag in
+//! `stream`), and purging a queue, sent to the shard that owns it (deleting one is
+//! `http::topology`'s).
 
 use serde_json::{json, Value};
 
@@ -9,7 +10,7 @@ use crate::http::auth::Viewer;
 use crate::http::paging::BY_VHOST_AND_NAME;
 use crate::http::rates::{message_stats, queue_counts, RateTable, MESSAGE_FIELDS};
 use crate::http::{unavailable, Context, HttpResponse};
-use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, QueueView};
+use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, QueueView, StreamView};
 
 pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
     let slow = q.slow.as_ref().map(|s| {
@@ -36,6 +37,7 @@ pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
             "blocked_publishers": f.blocked_publishers,
         })
     });
+    let stream = q.stream.as_deref().map(stream_json);
     json!({
         "name": q.name,
         "vhost": q.vhost,
@@ -48,7 +50,7 @@ pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
         "effective_policy_definition":
             Value::Object(q.policy.as_ref().map(|p| p.definition.clone()).unwrap_or_default()),
         "state": "running",
-        "type": "classic",
+        "type": if q.stream.is_some() { "stream" } else { "classic" },
         "messages": q.ready + q.unacked,
         "messages_ready": q.ready,
         "messages_unacknowledged": q.unacked,
@@ -64,6 +66,49 @@ pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
         "rejected": q.counters.rejected,
         "flow": flow,
         "slow_consumer": slow,
+        "stream": stream,
+    })
+}
+
+/// A stream's log, retention and readers, each reader with its lag.
+fn stream_json(s: &StreamView) -> Value {
+    let readers: Vec<Value> = s
+        .readers
+        .iter()
+        .map(|r| {
+            json!({
+                "consumer_tag": r.consumer_tag,
+                "connection": r.connection,
+                "channel": r.channel,
+                "offset": r.offset,
+                "started_at_offset": r.started_at,
+                "delivered": r.delivered,
+                "delivery_rate": r.delivery_rate,
+                "prefetch_count": r.prefetch,
+                "credit": r.credit,
+                "offset_tracking": r.tracking,
+                "lag_messages": r.lag_messages,
+                "lag_bytes": r.lag_bytes,
+                "seconds_to_retention": r.seconds_to_retention,
+                "reading_from_disk": r.reading,
+            })
+        })
+        .collect();
+    json!({
+        "first_offset": s.first_offset,
+        "committed_offset": s.committed_offset,
+        "segments": s.segments,
+        "disk_bytes": s.disk_bytes,
+        "tail_cache_bytes": s.cache_bytes,
+        "max_length_bytes": s.max_length_bytes,
+        "max_age_seconds": s.max_age_secs,
+        "max_segment_size_bytes": s.segment_size,
+        "publish_rate": s.publish_rate,
+        "publish_bytes_rate": s.publish_bytes_rate,
+        "tracked_consumers": s.tracked_consumers,
+        "segments_removed": s.segments_removed,
+        "messages_removed": s.messages_removed,
+        "readers": readers,
     })
 }
 
@@ -105,6 +150,10 @@ pub(super) async fn purge(ctx: &Context, vhost: &str, name: &str) -> HttpRespons
     };
     match ctx.ask_one(usize::from(home), req).await {
         Some(ObserveReply::Purged(Some(_))) => no_content(),
+        Some(ObserveReply::NotSupported(reason)) => crate::http::error(
+            hyper::StatusCode::BAD_REQUEST,
+            &format!("NOT_IMPLEMENTED - {reason}"),
+        ),
         Some(_) => not_found(),
         None => unavailable(),
     }
