@@ -201,3 +201,125 @@ impl Node {
         Broker::start_in(&self.data, shards, self.config.as_deref())
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Raw frames: exact field types, table order and close texts
+// ---------------------------------------------------------------------------------------
+
+pub use crate::common::wire::{m, Enc, Table, Val};
+use crate::common::RawConn;
+
+/// What the broker answered.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The `-ok` (its arguments' first short string or long, as decoded by the caller).
+    Ok,
+    /// channel.close: code, text, class id, method id (answered with close-ok, the
+    /// channel opened again).
+    ChannelClosed(u16, String, u16, u16),
+    /// connection.close: code and text.
+    ConnectionClosed(u16, String),
+}
+
+/// A long string value (raw frames).
+pub fn ls(v: &str) -> Val {
+    Val::LongStr(v.as_bytes().to_vec())
+}
+
+/// An argument (raw frames).
+pub fn arg(k: &str, v: Val) -> (String, Val) {
+    (k.to_owned(), v)
+}
+
+/// Reads the answer to a method on `channel`: its `ok` method, or a close.
+pub fn answer(c: &mut RawConn, channel: u16, ok: (u16, u16)) -> Answer {
+    let mth = c.read_method().expect("an answer");
+    if mth.id == ok {
+        return Answer::Ok;
+    }
+    let mut d = mth.dec();
+    match mth.id {
+        m::CHANNEL_CLOSE => {
+            let closed = Answer::ChannelClosed(d.short(), d.shortstr(), d.short(), d.short());
+            c.send_method(channel, m::CHANNEL_CLOSE_OK, &[])
+                .expect("send channel.close-ok");
+            c.channel_open(channel);
+            closed
+        }
+        m::CONNECTION_CLOSE => Answer::ConnectionClosed(d.short(), d.shortstr()),
+        other => panic!("unexpected {other:?}, waiting for {ok:?}"),
+    }
+}
+
+/// queue.declare with flags (durable, exclusive, auto-delete) and `args`.
+pub fn raw_declare(
+    c: &mut RawConn,
+    channel: u16,
+    name: &str,
+    flags: [bool; 3],
+    args: &Table,
+) -> Answer {
+    let [durable, exclusive, auto_delete] = flags;
+    let frame = Enc::new()
+        .short(0)
+        .shortstr(name)
+        .bits(&[false, durable, exclusive, auto_delete, false])
+        .table(args)
+        .done();
+    c.send_method(channel, m::QUEUE_DECLARE, &frame)
+        .expect("send queue.declare");
+    answer(c, channel, m::QUEUE_DECLARE_OK)
+}
+
+/// A stream's declare arguments (raw frames) with `extra` after `x-queue-type`.
+pub fn stream_args(extra: &[(String, Val)]) -> Table {
+    let mut t = vec![arg("x-queue-type", ls("stream"))];
+    t.extend(extra.iter().cloned());
+    t
+}
+
+/// basic.qos (prefetch count, global).
+pub fn raw_qos(c: &mut RawConn, channel: u16, count: u16, global: bool) {
+    let frame = Enc::new().long(0).short(count).bits(&[global]).done();
+    c.send_method(channel, m::BASIC_QOS, &frame)
+        .expect("send basic.qos");
+    c.expect_method(channel, m::BASIC_QOS_OK);
+}
+
+/// basic.consume with `tag`, no-ack as given, and `args`.
+pub fn raw_consume(
+    c: &mut RawConn,
+    channel: u16,
+    queue: &str,
+    no_ack: bool,
+    args: &Table,
+) -> Answer {
+    let frame = Enc::new()
+        .short(0)
+        .shortstr(queue)
+        .shortstr("")
+        .bits(&[false, no_ack, false, false])
+        .table(args)
+        .done();
+    c.send_method(channel, m::BASIC_CONSUME, &frame)
+        .expect("send basic.consume");
+    answer(c, channel, m::BASIC_CONSUME_OK)
+}
+
+/// One fresh stream name homed on each of the `shards` shards (shard 0's first): with
+/// two shards, whichever shard a connection lands on, one of them is on the other.
+pub fn one_per_shard(prefix: &str, shards: usize) -> Vec<String> {
+    let mut by_shard: Vec<Option<String>> = vec![None; shards];
+    while by_shard.iter().any(Option::is_none) {
+        let name = crate::common::unique(prefix);
+        let h = usize::from(sluice::shard::placement::home_shard(
+            "/",
+            name.as_bytes(),
+            shards,
+        ));
+        if by_shard[h].is_none() {
+            by_shard[h] = Some(name);
+        }
+    }
+    by_shard.into_iter().flatten().collect()
+}
