@@ -596,6 +596,11 @@ impl Stream {
         (self.publish_rate.rate(), self.publish_bytes.rate())
     }
 
+    /// Whether acked offsets wait to be written.
+    pub fn tracking_dirty(&self) -> bool {
+        self.tracking.has_dirty()
+    }
+
     /// Consumer tags with a tracked offset.
     pub fn tracked(&self) -> usize {
         self.tracking.len()

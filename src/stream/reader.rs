@@ -11,7 +11,9 @@
 //! - `list` is sorted by key (keys only grow and readers are appended).
 //! - `pending` lists each reader at most once (`queued` says whether it is listed);
 //!   a reader with credit and something to deliver is listed, or is waiting for its
-//!   read (`reading`).
+//!   read (`reading`). `parked` lists the readers that have credit and are caught up
+//!   with the committed end (`parked` flag): new offsets wake those alone, so a commit
+//!   costs nothing for readers without credit.
 //! - `loaded` holds at most the reader's credit, in offset order, all below `next`.
 
 use std::collections::VecDeque;
@@ -66,6 +68,7 @@ pub struct Reader {
     /// is dropped.
     epoch: u64,
     queued: bool,
+    parked: bool,
     rate: RateEstimator,
     /// When STR-1001 was last logged about it.
     pub warned_at: Option<Instant>,
@@ -105,6 +108,7 @@ impl Reader {
             read_len: None,
             epoch: 0,
             queued: false,
+            parked: false,
             rate: RateEstimator::new(RATE_HALF_LIFE),
             warned_at: None,
         }
@@ -200,6 +204,7 @@ pub struct LogView<'a> {
 pub struct Readers {
     list: Vec<Reader>,
     pending: VecDeque<u64>,
+    parked: Vec<u64>,
     next_key: u64,
     /// Readers with a read planned or in flight.
     reading: usize,
@@ -278,12 +283,21 @@ impl Readers {
         }
     }
 
-    /// New offsets are committed: every reader with credit behind them is listed.
+    /// New offsets are committed: the readers waiting for them are listed (a new
+    /// reader, one with credit returned, or one whose read came back is listed when
+    /// that happens).
     pub fn wake(&mut self, committed: u64) {
-        for i in 0..self.list.len() {
-            let r = &self.list[i];
-            if r.has_credit() && !r.reading && (r.next < committed || !r.loaded.is_empty()) {
+        for key in std::mem::take(&mut self.parked) {
+            let Some(i) = self.at(key) else {
+                continue;
+            };
+            let r = &mut self.list[i];
+            r.parked = false;
+            if r.has_credit() && !r.reading && r.next < committed {
                 self.enqueue(i);
+            } else if r.has_credit() && !r.reading {
+                r.parked = true;
+                self.parked.push(key);
             }
         }
     }
@@ -312,18 +326,30 @@ impl Readers {
             let r = &mut self.list[i];
             let more = serve(r, log, budget - steps, &mut steps, out);
             match more {
+                Serve::CaughtUp => {
+                    if !r.parked {
+                        r.parked = true;
+                        self.parked.push(key);
+                    }
+                }
                 Serve::Done => {}
                 Serve::Budget => {
                     self.enqueue(i);
                     return true;
                 }
-                Serve::Disk => {
-                    if let Some(plan) = plan_read(r, log) {
+                Serve::Disk => match plan_read(r, log) {
+                    Some(plan) => {
                         r.reading = true;
                         self.reading += 1;
                         reads.push(plan);
                     }
-                }
+                    // Nothing on disk it can read now: it waits for new offsets.
+                    None if !r.parked => {
+                        r.parked = true;
+                        self.parked.push(key);
+                    }
+                    None => {}
+                },
             }
             if steps >= budget {
                 return self.has_pending();
@@ -442,8 +468,10 @@ impl Readers {
 
 /// How serving a reader ended.
 enum Serve {
-    /// Nothing more to do until credit, new messages or a read arrive.
+    /// Nothing more to do until credit or a read arrives.
     Done,
+    /// It has credit and is at the committed end: new offsets wake it.
+    CaughtUp,
     /// The budget ran out with work left.
     Budget,
     /// Its next offset is only on disk.
@@ -484,9 +512,13 @@ fn serve(
             spent += 1;
             continue;
         }
-        if r.reading || r.next >= log.committed {
+        if r.reading {
             *steps += spent;
             return Serve::Done;
+        }
+        if r.next >= log.committed {
+            *steps += spent;
+            return Serve::CaughtUp;
         }
         let Some(entry) = log.cache.get(r.next) else {
             *steps += spent;

@@ -206,10 +206,11 @@ impl QueueSide<'_> {
                 stream.grant(key, credit, bytes);
                 self.home.mark_dirty(s.queue);
             }
+            // Written with the next group sealed for any reason, and at the latest by the
+            // periodic check (`streams_tick`): acks do not each cost a write and an
+            // fsync; a cancel does (its cancel-ok waits for the offset to be on disk).
             QueueOp::StreamAck { key, offset } => {
-                if stream.ack(key, offset) {
-                    shard.store.borrow_mut().stage_external();
-                }
+                stream.ack(key, offset);
             }
             QueueOp::Cancel { key } => {
                 if let Some((_, true)) = stream.remove_reader(key) {
@@ -365,11 +366,13 @@ impl QueueSide<'_> {
         let now_ms = wall_ms();
         let mut deletions = Vec::new();
         let mut dirty = Vec::new();
+        let mut tracked = false;
         for (id, stream) in self.home.streams.iter_mut() {
             stream.trim_cache(limit);
             if !due {
                 continue;
             }
+            tracked |= stream.tracking_dirty();
             for f in stream.tick(now, now_ms, horizon, gap) {
                 StreamEvent::ReaderFalling {
                     vhost: stream.vhost.clone(),
@@ -394,6 +397,10 @@ impl QueueSide<'_> {
         }
         for (id, segments) in deletions {
             self.home.stream_io.remove_segments(id, segments);
+        }
+        if tracked {
+            // Acked offsets not written with a group since: written now.
+            shard.store.borrow_mut().stage_external();
         }
         for id in dirty {
             self.home.mark_dirty(id);
