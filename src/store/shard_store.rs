@@ -292,6 +292,22 @@ impl ShardStore {
         self.external = true;
     }
 
+    /// A group's writes outside these segments (streams) are on disk: `bytes` in
+    /// `files` writes (each synced when `fsync` is on), counted in the shard's store
+    /// figures (MST-1003); a group with nothing of its own counts as a commit here.
+    pub fn external_written(&mut self, bytes: u64, files: u64, group_was_empty: bool) {
+        if files == 0 {
+            return;
+        }
+        self.stats.bytes += bytes;
+        if self.fsync {
+            self.stats.fsyncs += files;
+        }
+        if group_was_empty {
+            self.stats.commits += 1;
+        }
+    }
+
     /// A durable queue of this shard was deleted: its entries no longer count, and no
     /// record is needed (the definitions log says it is gone).
     pub fn queue_deleted(&mut self, queue: QueueId) {

@@ -443,11 +443,6 @@ impl Stream {
         &self.readers
     }
 
-    /// Removes the readers `pred` picks (their connection closed).
-    pub fn remove_readers_where(&mut self, pred: impl FnMut(&Reader) -> bool) -> Vec<Reader> {
-        self.readers.remove_where(pred)
-    }
-
     /// Credit from a reader's channel.
     pub fn grant(&mut self, key: u64, credit: u32, bytes: u64) {
         self.readers.grant(key, credit, bytes);

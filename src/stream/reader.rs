@@ -249,16 +249,6 @@ impl Readers {
         Some(r)
     }
 
-    /// Removes every reader `pred` picks (their connection or channel closed).
-    pub fn remove_where(&mut self, mut pred: impl FnMut(&Reader) -> bool) -> Vec<Reader> {
-        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.list)
-            .into_iter()
-            .partition(|r| pred(r));
-        self.list = kept;
-        self.reading -= gone.iter().filter(|r| r.reading).count();
-        gone
-    }
-
     /// Readers with a disk read planned or in flight.
     pub fn reading(&self) -> usize {
         self.reading

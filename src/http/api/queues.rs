@@ -12,7 +12,9 @@ use crate::http::rates::{message_stats, queue_counts, RateTable, MESSAGE_FIELDS}
 use crate::http::{unavailable, Context, HttpResponse};
 use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, QueueView, StreamView};
 
-pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
+/// A queue as JSON; a stream's readers are listed one by one only with `detail` (the
+/// single queue's view: a list of streams with thousands of readers stays small).
+pub fn queue_json(q: &QueueView, rates: &RateTable, detail: bool) -> Value {
     let slow = q.slow.as_ref().map(|s| {
         json!({
             "policy": s.action,
@@ -37,7 +39,7 @@ pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
             "blocked_publishers": f.blocked_publishers,
         })
     });
-    let stream = q.stream.as_deref().map(stream_json);
+    let stream = q.stream.as_deref().map(|s| stream_json(s, detail));
     json!({
         "name": q.name,
         "vhost": q.vhost,
@@ -70,11 +72,13 @@ pub fn queue_json(q: &QueueView, rates: &RateTable) -> Value {
     })
 }
 
-/// A stream's log, retention and readers, each reader with its lag.
-fn stream_json(s: &StreamView) -> Value {
+/// A stream's log, retention and readers (each with its lag, with `detail`; otherwise
+/// how many, the largest lag, and how many are predicted to fall off retention).
+fn stream_json(s: &StreamView, detail: bool) -> Value {
     let readers: Vec<Value> = s
         .readers
         .iter()
+        .filter(|_| detail)
         .map(|r| {
             json!({
                 "consumer_tag": r.consumer_tag,
@@ -108,7 +112,10 @@ fn stream_json(s: &StreamView) -> Value {
         "tracked_consumers": s.tracked_consumers,
         "segments_removed": s.segments_removed,
         "messages_removed": s.messages_removed,
-        "readers": readers,
+        "reader_count": s.readers.len(),
+        "max_lag_messages": s.readers.iter().map(|r| r.lag_messages).max().unwrap_or(0),
+        "readers_falling": s.readers.iter().filter(|r| r.seconds_to_retention.is_some()).count(),
+        "readers": if detail { Value::Array(readers) } else { Value::Null },
     })
 }
 
@@ -126,7 +133,7 @@ pub(super) async fn queues(
         .iter()
         .flat_map(|s| &s.queues)
         .filter(|q| vhost.is_none_or(|v| q.vhost == v) && viewer.sees_vhost(&q.vhost))
-        .map(|q| queue_json(q, &rates))
+        .map(|q| queue_json(q, &rates, false))
         .collect();
     list(query, all, BY_VHOST_AND_NAME)
 }
@@ -139,7 +146,9 @@ pub(super) async fn queue(ctx: &Context, vhost: &str, name: &str) -> HttpRespons
         .iter()
         .flat_map(|s| &s.queues)
         .find(|q| q.vhost == vhost && q.name == name)
-        .map_or_else(not_found, |q| ok_json(&queue_json(q, &ctx.rates.current())))
+        .map_or_else(not_found, |q| {
+            ok_json(&queue_json(q, &ctx.rates.current(), true))
+        })
 }
 
 pub(super) async fn purge(ctx: &Context, vhost: &str, name: &str) -> HttpResponse {

@@ -605,11 +605,16 @@ async fn write_group(shard: Rc<Shard>, mut group: Group, held: Held, streams: Ve
         return;
     }
     let slot = usize::from(shard.id);
-    let stream_failure = super::stream_io::write_streams(&shard, streams).await;
+    let streams = super::stream_io::write_streams(&shard, streams).await;
+    let stream_failure = streams.failure;
     if stream_failure.is_none() {
         shard.disk.free.write_done(slot);
     }
-    let dead = shard.store.borrow_mut().committed(&group);
+    let dead = {
+        let mut store = shard.store.borrow_mut();
+        store.external_written(streams.bytes, streams.files, group.data.is_empty());
+        store.committed(&group)
+    };
     let nacked = held.release(&mut shard.state.borrow_mut(), stream_failure.is_none());
     if let Some((path, e, bytes)) = stream_failure {
         shard.disk.free.write_failed(slot, bytes);

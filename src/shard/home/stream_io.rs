@@ -258,17 +258,24 @@ async fn write_one(shard: &Shard, w: &StreamWrite) -> Result<(), (PathBuf, std::
     Ok(())
 }
 
+/// What the streams' part of a group did.
+#[derive(Default)]
+pub struct Written {
+    /// Bytes and files written (and synced).
+    pub bytes: u64,
+    pub files: u64,
+    /// The first failure (file, error and the bytes that could not be written) of a
+    /// stream that still exists.
+    pub failure: Option<(PathBuf, std::io::Error, u64)>,
+}
+
 /// Writes the streams' parts of a group (after the shard's own segment write), then
-/// tells each stream how its write went. Returns the first failure (file, error and
-/// the bytes that could not be written) of a stream that still exists.
-pub async fn write_streams(
-    shard: &Rc<Shard>,
-    writes: Vec<StreamWrite>,
-) -> Option<(PathBuf, std::io::Error, u64)> {
+/// tells each stream how its write went.
+pub async fn write_streams(shard: &Rc<Shard>, writes: Vec<StreamWrite>) -> Written {
+    let mut done = Written::default();
     if writes.is_empty() {
-        return None;
+        return done;
     }
-    let mut failure = None;
     let mut outcomes = Vec::with_capacity(writes.len());
     for w in &writes {
         // A stream deleted since it was sealed is not written (its directory goes).
@@ -276,11 +283,17 @@ pub async fn write_streams(
             continue;
         }
         match write_one(shard, w).await {
-            Ok(()) => outcomes.push((w.stream, true)),
+            Ok(()) => {
+                done.bytes += w.data.len() as u64;
+                done.files += 1;
+                outcomes.push((w.stream, true));
+            }
             Err((path, e)) => {
                 outcomes.push((w.stream, false));
-                if shard.state.borrow().home.streams.contains_key(&w.stream) && failure.is_none() {
-                    failure = Some((path, e, w.data.len() as u64));
+                if shard.state.borrow().home.streams.contains_key(&w.stream)
+                    && done.failure.is_none()
+                {
+                    done.failure = Some((path, e, w.data.len() as u64));
                 }
             }
         }
@@ -290,7 +303,7 @@ pub async fn write_streams(
         .borrow_mut()
         .queue_side()
         .streams_written(shard, outcomes);
-    failure
+    done
 }
 
 /// Every stream of a group whose shard segment write failed: nothing of them was
