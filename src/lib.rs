@@ -19,6 +19,10 @@
 //! - [`policy`]: the overload policies as pure calculations — slow-consumer thresholds
 //!   and prediction, queue capacity hysteresis, length limits, the memory watermark,
 //!   consumption-rate estimation.
+//! - [`stream`]: a stream (`x-queue-type = stream`): an append-only log read by any
+//!   number of readers, each at its own offset — its index of segments, tail cache,
+//!   readers and their credit, offset tracking, retention and lag (pure: the shard
+//!   does the I/O).
 //! - [`timer`]: the per-shard coarse clock and hashed timing wheel.
 //! - [`session`]: connection and channel state, consumers, typed protocol errors.
 //! - [`shard`]: one event loop's world, in two rooms — the connection side
@@ -81,4 +85,5 @@ pub mod server;
 pub mod session;
 pub mod shard;
 pub mod store;
+pub mod stream;
 pub mod timer;

@@ -2,8 +2,9 @@
 //! end to end against a child sluice with one and two shards, through raw frames (exact
 //! field types) and amqprs.
 //!
-//! - `x-queue-type`: `classic` (or none, `""`) is accepted; `quorum` and `stream` are
-//!   406 `unsupported queue type '…': sluice has classic queues only`; anything else is
+//! - `x-queue-type`: `classic` (or none, `""`) is accepted (and `stream`, whose rules
+//!   `tests/streams.rs` covers); `quorum` is 406 `unsupported queue type '…': sluice has
+//!   classic queues and streams only`; anything else is
 //!   RabbitMQ's 406 `unsupported queue type '…'`; an existing queue redeclared with
 //!   another type is 406 `inequivalent arg 'x-queue-type'`.
 //! - The arguments RabbitMQ validates get RabbitMQ's texts, byte for byte:
@@ -26,7 +27,7 @@ use common::{unique, Broker, RawConn};
 
 shard_tests!(
     classic_queue_type_is_accepted,
-    quorum_and_stream_are_refused,
+    quorum_is_refused,
     rabbitmq_texts_for_bad_values,
     valid_values_and_unknown_arguments_are_accepted,
     existing_queue_is_checked_for_equivalence_only,
@@ -144,20 +145,16 @@ async fn classic_queue_type_is_accepted(shards: usize) {
     broker.assert_healthy();
 }
 
-/// amqprs: quorum and stream queues are refused with a 406 saying sluice does not have
-/// them, an unknown type as RabbitMQ refuses it; the connection stays usable and no
-/// queue is created.
-async fn quorum_and_stream_are_refused(shards: usize) {
+/// amqprs: quorum queues are refused with a 406 saying sluice does not have them, an
+/// unknown type as RabbitMQ refuses it; the connection stays usable and no queue is
+/// created.
+async fn quorum_is_refused(shards: usize) {
     let mut broker = Broker::start(shards);
     let conn = broker.connect().await;
     let cases = [
         (
             FieldValue::S("quorum".try_into().unwrap()),
-            "\"unsupported queue type 'quorum': sluice has classic queues only\"",
-        ),
-        (
-            FieldValue::S("stream".try_into().unwrap()),
-            "\"unsupported queue type 'stream': sluice has classic queues only\"",
+            "\"unsupported queue type 'quorum': sluice has classic queues and streams only\"",
         ),
         (
             FieldValue::S("lazy".try_into().unwrap()),

@@ -8,7 +8,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::scenario::flags::CommonArgs;
-use crate::scenario::{fanout, flow, idle, matrix, persistent, workq, Opts};
+use crate::scenario::{fanout, flow, idle, matrix, persistent, streams, workq, Opts};
 
 /// Load benchmarks for AMQP 0-9-1 brokers. With no --url an embedded sluice is
 /// started on an ephemeral loopback port.
@@ -38,6 +38,9 @@ pub enum Command {
     /// --connections N connections that log in, open one channel and do nothing
     /// else for --duration seconds: broker RSS per connection, and after they close.
     Idle(idle::Args),
+    /// P publishers → one stream (x-queue-type stream) ← S readers, each its own
+    /// consumer at --offset; optionally a prefill and a replay from `first`.
+    Streams(streams::Args),
 }
 
 impl Command {
@@ -51,6 +54,7 @@ impl Command {
             Command::Persistent(_) => "persistent",
             Command::Matrix(_) => "matrix",
             Command::Idle(_) => "idle",
+            Command::Streams(_) => "streams",
         }
     }
 
@@ -69,6 +73,7 @@ impl Command {
             Command::Persistent(a) => &a.common,
             Command::Matrix(a) => &a.common,
             Command::Idle(a) => &a.common,
+            Command::Streams(a) => &a.common,
         }
     }
 
@@ -82,6 +87,7 @@ impl Command {
             Command::Persistent(a) => a.opts(),
             Command::Matrix(a) => a.opts(),
             Command::Idle(a) => a.opts(),
+            Command::Streams(a) => a.opts(),
         }
     }
 
@@ -95,6 +101,7 @@ impl Command {
             Command::Persistent(a) => a.check(),
             Command::Matrix(a) => a.check(),
             Command::Idle(a) => a.check(),
+            Command::Streams(a) => a.check(),
         }
     }
 }

@@ -84,6 +84,7 @@ async fn run(
         Command::Persistent(a) => a.run(broker, intr).await,
         Command::Matrix(a) => a.run(broker, intr).await,
         Command::Idle(a) => a.run(broker, intr).await,
+        Command::Streams(a) => a.run(broker, intr).await,
     }
 }
 

@@ -1,7 +1,7 @@
 //! The scale features of sluice-bench, small: the wire subscriber client (every
 //! message delivered to every subscriber, in order, no-ack and manual acks), the
-//! many-topics fan-out, the idle scenario, and the wire client refusing what it
-//! does not support. Against an embedded (in-process) sluice; bounded in time;
+//! many-topics fan-out, the idle scenario, the stream readers, and the wire client
+//! refusing what it does not support. Against an embedded (in-process) sluice; bounded in time;
 //! never asserts speed.
 
 mod common;
@@ -145,6 +145,56 @@ fn many_topics_deliver_exactly_each_topic() {
     assert!(notes
         .iter()
         .any(|n| n.as_str().unwrap().starts_with("4 topics x 3 subscribers")));
+}
+
+/// The `streams` scenario, small: a stream prefilled with confirms, 70 readers (the
+/// wire client above 64) from `next` each get every published message in order with
+/// manual acks, and a replaying reader reads the prefill from `first` alongside.
+#[test]
+fn stream_readers_receive_every_message_and_a_replay_runs_alongside() {
+    let v = run(
+        "streams",
+        &[
+            &[
+                "streams",
+                "--subscribers",
+                "70",
+                "--rate",
+                "500",
+                "--prefetch",
+                "50",
+                "--prefill-bytes",
+                "1048576",
+                "--replay",
+            ][..],
+            &SHORT,
+        ]
+        .concat(),
+    );
+    assert_eq!(v["scenario"], "streams");
+    assert_eq!(v["connections"]["subscriber_client"], "wire");
+    let published = u(&v, "published");
+    assert!(published > 0);
+    assert_eq!(u(&v, "delivered"), published * 70);
+    every_message_in_order(&v, published);
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("prefill: 16 messages of 65536 B")),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("replay from first") && !n.contains("failed")),
+        "{notes:?}"
+    );
 }
 
 #[test]

@@ -27,6 +27,7 @@ struct FileConfig {
     net: Option<NetSection>,
     shard: Option<ShardSection>,
     store: Option<StoreSection>,
+    stream: Option<super::stream::StreamSection>,
     policy: Option<PolicySection>,
     flow: Option<FlowSection>,
     memory: Option<MemorySection>,
@@ -407,6 +408,9 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
             }
             (None, None) => {}
         }
+    }
+    if let Some(s) = file.stream {
+        s.apply(&mut config.stream)?;
     }
     apply_policies(config, policies)
 }

@@ -13,6 +13,7 @@ pub mod file;
 pub mod limits;
 pub mod policy;
 pub mod reload;
+pub mod stream;
 pub mod tls;
 
 use std::fmt;
@@ -209,6 +210,8 @@ pub struct Config {
     pub policies: Policies,
     /// The persistent message store.
     pub store: StoreConfig,
+    /// `[stream]`: the broker's settings for streams.
+    pub stream: stream::StreamConfig,
     /// The management listener.
     pub http: HttpConfig,
     /// `[auth] permissions`: per-vhost configure/write/read patterns (`crate::auth`).
@@ -387,6 +390,7 @@ impl Default for Config {
                 page_out_fraction: 0.5,
                 disk_free_limit: DiskFreeLimit::DEFAULT,
             },
+            stream: stream::StreamConfig::default(),
             http: HttpConfig::default(),
             permissions: crate::auth::permissions::Permissions::default(),
             tls: tls::TlsConfig::default(),

@@ -438,6 +438,10 @@ async fn get_messages(
             StatusCode::NOT_FOUND,
             &format!("NOT_FOUND - no queue '{name}' in vhost '{vhost}'"),
         )),
+        Some(ObserveReply::NotSupported(reason)) => Err(error(
+            StatusCode::BAD_REQUEST,
+            &format!("NOT_IMPLEMENTED - {reason}"),
+        )),
         _ => Err(unavailable()),
     }
 }

@@ -1,8 +1,9 @@
 //! Owns: `GET /metrics` — the Prometheus/OpenMetrics text exposition, encoded by the
 //! `prometheus-client` crate under the `sluice_` prefix, built afresh for each scrape
 //! from the shards' snapshots: per queue (or per vhost with
-//! `http.per_queue_metrics = false`), per shard, broker-wide, and per federation link
-//! (from the federation thread's copy of its links).
+//! `http.per_queue_metrics = false`), per stream and stream reader (`stream_metrics`),
+//! per shard, broker-wide, and per federation link (from the federation thread's copy
+//! of its links).
 //!
 //! Does not: keep metric state between scrapes; every figure is the shards' own (or the
 //! links').
@@ -255,6 +256,7 @@ fn render(
     } else {
         vhost_totals(&mut reg, shards);
     }
+    super::stream_metrics::record(&mut reg, shards, ctx.config.http.per_queue_metrics);
     shard_metrics(ctx, &mut reg, shards);
     broker_metrics(ctx, &mut reg);
     if ctx.federation.is_some() {

@@ -41,6 +41,7 @@ pub mod paging;
 pub mod policies;
 pub mod prometheus;
 pub mod rates;
+pub mod stream_metrics;
 pub mod topology;
 
 use std::net::SocketAddr;

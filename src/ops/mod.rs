@@ -17,3 +17,4 @@ pub mod notify;
 pub mod policy_event;
 pub mod session_event;
 pub mod store_event;
+pub mod stream_event;

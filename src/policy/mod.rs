@@ -16,4 +16,5 @@ pub mod queue_args;
 pub mod rate;
 pub mod set;
 pub mod slow_consumer;
+pub mod stream_args;
 pub mod watermark;

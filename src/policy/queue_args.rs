@@ -1,7 +1,7 @@
 //! Owns: RabbitMQ's rules for the arguments of a classic `queue.declare`. They say which
-//! `x-queue-type` values pass: `classic` (or none, `""`, `"undefined"`). `quorum` and
-//! `stream` are refused as not available in sluice, and any other value as RabbitMQ
-//! refuses it. They also hold the checks `rabbit_amqqueue` runs on `x-expires`,
+//! `x-queue-type` values pass: `classic` (or none, `""`, `"undefined"`) and `stream`
+//! (whose arguments `policy::stream_args` checks). `quorum` is refused as not available
+//! in sluice, and any other value as RabbitMQ refuses it. They also hold the checks `rabbit_amqqueue` runs on `x-expires`,
 //! `x-message-ttl`, `x-dead-letter-exchange`, `x-dead-letter-routing-key`,
 //! `x-max-length`, `x-max-length-bytes`, `x-max-priority` and `x-overflow`, in
 //! RabbitMQ's order. Each reason is rendered as RabbitMQ renders its Erlang error term
@@ -45,7 +45,7 @@ pub const MAX_SUPPORTED_PRIORITY: i64 = 255;
 /// `?KNOWN_OVERFLOW_MODES`, compared byte for byte.
 const OVERFLOW_MODES: [&str; 3] = ["drop-head", "reject-publish", "reject-publish-dlx"];
 /// Queue types RabbitMQ has and sluice does not.
-const OTHER_QUEUE_TYPES: [&str; 2] = ["quorum", "stream"];
+const OTHER_QUEUE_TYPES: [&str; 1] = ["quorum"];
 
 /// Why RabbitMQ refuses a declare argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +57,12 @@ pub enum QueueArgError {
     Invalid {
         argument: &'static str,
         reason: Reason,
+    },
+    /// An argument of another queue type (`check_arguments_key`): `invalid arg '~ts'
+    /// for ~ts of queue type ~ts`.
+    WrongQueueType {
+        argument: String,
+        queue_type: &'static str,
     },
 }
 
@@ -81,9 +87,16 @@ pub enum Reason {
     RoutingKeyButNoDlx,
     /// `"unsupported queue type '…'"`: a type RabbitMQ does not know either.
     UnsupportedQueueType(String),
-    /// A RabbitMQ queue type sluice does not have (quorum, stream), worded as RabbitMQ
-    /// words an unknown one.
+    /// A RabbitMQ queue type sluice does not have (quorum), worded as RabbitMQ words an
+    /// unknown one.
     NotInSluice(&'static str),
+    /// `invalid_max_age` (`x-max-age`).
+    InvalidMaxAge,
+    /// `invalid_queue_locator_arg` (`x-queue-leader-locator`).
+    InvalidQueueLocator,
+    /// `{invalid_stream_offset_arg,{Type,Value}}` (`x-stream-offset`), the pair as
+    /// Erlang prints it.
+    InvalidStreamOffset(String),
 }
 
 impl fmt::Display for Reason {
@@ -103,8 +116,11 @@ impl fmt::Display for Reason {
                 f.write_str(&erl_string(&format!("unsupported queue type '{v}'")))
             }
             Reason::NotInSluice(v) => f.write_str(&erl_string(&format!(
-                "unsupported queue type '{v}': sluice has classic queues only"
+                "unsupported queue type '{v}': sluice has classic queues and streams only"
             ))),
+            Reason::InvalidMaxAge => f.write_str("invalid_max_age"),
+            Reason::InvalidQueueLocator => f.write_str("invalid_queue_locator_arg"),
+            Reason::InvalidStreamOffset(pair) => write!(f, "{{invalid_stream_offset_arg,{pair}}}"),
         }
     }
 }
@@ -117,6 +133,9 @@ pub fn validate(args: &FieldTable) -> Result<(), QueueArgError> {
         }
     }
     check(args, arg::QUEUE_TYPE, queue_type)?;
+    if super::stream_args::is_stream(args) {
+        return super::stream_args::validate_declare(args);
+    }
     check(args, arg::EXPIRES, |v| match int(v)? {
         0 => Err(Reason::ValueZero),
         n => expiry(n),
@@ -187,7 +206,7 @@ fn queue_type(v: &FieldValue) -> Result<(), Reason> {
         return Err(Reason::UnacceptableType(v.rabbit_type_name()));
     };
     match s.as_bytes() {
-        b"" | b"undefined" | b"classic" => Ok(()),
+        b"" | b"undefined" | b"classic" | b"stream" => Ok(()),
         other => match OTHER_QUEUE_TYPES.iter().find(|t| t.as_bytes() == other) {
             Some(t) => Err(Reason::NotInSluice(t)),
             None => Err(Reason::UnsupportedQueueType(
@@ -280,6 +299,9 @@ mod tests {
             Ok(()) => "ok".into(),
             Err(QueueArgError::Invalid { argument, reason }) => format!("{argument}: {reason}"),
             Err(QueueArgError::DeadLetterExchangeType(t)) => format!("dlx type {t}"),
+            Err(QueueArgError::WrongQueueType { argument, .. }) => {
+                format!("{argument}: wrong type")
+            }
         }
     }
 
@@ -345,7 +367,7 @@ mod tests {
         assert_eq!(reason(&[("x-queue-type", s(""))]), "ok");
         assert_eq!(
             reason(&[("x-queue-type", s("quorum"))]),
-            "x-queue-type: \"unsupported queue type 'quorum': sluice has classic queues only\""
+            "x-queue-type: \"unsupported queue type 'quorum': sluice has classic queues and streams only\""
         );
         assert_eq!(
             reason(&[("x-queue-type", s("lazy\"q"))]),
@@ -371,7 +393,7 @@ mod tests {
         );
         assert_eq!(
             reason(&[("x-message-ttl", I32(-1)), ("x-queue-type", s("quorum"))]),
-            "x-queue-type: \"unsupported queue type 'quorum': sluice has classic queues only\""
+            "x-queue-type: \"unsupported queue type 'quorum': sluice has classic queues and streams only\""
         );
         assert_eq!(
             reason(&[("x-message-ttl", I32(-1)), ("x-expires", I32(0))]),

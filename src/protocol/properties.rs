@@ -16,7 +16,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::codec::{put_shortstr, DecodeError, Reader, ShortStr};
 use super::method::CLASS_BASIC;
-use super::table::FieldTable;
+use super::table::{FieldTable, FieldValue};
 
 /// A decoded content-header frame payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,6 +253,41 @@ pub fn with_headers(raw: &[u8], table: &[u8]) -> Option<Bytes> {
     out.extend_from_slice(&rest[..w.end - 2]);
     out.extend_from_slice(table);
     out.extend_from_slice(&rest[w.end - 2..]);
+    Some(out.freeze())
+}
+
+/// `raw` with header `key` set to `value`: a new headers table when there is none, the
+/// entry spliced onto the end of the table when the key is not in it (the table's
+/// other bytes untouched, nothing decoded), the table decoded and encoded again only
+/// when the key is there already. Every other property stays byte for byte. `None`
+/// when `raw` is malformed.
+pub fn with_header(raw: &Bytes, key: &str, value: &FieldValue) -> Option<Bytes> {
+    let mut entry = BytesMut::new();
+    put_shortstr(&mut entry, &ShortStr::from(key));
+    value.encode(&mut entry);
+    let Some(at) = walk(raw, Some(IDX_HEADERS)).ok()?.target else {
+        let mut table = BytesMut::with_capacity(4 + entry.len());
+        table.put_u32(entry.len() as u32);
+        table.extend_from_slice(&entry);
+        return with_headers(raw, &table);
+    };
+    let len = u32::from_be_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
+    let end = at.checked_add(4 + len).filter(|e| *e <= raw.len())?;
+    let mut headers = raw_headers(raw)?;
+    if headers.get(key).is_some() {
+        headers.insert(key, value.clone());
+        let mut out = BytesMut::with_capacity(raw.len() + entry.len());
+        out.extend_from_slice(&raw[..at]);
+        headers.encode(&mut out);
+        out.extend_from_slice(&raw[end..]);
+        return Some(out.freeze());
+    }
+    let mut out = BytesMut::with_capacity(raw.len() + entry.len());
+    out.extend_from_slice(&raw[..at]);
+    out.put_u32((len + entry.len()) as u32);
+    out.extend_from_slice(&raw[at + 4..end]);
+    out.extend_from_slice(&entry);
+    out.extend_from_slice(&raw[end..]);
     Some(out.freeze())
 }
 
@@ -639,5 +674,52 @@ mod tests {
         );
         t.encode(&mut ok);
         assert_eq!(FieldTable::validate(&mut Reader::new(ok.freeze())), Ok(()));
+    }
+
+    #[test]
+    fn with_header_adds_splices_or_replaces_one_entry() {
+        let offset = FieldValue::I64(42);
+        let read = |raw: &Bytes| BasicProperties::decode(raw).expect("decodes");
+        // No headers: a table of one entry, the other properties kept.
+        let none = BasicProperties {
+            content_type: Some("text/plain".into()),
+            delivery_mode: Some(2),
+            ..Default::default()
+        }
+        .to_bytes();
+        let got = read(&with_header(&none, "x-stream-offset", &offset).expect("ok"));
+        assert_eq!(
+            got.content_type.as_ref().map(|c| c.as_bytes()),
+            Some(&b"text/plain"[..])
+        );
+        assert_eq!(got.delivery_mode, Some(2));
+        let h = got.headers.expect("headers");
+        assert_eq!(h.len(), 1);
+        assert_eq!(h.get("x-stream-offset"), Some(&offset));
+        // Headers without the key: spliced onto the end, the others kept in order.
+        let mut table = FieldTable::new();
+        table.insert("a", FieldValue::I32(1));
+        table.insert("x-stream-filter-value", FieldValue::LongStr("red".into()));
+        let some = BasicProperties {
+            headers: Some(table),
+            priority: Some(3),
+            ..Default::default()
+        }
+        .to_bytes();
+        let got = read(&with_header(&some, "x-stream-offset", &offset).expect("ok"));
+        assert_eq!(got.priority, Some(3));
+        let h = got.headers.expect("headers");
+        let keys: Vec<String> = h.iter().map(|(k, _)| k.to_string()).collect();
+        assert_eq!(keys, ["a", "x-stream-filter-value", "x-stream-offset"]);
+        // The key there already (a publisher set it): replaced, not doubled.
+        let again = with_header(&some, "x-stream-offset", &FieldValue::I64(1)).expect("ok");
+        let got = read(&with_header(&again, "x-stream-offset", &offset).expect("ok"));
+        let h = got.headers.expect("headers");
+        assert_eq!(h.len(), 3);
+        assert_eq!(h.get("x-stream-offset"), Some(&offset));
+        assert_eq!(
+            with_header(&Bytes::from_static(&[0x20]), "k", &offset),
+            None
+        );
     }
 }

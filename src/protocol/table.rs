@@ -246,7 +246,8 @@ impl FieldValue {
         Ok(())
     }
 
-    fn encode(&self, out: &mut BytesMut) {
+    /// Appends the value: its type octet, then the value.
+    pub fn encode(&self, out: &mut BytesMut) {
         out.put_u8(self.type_octet());
         match self {
             FieldValue::Bool(b) => out.put_u8(u8::from(*b)),

@@ -411,6 +411,7 @@ mod tests {
             unacked: 0,
             credit: 0,
             credit_bytes: 0,
+            stream: false,
         }
     }
 

@@ -58,6 +58,9 @@ pub struct ChannelConsumer {
     pub credit: u32,
     /// Byte credit granted to the queue and not yet used.
     pub credit_bytes: u64,
+    /// A reader of a stream: its acks go to the stream as the acked offset
+    /// (`QueueOp::StreamAck`), its nacks and rejects only return credit.
+    pub stream: bool,
 }
 
 impl ChannelConsumer {
@@ -123,6 +126,7 @@ mod tests {
             unacked: 0,
             credit: 0,
             credit_bytes: 0,
+            stream: false,
         }
     }
 

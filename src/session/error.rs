@@ -12,6 +12,7 @@ use std::fmt;
 use crate::model::exchange::upstream::{ArgShown, UpstreamArgError};
 use crate::model::hops::MAX_HOPS_ARG;
 use crate::policy::queue_args::QueueArgError;
+use crate::policy::stream_args::StreamRefusal;
 use crate::protocol::reply::{erlang_term, ErlangShape};
 use crate::protocol::{Method, ReplyCode};
 
@@ -91,6 +92,14 @@ pub enum ChannelError {
         queue: String,
         vhost: String,
         error: QueueArgError,
+    },
+    /// What a stream refuses (a declaration's properties, a consumer's channel,
+    /// `basic.get`, `queue.purge`), in RabbitMQ's words: 406, or 540 (which closes the
+    /// connection) where RabbitMQ raises `not_implemented`.
+    Stream {
+        refusal: StreamRefusal,
+        queue: String,
+        vhost: String,
     },
     UnknownExchangeType(String),
     /// An `x-federation-upstream` declaration RabbitMQ refuses, in RabbitMQ's words.
@@ -189,6 +198,10 @@ impl ChannelError {
                 ReplyCode::ResourceError
             }
             ChannelError::Internal(_) => ReplyCode::InternalError,
+            ChannelError::Stream { refusal, .. } if refusal.not_implemented() => {
+                ReplyCode::NotImplemented
+            }
+            ChannelError::Stream { .. } => ReplyCode::PreconditionFailed,
             ChannelError::AccessRefused { .. } => ReplyCode::AccessRefused,
             ChannelError::Limit(refusal) => refusal.code(),
         }
@@ -304,7 +317,19 @@ impl fmt::Display for ChannelError {
                     f,
                     "invalid arg '{argument}' for queue '{queue}' in vhost '{vhost}': {reason}"
                 ),
+                QueueArgError::WrongQueueType {
+                    argument,
+                    queue_type,
+                } => write!(
+                    f,
+                    "invalid arg '{argument}' for queue '{queue}' in vhost '{vhost}' of queue type {queue_type}"
+                ),
             },
+            ChannelError::Stream {
+                refusal,
+                queue,
+                vhost,
+            } => f.write_str(&refusal.text(queue, vhost)),
             ChannelError::UnknownExchangeType(kind) => {
                 write!(f, "unknown exchange type '{kind}'")
             }
@@ -600,6 +625,41 @@ mod tests {
         assert_eq!(
             e.reply_text(),
             "PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue 'q' in vhost '/': {max_value_exceeded,256}"
+        );
+    }
+
+    #[test]
+    fn stream_refusals_are_406_or_540_with_rabbitmqs_texts() {
+        let stream = |refusal| ChannelError::Stream {
+            refusal,
+            queue: "s".into(),
+            vhost: "/".into(),
+        };
+        let e = stream(StreamRefusal::PrefetchNotSet);
+        assert!(!e.closes_connection());
+        assert_eq!(
+            e.reply_text(),
+            "PRECONDITION_FAILED - consumer prefetch count is not set for stream queue 's' in vhost '/'"
+        );
+        let e = stream(StreamRefusal::Get);
+        assert_eq!(
+            e.promoted().map(|c| c.reply_text()),
+            Some(
+                "NOT_IMPLEMENTED - basic.get not supported by stream queues queue 's' in vhost '/'"
+                    .to_owned()
+            )
+        );
+        let e = ChannelError::QueueArgument {
+            error: QueueArgError::WrongQueueType {
+                argument: "x-message-ttl".into(),
+                queue_type: "rabbit_stream_queue",
+            },
+            queue: "s".into(),
+            vhost: "/".into(),
+        };
+        assert_eq!(
+            e.reply_text(),
+            "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 's' in vhost '/' of queue type rabbit_stream_queue"
         );
     }
 

@@ -153,6 +153,13 @@ pub enum QueueOp {
     Cancel {
         key: u64,
     },
+    /// A stream reader's consumer acknowledged up to `offset` (the highest of one
+    /// `basic.ack`): a tracking reader keeps it. Sent instead of `Ack` for stream
+    /// consumers, whose acks only return credit.
+    StreamAck {
+        key: u64,
+        offset: u64,
+    },
 }
 
 /// A [`QueueOp`] addressed to one of the destination shard's home queues: what
@@ -173,6 +180,18 @@ pub enum QueueRequest {
         exclusive: bool,
         /// `x-priority`.
         priority: i64,
+    },
+    /// `basic.consume` on a stream (arguments and channel already checked).
+    ConsumeStream {
+        queue: QueueId,
+        target: ConsumerTarget,
+        tag: ShortStr,
+        /// The tag was made by the broker (an own tag implies offset tracking).
+        generated_tag: bool,
+        /// The consumer's connection, for the operator views.
+        connection: String,
+        prefetch: u32,
+        args: Box<crate::policy::stream_args::ConsumerArgs>,
     },
     Cancel {
         queue: QueueId,
@@ -217,6 +236,9 @@ pub enum DeleteRefused {
 pub enum QueueReply {
     Consumed(Result<u64, ConsumeRefused>),
     Cancelled,
+    /// A tracking stream reader was cancelled: its offset is on disk once this says so
+    /// (`basic.cancel-ok` waits for it).
+    CancelledWhenSynced(oneshot::Receiver<bool>),
     Got(Option<GotMessage>),
     Stats(QueueStats),
     Purged(u32),

@@ -82,6 +82,17 @@ pub fn enqueue(shard: &Shard, queues: &[QueueId], msg: Message, permits: u32) ->
 
 /// Takes up to `count` messages from the home queue `name` of `vhost`, then settles
 /// them as `mode` says; `None` when it is not a home queue of this shard.
+/// Whether queue `name` of `vhost` is a stream homed on this shard.
+pub fn is_stream(shard: &Shard, vhost: &str, name: &str) -> bool {
+    let st = shard.state.borrow();
+    st.common
+        .directory
+        .vhost_index(vhost)
+        .and_then(|v| st.common.directory.vhost(v))
+        .and_then(|d| d.queue(&ShortStr::from(name)))
+        .is_some_and(|m| m.queue.home == shard.id && st.home.stream(m.queue.id).is_some())
+}
+
 pub fn get(
     shard: &Shard,
     vhost: &str,

@@ -349,6 +349,7 @@ impl Shard {
         st.conns.wake_writers();
         drop(st);
         home::persist::commit_store(self);
+        home::stream_io::start(self);
     }
 
     /// Takes this turn's publish batches for other shards, each with the units of the

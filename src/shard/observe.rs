@@ -16,16 +16,18 @@ use std::time::Instant;
 
 use crate::model::ids::ShardId;
 use crate::model::routing::Directory;
+use crate::policy::stream_args::StreamRefusal;
 use crate::protocol::ShortStr;
-use crate::queue::Queue;
+use crate::queue::{Queue, QueueCounters};
 use crate::session::connection::{Conn, Phase};
 use crate::shard::inbox::observe::{
     BindingView, ChannelView, Churn, ConnView, ConsumerView, CounterView, ExchangeCounters,
-    ExchangeView, FlowView, ObserveReply, ObserveRequest, QueueDefView, QueueView, ShardView,
-    SlowView, VhostView, Want, QUEUE_CHUNK,
+    ExchangeView, FlowView, ObserveReply, ObserveRequest, QueueDefView, QueueView, ReaderView,
+    ShardView, SlowView, StreamView, VhostView, Want, QUEUE_CHUNK,
 };
 use crate::shard::inbox::{QueueReply, QueueRequest};
 use crate::shard::{Shard, State};
+use crate::stream::Stream;
 
 /// The operator's name of a connection, as RabbitMQ forms it (`Conn::name`:
 /// `127.0.0.1:40312 -> 127.0.0.1:5672`), unique in the broker.
@@ -134,6 +136,9 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
             let Some(queue) = queue else {
                 return ObserveReply::Purged(None);
             };
+            if st.home.stream(queue.id).is_some() {
+                return ObserveReply::NotSupported(StreamRefusal::Purge.text(&name, &vhost));
+            }
             match st
                 .queue_side()
                 .queue_request(shard, QueueRequest::Purge { queue: queue.id })
@@ -164,7 +169,10 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
             name,
             count,
             mode,
-        } => ObserveReply::Got(super::messages::get(shard, &vhost, &name, count, mode)),
+        } => match super::messages::is_stream(shard, &vhost, &name) {
+            true => ObserveReply::NotSupported(StreamRefusal::Get.text(&name, &vhost)),
+            false => ObserveReply::Got(super::messages::get(shard, &vhost, &name, count, mode)),
+        },
         ObserveRequest::Counters => {
             ObserveReply::Counters(Box::new(counters(&shard.state.borrow())))
         }
@@ -273,6 +281,78 @@ fn queue_view(q: &Queue, home: ShardId, now: Instant) -> QueueView {
             predicted_threshold: slow.prediction.map(|p| p.threshold.name()),
             predicted_seconds: slow.prediction.map(|p| p.seconds),
         }),
+        stream: None,
+    }
+}
+
+/// A home stream as a queue view: its messages are the log's, its consumers its
+/// readers, with the stream's own figures in `stream`.
+fn stream_view(s: &Stream, home: ShardId, now_ms: i64) -> QueueView {
+    let readers: Vec<ReaderView> = s
+        .readers()
+        .iter()
+        .map(|r| {
+            let lag = s.lag(r, now_ms);
+            ReaderView {
+                consumer_tag: text(&r.tag),
+                connection: r.connection.clone(),
+                channel: r.target.channel,
+                offset: r.position(),
+                started_at: r.started_at,
+                delivered: r.delivered,
+                delivery_rate: r.rate(),
+                prefetch: r.prefetch,
+                credit: r.credit,
+                tracking: r.tracking,
+                lag_messages: lag.messages,
+                lag_bytes: lag.bytes,
+                seconds_to_retention: lag.seconds_to_retention,
+                reading: r.is_reading(),
+            }
+        })
+        .collect();
+    let (publish_rate, publish_bytes_rate) = s.publish_rates();
+    let c = s.counters;
+    QueueView {
+        id: s.id.0,
+        vhost: s.vhost.clone(),
+        name: text(&s.name),
+        home,
+        durable: true,
+        exclusive: false,
+        auto_delete: false,
+        arguments: s.arguments.clone(),
+        policy: None,
+        ready: s.messages(),
+        unacked: 0,
+        ready_bytes: s.disk_bytes(),
+        bytes: s.disk_bytes(),
+        consumers: readers.len() as u64,
+        oldest_age_secs: 0.0,
+        counters: QueueCounters {
+            enqueued: c.appended,
+            delivered: c.delivered,
+            consumed: c.delivered,
+            ..QueueCounters::default()
+        },
+        flow: None,
+        slow: None,
+        stream: Some(Box::new(StreamView {
+            first_offset: s.first_offset(),
+            committed_offset: s.committed(),
+            segments: s.segment_count() as u64,
+            disk_bytes: s.disk_bytes(),
+            cache_bytes: s.cache_bytes(),
+            max_length_bytes: s.settings.max_bytes,
+            max_age_secs: s.settings.max_age.map(|a| a.as_secs_f64()),
+            segment_size: s.settings.segment_size,
+            publish_rate,
+            publish_bytes_rate,
+            tracked_consumers: s.tracked() as u64,
+            segments_removed: c.segments_removed,
+            messages_removed: c.messages_removed,
+            readers,
+        })),
     }
 }
 
@@ -314,6 +394,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
             .home
             .iter()
             .map(|q| q.id.0)
+            .chain(st.home.streams().map(|s| s.id.0))
             .filter(|id| *id > want.queues_after)
             .collect();
         if ids.len() > QUEUE_CHUNK {
@@ -322,10 +403,14 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
             ids.sort_unstable();
             view.next_queue = ids.last().copied();
         }
+        let now_ms = super::home::streams::wall_ms();
         view.queues = ids
             .iter()
-            .filter_map(|id| st.home.get(crate::model::ids::QueueId(*id)))
-            .map(|q| queue_view(q, shard, now))
+            .map(|id| crate::model::ids::QueueId(*id))
+            .filter_map(|id| match st.home.get(id) {
+                Some(q) => Some(queue_view(q, shard, now)),
+                None => st.home.stream(id).map(|s| stream_view(s, shard, now_ms)),
+            })
             .collect();
     }
     if !(want.connections || want.consumers) {

@@ -136,6 +136,13 @@ pub fn put_pairs(out: &mut BytesMut, delivered: bool, pairs: &[(QueueId, u64)]) 
 #[derive(Debug)]
 pub struct Malformed(&'static str);
 
+impl Malformed {
+    /// The payload's `what` is missing or wrong.
+    pub fn new(what: &'static str) -> Malformed {
+        Malformed(what)
+    }
+}
+
 impl std::fmt::Display for Malformed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "malformed {}", self.0)

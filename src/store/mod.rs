@@ -1,8 +1,8 @@
 //! Owns: the persistent store under `--data-dir` — durable definitions
 //! (`definitions`, written by the coordinator before it answers), each shard's message
 //! segments (`shard_store` at run time, `recovery` at start, `rehome` when the shard
-//! count changed), the record format they share (`record`, `message_log`) and the disk
-//! quota (`quota`). Durable queues journal their removals in `model::journal`.
+//! count changed), the record format they share (`record`, `message_log`), the streams'
+//! segments' format (`stream_log`) and the disk quota (`quota`). Durable queues journal their removals in `model::journal`.
 //!
 //! Does not: route, enqueue or deliver, or read the configuration (`server` builds its
 //! [`StoreOptions`] and each vhost's [`quota::StoreQuota`]). The shard stages persistent
@@ -15,6 +15,7 @@
 //!                                          users, permissions, vhosts, policies
 //! DATA_DIR/messages/store.meta             the shard count of this layout
 //! DATA_DIR/messages/shard-<i>/<n>.seg      shard i's segments, n = 00000001, …
+//! DATA_DIR/streams/<queue id>/<n>.seg      a stream's own segments (`stream_log`)
 //! ```
 
 pub mod access;
@@ -29,6 +30,7 @@ pub mod record;
 pub mod recovery;
 pub mod rehome;
 pub mod shard_store;
+pub mod stream_log;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -192,6 +194,9 @@ pub fn open(
         let home = usize::from(home_shard(vhost, name.as_bytes(), shards));
         queues.insert(q.id, (vhost.clone(), name.to_string(), home));
     }
+    // A stream's files are its own directory; one whose queue the definitions no
+    // longer have was deleted (while the broker was down, or before a crash finished).
+    stream_log::remove_orphans(data_dir, |id| queues.contains_key(&id)).map_err(fail)?;
     let segment_size = options.segment_size;
     let recorded = rehome::recorded_shards(data_dir).map_err(fail)?;
     match recorded {

@@ -160,6 +160,9 @@ pub struct ShardStore {
     /// enqueueing to learn whether a publish must wait for the next group.
     staged_refs: u64,
     deleted: Vec<QueueId>,
+    /// Something outside these segments (a stream's chunk or tracking record) rides on
+    /// the next group: it is sealed even with nothing of its own.
+    external: bool,
     scratch: Journal,
     /// A group is being written.
     pub in_flight: bool,
@@ -207,6 +210,7 @@ impl ShardStore {
             staged_copies: 0,
             staged_refs: 0,
             deleted: Vec::new(),
+            external: false,
             scratch: Journal::default(),
             in_flight: false,
             spare,
@@ -278,6 +282,32 @@ impl ShardStore {
         self.staged.push((Rc::clone(msg), queues));
     }
 
+    /// Something outside the shard's segments must be written with the next group (a
+    /// stream's appends or tracked offsets, written by the group's task after this
+    /// group's own data): the next turn's end seals a group even with nothing of its
+    /// own, and a confirmed publish that did this waits for that group, as for a
+    /// staged message.
+    pub fn stage_external(&mut self) {
+        self.staged_refs += 1;
+        self.external = true;
+    }
+
+    /// A group's writes outside these segments (streams) are on disk: `bytes` in
+    /// `files` writes (each synced when `fsync` is on), counted in the shard's store
+    /// figures (MST-1003); a group with nothing of its own counts as a commit here.
+    pub fn external_written(&mut self, bytes: u64, files: u64, group_was_empty: bool) {
+        if files == 0 {
+            return;
+        }
+        self.stats.bytes += bytes;
+        if self.fsync {
+            self.stats.fsyncs += files;
+        }
+        if group_was_empty {
+            self.stats.commits += 1;
+        }
+    }
+
     /// A durable queue of this shard was deleted: its entries no longer count, and no
     /// record is needed (the definitions log says it is gone).
     pub fn queue_deleted(&mut self, queue: QueueId) {
@@ -286,7 +316,7 @@ impl ShardStore {
 
     /// Whether there is anything to commit.
     pub fn has_work(&self) -> bool {
-        !self.staged.is_empty() || !self.deleted.is_empty() || !journal::is_empty()
+        self.external || !self.staged.is_empty() || !self.deleted.is_empty() || !journal::is_empty()
     }
 
     /// Seals what was staged and journaled into a group for the active segment (a new
@@ -297,6 +327,7 @@ impl ShardStore {
             return None;
         }
         journal::swap(&mut self.scratch);
+        self.external = false;
         let mut new_file = false;
         let mut recycle = false;
         let was_recycled_active = self.recycled_active;
@@ -675,10 +706,12 @@ impl ShardStore {
         for (&queue, &seq) in &group.upto {
             self.mark_committed(queue, seq);
         }
-        self.stats.commits += 1;
-        self.stats.bytes += group.data.len() as u64;
-        if self.fsync {
-            self.stats.fsyncs += 1;
+        if !group.data.is_empty() {
+            self.stats.commits += 1;
+            self.stats.bytes += group.data.len() as u64;
+            if self.fsync {
+                self.stats.fsyncs += 1;
+            }
         }
         self.dead_segments()
     }

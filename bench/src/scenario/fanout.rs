@@ -153,6 +153,7 @@ pub fn plan(opts: &Opts, exchange: &str, slow: usize, durable_prefix: Option<&st
                 durable_name: durable_prefix.map(|p| format!("{p}.{i}")),
                 arguments: queue_arguments(&opts.queue_args),
             },
+            consume_args: sluice::protocol::FieldTable::new(),
             slow_rate: (i < slow).then_some(opts.slow_rate),
             ack: opts.ack,
             consume: opts.consume,

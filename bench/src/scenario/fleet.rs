@@ -32,7 +32,10 @@ pub const SETUP_LIMIT: Duration = Duration::from_secs(60);
 /// Why the wire client cannot run subscriber `spec`, if it cannot.
 pub fn wire_refuses(spec: &SubSpec) -> Option<&'static str> {
     match &spec.setup {
-        QueueSetup::Shared(_) => return Some("shared queues (workq, flow, persistent)"),
+        QueueSetup::Shared(_) if spec.consume_args.is_empty() => {
+            return Some("shared queues (workq, flow, persistent)")
+        }
+        QueueSetup::Shared(_) => {}
         QueueSetup::Bound {
             durable_name: Some(_),
             ..
@@ -89,24 +92,33 @@ async fn prepare(url: &str, parsed: &AmqpUrl, spec: &SubSpec, wire: bool) -> Res
         let (conn, ch, queue) = prepared.map_err(|e| e.to_string())?;
         return Ok(Ready::Full(conn, ch, queue));
     }
-    let QueueSetup::Bound {
-        exchange,
-        key,
-        arguments,
-        ..
-    } = &spec.setup
-    else {
-        return Err("the wire client binds its own queue".into());
-    };
     let name = format!("sluice-bench sub {}", spec.id);
     let mut conn = WireConn::open(parsed, &name, SETUP_LIMIT).await?;
     let no_ack = spec.ack == AckMode::NoAck;
-    let queue = tokio::time::timeout(
-        SETUP_LIMIT,
-        conn.subscribe(exchange, key, arguments.clone(), no_ack, spec.prefetch),
-    )
-    .await
-    .map_err(|_| format!("subscribe took over {SETUP_LIMIT:?}"))??;
+    let subscribed = match &spec.setup {
+        QueueSetup::Bound {
+            exchange,
+            key,
+            arguments,
+            ..
+        } => {
+            tokio::time::timeout(
+                SETUP_LIMIT,
+                conn.subscribe(exchange, key, arguments.clone(), no_ack, spec.prefetch),
+            )
+            .await
+        }
+        // A stream reader: its own consumer of the scenario's stream.
+        QueueSetup::Shared(queue) => {
+            let args = spec.consume_args.clone();
+            tokio::time::timeout(
+                SETUP_LIMIT,
+                conn.consume(queue, args, no_ack, spec.prefetch),
+            )
+            .await
+        }
+    };
+    let queue = subscribed.map_err(|_| format!("subscribe took over {SETUP_LIMIT:?}"))??;
     Ok(Ready::Wire(conn, queue))
 }
 

@@ -1,5 +1,5 @@
 //! Owns: the scenarios (`fanout` with its `slowsub` variant and `--topics` in
-//! [`fanout`], `workq`, `flow`, `persistent`, `matrix`, `idle`), each with its own
+//! [`fanout`], `workq`, `flow`, `persistent`, `matrix`, `idle`, `streams`), each with its own
 //! flags (its `Args`, flattening the shared groups of [`flags`]) and set-up, what
 //! parameterises them ([`Opts`](crate::opts::Opts) resolved from those flags, typed
 //! queue arguments in [`args`]) and what a run is made of: a
@@ -28,6 +28,7 @@ pub mod persistent;
 pub mod publisher;
 pub mod sampler;
 pub mod setup;
+pub mod streams;
 pub mod subscriber;
 pub mod wire;
 pub mod workq;
@@ -59,6 +60,8 @@ pub enum QueueSetup {
 pub struct SubSpec {
     pub id: usize,
     pub setup: QueueSetup,
+    /// `basic.consume` arguments (a stream reader's `x-stream-offset`).
+    pub consume_args: FieldTable,
     pub slow_rate: Option<u32>,
     pub ack: AckMode,
     pub consume: ConsumeMode,

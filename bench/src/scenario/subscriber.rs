@@ -260,6 +260,7 @@ async fn sub_loop(
                         ConsumeOptions {
                             no_ack: spec.ack == AckMode::NoAck,
                             buffer,
+                            arguments: spec.consume_args.clone(),
                             ..Default::default()
                         },
                     )

@@ -24,6 +24,7 @@ pub fn plan(opts: &Opts, queue: &str) -> Plan {
         .map(|i| SubSpec {
             id: i,
             setup: QueueSetup::Shared(queue.into()),
+            consume_args: sluice::protocol::FieldTable::new(),
             slow_rate: (i < opts.slow).then_some(opts.slow_rate),
             ack: opts.ack,
             consume: opts.consume,

@@ -1,5 +1,6 @@
-//! Owns: queues as JSON (`/api/queues`), and purging a queue, sent to the shard that
-//! owns it (deleting one is `http::topology`'s).
+//! Owns: queues as JSON (`/api/queues`; a stream's log and readers with their lag in
+//! `stream`), and purging a queue, sent to the shard that owns it (deleting one is
+//! `http::topology`'s).
 
 use serde_json::{json, Value};
 
@@ -9,10 +10,12 @@ use crate::http::auth::Viewer;
 use crate::http::paging::{self, object, Fields, BY_VHOST_AND_NAME};
 use crate::http::rates::{message_stats, queue_counts, RateTable, MESSAGE_FIELDS};
 use crate::http::{unavailable, Context, HttpResponse};
-use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, QueueView};
+use crate::shard::inbox::observe::{ObserveReply, ObserveRequest, QueueView, StreamView};
 
-/// A queue as the API shows it, with the fields `fields` wants.
-pub fn queue_json(q: &QueueView, rates: &RateTable, fields: &Fields) -> Value {
+/// A queue as the API shows it, with the fields `fields` wants; a stream's readers are
+/// listed one by one only with `detail` (the single queue's view: a list of streams with
+/// thousands of readers stays small).
+pub fn queue_json(q: &QueueView, rates: &RateTable, fields: &Fields, detail: bool) -> Value {
     object!(fields, {
         "name": q.name,
         "vhost": q.vhost,
@@ -25,7 +28,7 @@ pub fn queue_json(q: &QueueView, rates: &RateTable, fields: &Fields) -> Value {
         "effective_policy_definition":
             Value::Object(q.policy.as_ref().map(|p| p.definition.clone()).unwrap_or_default()),
         "state": "running",
-        "type": "classic",
+        "type": if q.stream.is_some() { "stream" } else { "classic" },
         "messages": q.ready + q.unacked,
         "messages_ready": q.ready,
         "messages_unacknowledged": q.unacked,
@@ -41,6 +44,7 @@ pub fn queue_json(q: &QueueView, rates: &RateTable, fields: &Fields) -> Value {
         "rejected": q.counters.rejected,
         "flow": flow_json(q),
         "slow_consumer": slow_consumer_json(q),
+        "stream": q.stream.as_deref().map_or(Value::Null, |s| stream_json(s, detail)),
     })
 }
 
@@ -77,6 +81,53 @@ fn slow_consumer_json(q: &QueueView) -> Value {
     })
 }
 
+/// A stream's log, retention and readers (each with its lag, with `detail`; otherwise
+/// how many, the largest lag, and how many are predicted to fall off retention).
+fn stream_json(s: &StreamView, detail: bool) -> Value {
+    let readers: Vec<Value> = s
+        .readers
+        .iter()
+        .filter(|_| detail)
+        .map(|r| {
+            json!({
+                "consumer_tag": r.consumer_tag,
+                "connection": r.connection,
+                "channel": r.channel,
+                "offset": r.offset,
+                "started_at_offset": r.started_at,
+                "delivered": r.delivered,
+                "delivery_rate": r.delivery_rate,
+                "prefetch_count": r.prefetch,
+                "credit": r.credit,
+                "offset_tracking": r.tracking,
+                "lag_messages": r.lag_messages,
+                "lag_bytes": r.lag_bytes,
+                "seconds_to_retention": r.seconds_to_retention,
+                "reading_from_disk": r.reading,
+            })
+        })
+        .collect();
+    json!({
+        "first_offset": s.first_offset,
+        "committed_offset": s.committed_offset,
+        "segments": s.segments,
+        "disk_bytes": s.disk_bytes,
+        "tail_cache_bytes": s.cache_bytes,
+        "max_length_bytes": s.max_length_bytes,
+        "max_age_seconds": s.max_age_secs,
+        "max_segment_size_bytes": s.segment_size,
+        "publish_rate": s.publish_rate,
+        "publish_bytes_rate": s.publish_bytes_rate,
+        "tracked_consumers": s.tracked_consumers,
+        "segments_removed": s.segments_removed,
+        "messages_removed": s.messages_removed,
+        "reader_count": s.readers.len(),
+        "max_lag_messages": s.readers.iter().map(|r| r.lag_messages).max().unwrap_or(0),
+        "readers_falling": s.readers.iter().filter(|r| r.seconds_to_retention.is_some()).count(),
+        "readers": if detail { Value::Array(readers) } else { Value::Null },
+    })
+}
+
 pub(super) async fn queues(
     ctx: &Context,
     vhost: Option<&str>,
@@ -95,7 +146,7 @@ pub(super) async fn queues(
     paging::reply_built(query, shown.len(), BY_VHOST_AND_NAME, |i, fields| {
         shown
             .get(i)
-            .map_or(Value::Null, |q| queue_json(q, &rates, fields))
+            .map_or(Value::Null, |q| queue_json(q, &rates, fields, false))
     })
 }
 
@@ -108,7 +159,7 @@ pub(super) async fn queue(ctx: &Context, vhost: &str, name: &str) -> HttpRespons
         .flat_map(|s| &s.queues)
         .find(|q| q.vhost == vhost && q.name == name)
         .map_or_else(not_found, |q| {
-            ok_json(&queue_json(q, &ctx.rates.current(), &Fields::ALL))
+            ok_json(&queue_json(q, &ctx.rates.current(), &Fields::ALL, true))
         })
 }
 
@@ -120,6 +171,10 @@ pub(super) async fn purge(ctx: &Context, vhost: &str, name: &str) -> HttpRespons
     };
     match ctx.ask_one(usize::from(home), req).await {
         Some(ObserveReply::Purged(Some(_))) => no_content(),
+        Some(ObserveReply::NotSupported(reason)) => crate::http::error(
+            hyper::StatusCode::BAD_REQUEST,
+            &format!("NOT_IMPLEMENTED - {reason}"),
+        ),
         Some(_) => not_found(),
         None => unavailable(),
     }

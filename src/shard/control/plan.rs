@@ -14,7 +14,7 @@ use crate::model::ids::{ConnOwner, QueueId, QueueRef};
 use crate::model::routing::{DirectoryChange, QueueMeta, Removal, VhostDirectory, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::policy::args::ArgError;
-use crate::policy::{capacity, max_length, queue_args, slow_consumer};
+use crate::policy::{capacity, max_length, queue_args, slow_consumer, stream_args};
 use crate::protocol::{FieldTable, FieldValue, ShortStr};
 use crate::queue::dispatch_args;
 use crate::session::error::{ChannelError, ObjectKind};
@@ -206,10 +206,34 @@ impl Planner<'_> {
         let vhost = self.vhost;
         let next_id = self.st.common.next_queue_id;
         let dir = vhost_dir(self.st, vhost)?;
-        // An existing queue is checked for equivalence only, a new one's arguments
-        // are validated (rabbit_channel's order).
+        // A new queue's arguments are validated, then a stream's properties, whether it
+        // exists or not (rabbit_amqqueue:declare checks the arguments and runs the
+        // queue type's declare before it looks at an existing queue); an existing
+        // queue is then checked for equivalence (rabbit_channel's order).
+        let existing_stream = dir
+            .queue(&name)
+            .is_some_and(|m| stream_args::is_stream(&m.arguments));
+        if dir.queue(&name).is_none() {
+            validate_queue_args(&name, &dir.name, &arguments)?;
+        }
+        if existing_stream || stream_args::is_stream(&arguments) {
+            stream_args::check_properties(
+                durable,
+                exclusive_owner.is_some(),
+                auto_delete,
+                &arguments,
+            )
+            .map_err(|refusal| ChannelError::Stream {
+                refusal,
+                queue: name.to_string(),
+                vhost: dir.name.clone(),
+            })?;
+        }
         if let Some(meta) = dir.queue(&name) {
             check_exclusive(meta, Some(requester), &dir.name)?;
+            if existing_stream {
+                return stream_equivalent(meta, &name, &dir.name, &arguments);
+            }
             let ie = |field, r: bool, c: bool| {
                 Err(inequivalent(
                     ObjectKind::Queue,
@@ -262,7 +286,6 @@ impl Planner<'_> {
             }
             return Ok((Vec::new(), ControlOk::QueueDeclared { queue: meta.queue }));
         }
-        validate_queue_args(&name, &dir.name, &arguments)?;
         // The limits in force (changed at run time by the admin thread or SIGHUP).
         let live = self.shard.live();
         let (limits, now) = (&live.limits.resources, self.shard.clock.now());
@@ -483,12 +506,52 @@ fn validate_queue_args(
         vhost: vhost.to_owned(),
         error,
     })?;
+    if stream_args::is_stream(args) {
+        // sluice's overload arguments are for classic queues; RabbitMQ ignores what it
+        // does not know, and so does a stream.
+        return Ok(());
+    }
     max_length::MaxLength::from_arguments(args).map_err(arg_error)?;
     capacity::CapacitySettings::from_arguments(args).map_err(arg_error)?;
     slow_consumer::SlowConsumerSettings::from_arguments(args).map_err(arg_error)?;
     crate::policy::args::boolean(args, crate::model::dead_letter::arg::SLOW_CONSUMER)
         .map_err(arg_error)?;
     Ok(())
+}
+
+/// The arguments a stream compares on a redeclare (`rabbit_stream_queue`'s
+/// `queue_arguments`).
+const STREAM_ARGS: [&str; 7] = [
+    stream_args::arg::MAX_LENGTH_BYTES,
+    stream_args::arg::QUEUE_TYPE,
+    stream_args::arg::MAX_AGE,
+    stream_args::arg::MAX_SEGMENT_SIZE,
+    stream_args::arg::FILTER_SIZE,
+    stream_args::arg::INITIAL_CLUSTER_SIZE,
+    stream_args::arg::LEADER_LOCATOR,
+];
+
+/// A redeclared stream: its own arguments must match (by value).
+fn stream_equivalent(
+    meta: &QueueMeta,
+    name: &ShortStr,
+    vhost: &str,
+    arguments: &FieldTable,
+) -> Planned {
+    for key in STREAM_ARGS {
+        let (r, c) = (arguments.get(key), meta.arguments.get(key));
+        if !same_arg(r, c) {
+            return Err(inequivalent(
+                ObjectKind::Queue,
+                name,
+                vhost,
+                key,
+                arg_text(r),
+                arg_text(c),
+            ));
+        }
+    }
+    Ok((Vec::new(), ControlOk::QueueDeclared { queue: meta.queue }))
 }
 
 fn arg_text(v: Option<&FieldValue>) -> String {

@@ -2,8 +2,9 @@
 //! consumers and credit, dispatch, settlements and queue requests (`queues`), the queue
 //! policies (`policy`) and the run-time policies put in force on them
 //! (`runtime_policy`), publishes arriving from other shards (`arrivals`), dead letters
-//! (`dead_letter`), paging bodies out and back (`paging`), and the durable queues'
-//! persistence and held confirms (`persist`).
+//! (`dead_letter`), paging bodies out and back (`paging`), the durable queues'
+//! persistence and held confirms (`persist`), and the streams whose home this shard is
+//! (`streams`, their I/O in `stream_io`).
 //!
 //! Does not: touch connections. What the queue side has for connections on this shard is
 //! handed over as data: deliveries for local consumers (the `Vec<Delivery>` of
@@ -18,6 +19,8 @@ pub mod persist;
 pub mod policy;
 pub mod queues;
 pub mod runtime_policy;
+pub mod stream_io;
+pub mod streams;
 
 use std::time::Instant;
 
@@ -74,6 +77,12 @@ pub struct HomeQueues {
     dead_letters: Vec<dead_letter::DeadLetter>,
     /// What connections on this shard must be told.
     for_connections: ForConnections,
+    /// The streams whose home this shard is (`streams`).
+    streams: IdMap<QueueId, crate::stream::Stream>,
+    /// Their files, disk reads and deletions (`stream_io`).
+    stream_io: stream_io::StreamIo,
+    /// When the streams next check retention by age and their readers' lag.
+    next_stream_check: Option<Instant>,
 }
 
 impl HomeQueues {
@@ -81,16 +90,33 @@ impl HomeQueues {
         self.queues.get(&id)
     }
 
+    /// The home stream `id`.
+    pub fn stream(&self, id: QueueId) -> Option<&crate::stream::Stream> {
+        self.streams.get(&id)
+    }
+
+    /// The home streams.
+    pub fn streams(&self) -> impl Iterator<Item = &crate::stream::Stream> {
+        self.streams.values()
+    }
+
+    /// Bytes of this shard's stream segment files (the disk quota counts them with the
+    /// shard's segments).
+    pub fn stream_disk_bytes(&self) -> u64 {
+        self.streams.values().map(|s| s.disk_bytes()).sum()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Queue> {
         self.queues.values()
     }
 
+    /// Home queues, streams included.
     pub fn len(&self) -> usize {
-        self.queues.len()
+        self.queues.len() + self.streams.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.queues.is_empty()
+        self.queues.is_empty() && self.streams.is_empty()
     }
 
     /// Whether anything waits for dispatch or dead-lettering this turn.
@@ -123,6 +149,11 @@ impl HomeQueues {
         if let Some(q) = self.queues.get_mut(&queue) {
             if !q.in_dirty_list {
                 q.in_dirty_list = true;
+                self.dirty.push(queue);
+            }
+        } else if let Some(s) = self.streams.get_mut(&queue) {
+            if !s.in_dirty_list {
+                s.in_dirty_list = true;
                 self.dirty.push(queue);
             }
         }

@@ -26,6 +26,7 @@ use crate::store::definitions_writer::{self, DefinitionsWriter};
 use crate::store::quota::DiskBoard;
 use crate::store::recovery::RecoveredShard;
 use crate::store::shard_store::{self, Group, ShardStore, Spare, COMPACT_MAX_LIVE};
+use crate::stream::StreamWrite;
 
 use super::QueueSide;
 use crate::shard::inbox::{ConfirmDone, RuntimeRecords};
@@ -214,8 +215,11 @@ impl Held {
 pub fn commit_store(shard: &Rc<Shard>) {
     let group = shard.store.borrow_mut().seal();
     if let Some(group) = group {
-        let held = Held::take(&mut shard.state.borrow_mut());
-        tokio_uring::spawn(write_group(Rc::clone(shard), group, held));
+        let (held, streams) = {
+            let mut st = shard.state.borrow_mut();
+            (Held::take(&mut st), st.queue_side().seal_streams())
+        };
+        tokio_uring::spawn(write_group(Rc::clone(shard), group, held, streams));
         return;
     }
     // Confirms held with nothing left to write (a parked publish whose message was
@@ -397,7 +401,12 @@ fn compact_store(shard: &Rc<Shard>, now: std::time::Instant) {
 pub fn store_tick(shard: &Rc<Shard>) {
     compact_store(shard, shard.clock.now());
     super::paging::paging_tick(shard, shard.clock.now());
-    let bytes = shard.store.borrow().disk_bytes();
+    shard
+        .state
+        .borrow_mut()
+        .queue_side()
+        .streams_tick(shard, shard.clock.now());
+    let bytes = shard.store.borrow().disk_bytes() + shard.state.borrow().home.stream_disk_bytes();
     shard.disk.post(usize::from(shard.id), bytes);
     if shard.id == 0 {
         shard.disk.evaluate();
@@ -435,7 +444,12 @@ fn retry_failed(shard: &Rc<Shard>, now: Instant) {
         store.failed.take()
     };
     if let Some(group) = group {
-        tokio_uring::spawn(write_group(Rc::clone(shard), group, Held::default()));
+        tokio_uring::spawn(write_group(
+            Rc::clone(shard),
+            group,
+            Held::default(),
+            Vec::new(),
+        ));
     }
 }
 
@@ -580,16 +594,32 @@ async fn retire_segment(shard: &Shard, number: u32, bytes: u64) {
     }
 }
 
-/// Writes and syncs one group, then releases its confirms, lets the next group go and
-/// deletes the segments it freed. A failure is [`group_failed`]'s.
-async fn write_group(shard: Rc<Shard>, mut group: Group, held: Held) {
+/// Writes and syncs one group (the shard's segment, then each stream's part), then
+/// releases its confirms, lets the next group go and deletes the segments it freed. A
+/// failure of the shard's segment is [`group_failed`]'s; a stream's failed write takes
+/// its chunk back and nacks the group's confirms (the shard's own part is on disk).
+async fn write_group(shard: Rc<Shard>, mut group: Group, held: Held, streams: Vec<StreamWrite>) {
     if let Err((path, e)) = write_and_sync(&shard, &mut group).await {
+        super::stream_io::streams_not_written(&shard, streams);
         group_failed(&shard, group, held, &path, &e).await;
         return;
     }
-    shard.disk.free.write_done(usize::from(shard.id));
-    let dead = shard.store.borrow_mut().committed(&group);
-    held.release(&mut shard.state.borrow_mut(), true);
+    let slot = usize::from(shard.id);
+    let streams = super::stream_io::write_streams(&shard, streams).await;
+    let stream_failure = streams.failure;
+    if stream_failure.is_none() {
+        shard.disk.free.write_done(slot);
+    }
+    let dead = {
+        let mut store = shard.store.borrow_mut();
+        store.external_written(streams.bytes, streams.files, group.data.is_empty());
+        store.committed(&group)
+    };
+    let nacked = held.release(&mut shard.state.borrow_mut(), stream_failure.is_none());
+    if let Some((path, e, bytes)) = stream_failure {
+        shard.disk.free.write_failed(slot, bytes);
+        log_failure(&shard, &path, &e, nacked);
+    }
     shard.flush();
     for (number, bytes) in dead {
         retire_segment(&shard, number, bytes).await;

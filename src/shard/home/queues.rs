@@ -38,6 +38,7 @@ impl QueueSide<'_> {
         now: Instant,
     ) -> bool {
         let Some(q) = self.home.queues.get_mut(&queue) else {
+            self.stream_append(shard, queue, msg);
             return true;
         };
         if q.condemned {
@@ -97,6 +98,9 @@ impl QueueSide<'_> {
         now: Instant,
         local: &mut Vec<Delivery<LocalMessage>>,
     ) {
+        if self.is_stream(qid) {
+            return self.dispatch_stream(shard, qid, local);
+        }
         let budget = shard.config.shard.dispatch_budget;
         let mut out = std::mem::take(&mut self.home.scratch);
         let (more, dead) = match self.home.queues.get_mut(&qid) {
@@ -171,7 +175,7 @@ impl QueueSide<'_> {
     pub fn settle(&mut self, shard: &Shard, s: AddressedQueueOp) {
         let now = shard.clock.now();
         let Some(q) = self.home.queues.get_mut(&s.queue) else {
-            return;
+            return self.settle_stream(shard, s);
         };
         let mut dirty = false;
         let mut shrunk = false;
@@ -196,6 +200,8 @@ impl QueueSide<'_> {
                 q.written(key, u64::from(count), bytes);
                 shrunk = true;
             }
+            // Only a stream's readers send it.
+            QueueOp::StreamAck { .. } => {}
             QueueOp::Cancel { key } => {
                 q.remove_consumer(key, now);
                 if q.auto_delete_due() {
@@ -224,12 +230,16 @@ impl QueueSide<'_> {
         let now = shard.clock.now();
         let qid = match &req {
             QueueRequest::Consume { queue, .. }
+            | QueueRequest::ConsumeStream { queue, .. }
             | QueueRequest::Cancel { queue, .. }
             | QueueRequest::Get { queue, .. }
             | QueueRequest::Stats { queue, .. }
             | QueueRequest::Purge { queue }
             | QueueRequest::CheckDelete { queue, .. } => *queue,
         };
+        if self.is_stream(qid) {
+            return self.stream_request(shard, req);
+        }
         let consumes = matches!(req, QueueRequest::Consume { .. } | QueueRequest::Get { .. });
         // A channel that would consume from a queue the slow-consumer policy deleted (or
         // is deleting) is told so, whichever arrives first: this answer or the close.
@@ -278,6 +288,8 @@ impl QueueSide<'_> {
                 QueueReply::Stats(q.stats())
             }
             QueueRequest::Purge { .. } => QueueReply::Purged(q.purge()),
+            // A stream's reader on a queue that is not (or no longer) a stream.
+            QueueRequest::ConsumeStream { .. } => QueueReply::Gone,
             QueueRequest::CheckDelete {
                 if_unused,
                 if_empty,
@@ -309,6 +321,9 @@ impl QueueSide<'_> {
     ) {
         if self.home.queues.contains_key(&meta.queue.id) {
             return;
+        }
+        if crate::policy::stream_args::is_stream(&meta.arguments) {
+            return self.create_home_stream(config, vhost, meta);
         }
         let vhost_name = self
             .common
@@ -368,6 +383,7 @@ impl QueueSide<'_> {
     /// supports it), its messages released.
     pub fn delete_home_queue(&mut self, shard: &Shard, queue: QueueId) {
         let Some(mut q) = self.home.queues.remove(&queue) else {
+            self.delete_home_stream(shard, queue);
             return;
         };
         // Publishers it stopped may go on; its messages are released now.

@@ -113,6 +113,8 @@ pub enum ObserveReply {
     Closed(bool),
     /// Messages purged, or `None` when the queue is not a home queue of this shard.
     Purged(Option<u32>),
+    /// The queue is a stream, which does not do that (RabbitMQ's reason).
+    NotSupported(String),
     /// The names of the vhosts open in this shard's directory.
     Vhosts(Vec<String>),
     /// The queues a management publish reaches.
@@ -219,6 +221,52 @@ pub struct QueueView {
     pub counters: QueueCounters,
     pub flow: Option<FlowView>,
     pub slow: Option<SlowView>,
+    /// A stream's log and readers (`None` for a classic queue).
+    pub stream: Option<Box<StreamView>>,
+}
+
+/// A stream: its log (offsets, segments, bytes), retention, publish rate and readers.
+#[derive(Debug, Clone, Default)]
+pub struct StreamView {
+    pub first_offset: u64,
+    /// One past the last offset on disk.
+    pub committed_offset: u64,
+    pub segments: u64,
+    pub disk_bytes: u64,
+    /// Bytes of messages in its tail cache.
+    pub cache_bytes: u64,
+    pub max_length_bytes: Option<u64>,
+    pub max_age_secs: Option<f64>,
+    pub segment_size: u64,
+    pub publish_rate: f64,
+    pub publish_bytes_rate: f64,
+    pub tracked_consumers: u64,
+    pub segments_removed: u64,
+    pub messages_removed: u64,
+    pub readers: Vec<ReaderView>,
+}
+
+/// One reader of a stream and how far behind it is.
+#[derive(Debug, Clone, Default)]
+pub struct ReaderView {
+    pub consumer_tag: String,
+    pub connection: String,
+    pub channel: u16,
+    /// The next offset it will be given.
+    pub offset: u64,
+    pub started_at: u64,
+    pub delivered: u64,
+    pub delivery_rate: f64,
+    pub prefetch: u32,
+    pub credit: u32,
+    pub tracking: bool,
+    /// Messages and bytes behind the committed end.
+    pub lag_messages: u64,
+    pub lag_bytes: u64,
+    /// Predicted seconds until retention removes its position, if it is falling behind.
+    pub seconds_to_retention: Option<f64>,
+    /// A disk read for it is planned or running.
+    pub reading: bool,
 }
 
 /// A queue's producer flow control (seed 001).

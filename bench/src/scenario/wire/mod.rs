@@ -231,6 +231,45 @@ impl WireConn {
         Ok(name)
     }
 
+    /// Consumes an existing queue (a stream: every reader its own consumer of it) with
+    /// `arguments`; returns the queue's name.
+    pub async fn consume(
+        &mut self,
+        queue: &str,
+        arguments: FieldTable,
+        no_ack: bool,
+        prefetch: u16,
+    ) -> Result<String, String> {
+        let mut methods = Vec::new();
+        if !no_ack && prefetch > 0 {
+            methods.push(Method::BasicQos(BasicQos {
+                prefetch_size: 0,
+                prefetch_count: prefetch,
+                global: false,
+            }));
+        }
+        methods.push(Method::BasicConsume(BasicConsume {
+            ticket: 0,
+            queue: ShortStr::from(queue),
+            consumer_tag: ShortStr::default(),
+            no_local: false,
+            no_ack,
+            exclusive: false,
+            nowait: false,
+            arguments,
+        }));
+        self.send(&methods).await?;
+        if !no_ack && prefetch > 0 {
+            self.expect("basic.qos-ok", |m| matches!(m, Method::BasicQosOk(_)))
+                .await?;
+        }
+        self.expect("basic.consume-ok", |m| {
+            matches!(m, Method::BasicConsumeOk(_))
+        })
+        .await?;
+        Ok(queue.to_owned())
+    }
+
     async fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
         self.stream
             .write_all(bytes)

@@ -1,6 +1,6 @@
 //! Owns: the consuming methods of an open channel — `basic.qos` (prefetch),
 //! `basic.consume` (tags, consumer limits, priority; the direct reply-to pseudo-queue is
-//! `direct_reply`'s), `basic.cancel`, `basic.get` and
+//! `direct_reply`'s, a stream `stream`'s), `basic.cancel`, `basic.get` and
 //! `basic.recover` / `recover-async`.
 //!
 //! Does not: deliver (`conns::deliver`) or settle (`settle`), or wait for the queue's
@@ -9,6 +9,7 @@
 use crate::auth::permissions::Perm::Read;
 use crate::model::ids::ConnId;
 use crate::policy::queue_args;
+use crate::policy::stream_args::StreamRefusal;
 use crate::protocol::method::{
     BasicCancel, BasicCancelOk, BasicConsume, BasicGet, BasicQos, BasicQosOk, BasicRecover,
     BasicRecoverOk,
@@ -62,9 +63,12 @@ impl ConnSide<'_> {
         if consume.queue.as_bytes() == crate::session::reply_to::PSEUDO_QUEUE.as_bytes() {
             return self.reply_consume(shard, conn, number, consume);
         }
-        let name = self.queue_name(conn, number, consume.queue);
+        let name = self.queue_name(conn, number, consume.queue.clone());
         self.authorize(conn, number, Read, ObjectKind::Queue, &name)?;
         let queue = self.lookup_queue(shard, conn, &name)?;
+        if self.is_stream_queue(conn, &name) {
+            return self.stream_consume(shard, conn, number, consume, name, queue);
+        }
         let priority = queue_args::consumer_priority(&consume.arguments).map_err(|error| {
             ChannelError::QueueArgument {
                 error,
@@ -107,6 +111,7 @@ impl ConnSide<'_> {
             unacked: 0,
             credit: 0,
             credit_bytes: 0,
+            stream: false,
         });
         wait_for(
             conn,
@@ -178,6 +183,7 @@ impl ConnSide<'_> {
         let name = self.queue_name(conn, number, get.queue);
         self.authorize(conn, number, Read, ObjectKind::Queue, &name)?;
         let queue = self.lookup_queue(shard, conn, &name)?;
+        self.refuse_on_stream(conn, &name, StreamRefusal::Get)?;
         let epoch = self.channel_mut(conn, number)?.epoch;
         wait_for(
             conn,

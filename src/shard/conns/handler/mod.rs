@@ -27,6 +27,7 @@ pub mod pending;
 pub mod publish;
 mod queue;
 pub mod settle;
+mod stream;
 
 use std::time::{Duration, Instant};
 

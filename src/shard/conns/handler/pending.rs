@@ -84,6 +84,19 @@ pub enum PendingOp {
         priority: i64,
         nowait: bool,
     },
+    /// `basic.consume` on a stream (`handler::stream`).
+    ConsumeStream {
+        consumer: u32,
+        queue: QueueRef,
+        name: ShortStr,
+        tag: ShortStr,
+        generated_tag: bool,
+        /// The connection's name, for the stream's views of its readers.
+        connection: String,
+        prefetch: u32,
+        args: Box<crate::policy::stream_args::ConsumerArgs>,
+        nowait: bool,
+    },
     Cancel {
         queue: QueueRef,
         key: u64,
@@ -250,6 +263,41 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
                 reply,
             }
         }
+        PendingOp::ConsumeStream {
+            consumer,
+            queue,
+            name,
+            tag,
+            generated_tag,
+            connection,
+            prefetch,
+            args,
+            nowait,
+        } => {
+            let target = crate::model::ids::ConsumerTarget {
+                shard: shard.id,
+                conn,
+                channel,
+                consumer,
+            };
+            let req = QueueRequest::ConsumeStream {
+                queue: queue.id,
+                target,
+                tag: tag.clone(),
+                generated_tag,
+                connection,
+                prefetch,
+                args,
+            };
+            let reply = control::queue_request(shard, queue.home, req).await;
+            Resolved::Consumed {
+                consumer,
+                name,
+                tag,
+                nowait,
+                reply,
+            }
+        }
         PendingOp::Cancel {
             queue,
             key,
@@ -260,7 +308,13 @@ pub async fn resolve(shard: &Rc<Shard>, conn: ConnId, channel: u16, op: PendingO
                 queue: queue.id,
                 key,
             };
-            let _ = control::queue_request(shard, queue.home, req).await;
+            // A stream reader that tracks its offset: cancel-ok once the offset is
+            // on disk, so that a consumer coming back after it resumes exactly there.
+            if let QueueReply::CancelledWhenSynced(synced) =
+                control::queue_request(shard, queue.home, req).await
+            {
+                let _ = synced.await;
+            }
             Resolved::Cancelled { tag, nowait }
         }
         PendingOp::Get {

@@ -140,6 +140,11 @@ impl ConnSide<'_> {
         let name = self.queue_name(conn, number, purge.queue);
         self.authorize(conn, number, Read, ObjectKind::Queue, &name)?;
         let queue = self.lookup_queue(shard, conn, &name)?;
+        self.refuse_on_stream(
+            conn,
+            &name,
+            crate::policy::stream_args::StreamRefusal::Purge,
+        )?;
         wait_for(
             conn,
             number,

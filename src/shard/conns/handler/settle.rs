@@ -1,6 +1,8 @@
 //! Owns: how a channel settles deliveries — ack, nack and reject (single, multiple, tag
-//! 0 = all), `basic.recover`, the transaction buffer for them — and credit top-ups that
-//! follow (the credit rule itself lives in `session::consumer`).
+//! 0 = all; a stream consumer's acks as one `StreamAck` with the highest offset, its
+//! nacks and rejects as nothing but credit), `basic.recover`, the transaction buffer for
+//! them — and credit top-ups that follow (the credit rule itself lives in
+//! `session::consumer`).
 //!
 //! Does not: touch queue contents; settlements go to the queue's home shard.
 
@@ -112,7 +114,7 @@ impl ConnSide<'_> {
         how: AckKind,
     ) -> Result<(), MethodError> {
         let ch = self.channel_mut(conn, number)?;
-        let taken = ch
+        let mut taken = ch
             .take_unacked(tag, multiple)
             .map_err(MethodError::Channel)?;
         if matches!(how, AckKind::Ack) {
@@ -126,6 +128,29 @@ impl ConnSide<'_> {
                 }
             }
         }
+        // A stream consumer's deliveries: an ack tells the stream the highest offset
+        // (tracking), anything else only returns credit; nothing goes per delivery.
+        let mut stream_acks: SmallVec<[(QueueRef, u64, u64); 2]> = SmallVec::new();
+        if ch.consumers.values().any(|c| c.stream) {
+            taken.retain(|u| {
+                let Some(c) = u.consumer.and_then(|id| ch.consumers.get(&id)) else {
+                    return true;
+                };
+                if !c.stream {
+                    return true;
+                }
+                if how == AckKind::Ack && c.queue_key != 0 {
+                    match stream_acks
+                        .iter_mut()
+                        .find(|(_, key, _)| *key == c.queue_key)
+                    {
+                        Some(a) => a.2 = a.2.max(u.seq),
+                        None => stream_acks.push((u.queue, c.queue_key, u.seq)),
+                    }
+                }
+                false
+            });
+        }
         for u in taken {
             let op = match how {
                 AckKind::Ack => QueueOp::Ack(u.seq),
@@ -133,6 +158,10 @@ impl ConnSide<'_> {
                 AckKind::Discard => QueueOp::Discard(u.seq),
             };
             self.queues().settle_to(shard, u.queue, op);
+        }
+        for (queue, key, offset) in stream_acks {
+            self.queues()
+                .settle_to(shard, queue, QueueOp::StreamAck { key, offset });
         }
         for id in touched {
             self.top_up(shard, conn, number, Some(id));
