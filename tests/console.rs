@@ -5,7 +5,8 @@
 //! and logging in with it over AMQP, watching a slow subscriber rise to the top of
 //! "subscriptions at risk" and a held publisher's flow state (`console/pages.rs`,
 //! `console/risk.rs`), declaring, binding and publishing to an exchange and setting a
-//! policy (`console/topology.rs`) — and the static files' caching headers over plain
+//! policy (`console/topology.rs`), seeing a stream reader's lag (`console/streams.rs`) —
+//! and the static files' caching headers over plain
 //! HTTP (`console/assets.rs`). `console/screenshots.rs` saves a PNG of each page. Every
 //! browser test ends by checking that the page showed no script error.
 //!
@@ -24,6 +25,8 @@ mod pages;
 mod risk;
 #[path = "console/screenshots.rs"]
 mod screenshots;
+#[path = "console/streams.rs"]
+mod streams;
 #[path = "console/topology.rs"]
 mod topology;
 

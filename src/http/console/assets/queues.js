@@ -1,14 +1,14 @@
 // Queues: the paged list (the API's page, page_size, name, use_regex, sort and
 // sort_reverse, so 10,000 queues cost one page), declaring one; a queue's page with its
-// charts, consumers, bindings, arguments, effective policy, flow state, and purge,
-// delete, get and publish.
+// charts, consumers, bindings, arguments, effective policy, flow state, a stream's log and
+// readers with their lag, and purge, delete, get and publish.
 
 import { h, fmtNum, fmtRate, fmtBytes, fmtSecs, table, pill, kv, act, values, field, parseJson, link, go } from './dom.js';
 import { History, lineChart } from './chart.js';
 import { publishForm } from './exchanges.js';
 import * as api from './api.js';
 
-const COLUMNS = 'name,vhost,durable,auto_delete,exclusive,messages,messages_ready,messages_unacknowledged,message_bytes,consumers,message_stats,flow,slow_consumer,home_shard,policy';
+const COLUMNS = 'name,vhost,type,durable,auto_delete,exclusive,messages,messages_ready,messages_unacknowledged,message_bytes,consumers,message_stats,flow,slow_consumer,home_shard,policy';
 const rate = (q, f) => ((q.message_stats || {})[f + '_details'] || {}).rate || 0;
 
 export function flowCell(f) {
@@ -64,7 +64,7 @@ export const queuesPage = {
         ['in', r => fmtRate(rate(r, 'publish')), { num: true, sort: 'message_stats.publish_details.rate' }],
         ['out', r => fmtRate(rate(r, 'deliver_get')), { num: true, sort: 'message_stats.deliver_get_details.rate' }],
         ['flow', r => flowCell(r.flow)],
-        ['slow consumer', r => r.slow_consumer ? r.slow_consumer.policy : ''],
+        ['slow consumer', r => r.slow_consumer ? r.slow_consumer.policy : (r.type === 'stream' ? h('span', { class: 'muted' }, 'stream') : '')],
         ['shard', r => r.home_shard, { num: true, sort: 'home_shard' }],
       ], page.items, {
         sorted: state.sort, reverse: state.reverse,
@@ -106,6 +106,32 @@ function getForm(vhost, name, out) {
   return form;
 }
 
+// A stream's log and its readers, each with its lag behind the committed end and the
+// time until retention removes its position (null: not falling behind).
+function streamSection(st) {
+  const retention = [st.max_length_bytes && fmtBytes(st.max_length_bytes), st.max_age_seconds && fmtSecs(st.max_age_seconds)]
+    .filter(Boolean).join(' or ') || 'none';
+  return h('div', { id: 'stream' },
+    h('h2', {}, 'Stream'),
+    kv({ 'offsets': `${fmtNum(st.first_offset)} – ${fmtNum(st.committed_offset)}`, segments: st.segments,
+      'on disk': fmtBytes(st.disk_bytes), 'tail cache': fmtBytes(st.tail_cache_bytes), retention,
+      'publish rate': fmtRate(st.publish_rate), 'removed by retention': `${fmtNum(st.messages_removed)} messages in ${fmtNum(st.segments_removed)} segments`,
+      'tracked consumers': st.tracked_consumers }),
+    h('h3', {}, 'Readers'),
+    table([
+      ['tag', r => r.consumer_tag],
+      ['connection', r => h('a', { href: link('connections', r.connection) }, r.connection)],
+      ['offset', r => fmtNum(r.offset), { num: true }],
+      ['behind', r => fmtNum(r.lag_messages) + ' · ' + fmtBytes(r.lag_bytes), { num: true }],
+      ['to retention', r => r.seconds_to_retention === null ? h('span', { class: 'muted' }, 'not falling behind')
+        : pill(fmtSecs(r.seconds_to_retention), r.seconds_to_retention < 60 ? 'bad' : 'warn'), { num: true }],
+      ['rate', r => fmtRate(r.delivery_rate), { num: true }],
+      ['credit', r => r.credit + ' of ' + r.prefetch_count, { num: true }],
+      ['tracking', r => r.offset_tracking ? 'yes' : 'no'],
+      ['from', r => r.reading_from_disk ? 'disk' : 'memory'],
+    ], (st.readers || []).slice().sort((a, b) => b.lag_messages - a.lag_messages), { empty: 'No readers.' }));
+}
+
 export const queuePage = {
   title: 'Queue',
   async render(main, { vhost, name }) {
@@ -136,6 +162,7 @@ export const queuePage = {
           h('div', { class: 'card' }, h('h3', {}, 'Messages in the queue'), lineChart([{ name: 'messages', points: hist.series(0) }], { fmt: fmtNum })),
           h('div', { class: 'card' }, h('h3', {}, 'Messages per second'), lineChart([{ name: 'in', points: hist.series(1) },
             { name: 'delivered', points: hist.series(2) }, { name: 'acked', points: hist.series(3) }], { fmt: fmtRate }))),
+        q.stream ? streamSection(q.stream) : null,
         h('h2', {}, 'Flow control'),
         q.flow ? kv({ state: q.flow.blocked ? 'blocked: its publishers are stopped' : 'flowing', capacity: fmtBytes(q.flow.capacity),
           'resume below': fmtBytes(q.flow.resume_capacity), 'blocked publishers': q.flow.blocked_publishers }) : h('p', { class: 'muted' }, 'No capacity set.'),

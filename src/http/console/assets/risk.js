@@ -1,11 +1,13 @@
 // Subscriptions at risk: the queues under a slow-consumer policy (topic subscriptions),
 // sorted by the broker's predicted seconds until a threshold fires, then by the least
-// headroom left. Everything shown is each queue's `slow_consumer` object in /api/queues.
+// headroom left; and the streams whose readers lag, those with readers about to fall off
+// retention first. Everything shown is each queue's `slow_consumer` and `stream` objects
+// in /api/queues.
 
 import { h, fmtNum, fmtRate, fmtBytes, fmtSecs, table, pill, link, go } from './dom.js';
 import * as api from './api.js';
 
-const COLUMNS = 'name,vhost,messages,message_bytes,consumers,oldest_message_age_seconds,discarded,slow_consumer';
+const COLUMNS = 'name,vhost,type,messages,message_bytes,consumers,oldest_message_age_seconds,discarded,slow_consumer,stream';
 
 // The smallest share of a threshold still free (1 = nothing used, 0 = at the limit).
 function headroomShare(sc, q) {
@@ -58,6 +60,29 @@ function view(rows, total) {
     ], rows.slice(0, 200), { onRow: q => go(link('queues', q.vhost, q.name)), empty: 'No queue has a slow-consumer policy.' }));
 }
 
+// Streams with readers: the ones with readers predicted to fall off retention first,
+// then by the largest lag. A stream's slow reader holds no memory (the log is on disk):
+// its risk is losing its position.
+export function streamsAtRisk(queues) {
+  return queues.filter(q => q.type === 'stream' && q.stream && q.stream.reader_count > 0)
+    .sort((a, b) => (b.stream.readers_falling - a.stream.readers_falling) || (b.stream.max_lag_messages - a.stream.max_lag_messages));
+}
+
+function streamView(rows) {
+  return h('div', { id: 'stream-risk' },
+    h('h2', {}, 'Stream readers'),
+    h('p', { class: 'muted' }, 'Streams by readers falling behind retention, then by the largest lag; open a stream for each reader.'),
+    table([
+      ['stream', q => h('a', { href: link('queues', q.vhost, q.name) }, q.name)],
+      ['vhost', q => q.vhost],
+      ['readers', q => fmtNum(q.stream.reader_count), { num: true }],
+      ['falling behind retention', q => q.stream.readers_falling ? pill(fmtNum(q.stream.readers_falling), 'bad') : '0', { num: true }],
+      ['largest lag', q => fmtNum(q.stream.max_lag_messages), { num: true }],
+      ['log', q => fmtNum(q.stream.committed_offset - q.stream.first_offset) + ' · ' + fmtBytes(q.stream.disk_bytes), { num: true }],
+      ['retention', q => [q.stream.max_length_bytes && fmtBytes(q.stream.max_length_bytes), q.stream.max_age_seconds && fmtSecs(q.stream.max_age_seconds)].filter(Boolean).join(' or ') || 'none'],
+    ], rows.slice(0, 200), { onRow: q => go(link('queues', q.vhost, q.name)), empty: 'No stream has readers.' }));
+}
+
 export const riskPage = {
   title: 'Subscriptions at risk',
   async render(main) {
@@ -66,7 +91,8 @@ export const riskPage = {
     return {
       async refresh() {
         const queues = await api.get('queues?' + api.q({ columns: COLUMNS }));
-        body.replaceChildren(view(atRisk(queues), queues.length));
+        const streams = streamsAtRisk(queues);
+        body.replaceChildren(view(atRisk(queues), queues.length), ...(streams.length ? [streamView(streams)] : []));
       },
     };
   },
