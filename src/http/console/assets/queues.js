@@ -162,7 +162,7 @@ export const queuePage = {
           h('div', { class: 'card' }, h('h3', {}, 'Messages in the queue'), lineChart([{ name: 'messages', points: hist.series(0) }], { fmt: fmtNum })),
           h('div', { class: 'card' }, h('h3', {}, 'Messages per second'), lineChart([{ name: 'in', points: hist.series(1) },
             { name: 'delivered', points: hist.series(2) }, { name: 'acked', points: hist.series(3) }], { fmt: fmtRate }))),
-        q.stream ? streamSection(q.stream) : null,
+        ...(q.stream ? [streamSection(q.stream)] : []),
         h('h2', {}, 'Flow control'),
         q.flow ? kv({ state: q.flow.blocked ? 'blocked: its publishers are stopped' : 'flowing', capacity: fmtBytes(q.flow.capacity),
           'resume below': fmtBytes(q.flow.resume_capacity), 'blocked publishers': q.flow.blocked_publishers }) : h('p', { class: 'muted' }, 'No capacity set.'),
