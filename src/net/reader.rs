@@ -21,7 +21,7 @@ use crate::model::ids::ConnId;
 use crate::session::connection::Phase;
 use crate::session::signal::Signal;
 use crate::shard::conns::handler::HeaderCheck;
-use crate::shard::turn::{AfterReading, Step};
+use crate::shard::turn::{AfterReading, ConnIo, Step};
 use crate::shard::Shard;
 
 /// How long a closed connection's writer may take to flush its last frames before the
@@ -53,9 +53,18 @@ pub async fn serve_transport(
     let stream = Rc::new(stream);
     let signal = Rc::new(Signal::new());
     let local = local_addr(&stream);
-    let conn = shard.open_connection(peer, local, accepted, tls_peer, Rc::clone(&signal));
-    let writer_done = Rc::new(Signal::new());
     let writer_progress = Rc::new(Signal::new());
+    let socket = match transport {
+        Transport::Plain => Some(std::os::fd::AsRawFd::as_raw_fd(&*stream)),
+        Transport::Tls(_) => None,
+    };
+    let io = ConnIo {
+        socket,
+        writer: Rc::clone(&signal),
+        progress: Rc::clone(&writer_progress),
+    };
+    let conn = shard.open_connection(peer, local, accepted, tls_peer, io);
+    let writer_done = Rc::new(Signal::new());
     tokio_uring::spawn(super::writer::run(
         Rc::clone(&shard),
         Rc::clone(&stream),

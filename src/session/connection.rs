@@ -106,9 +106,19 @@ pub struct Conn {
     pub resume: Rc<Signal>,
     /// The broker already logged why it closed this connection (CON-1002).
     pub close_logged: bool,
-    /// On the shard's list of writers to wake at the end of this turn (so marking a
-    /// writer is O(1) however many connections a turn touches).
+    /// On the shard's list of connections to write (so marking one is O(1) however
+    /// many connections a turn touches).
     pub writer_marked: bool,
+    /// The socket of a plain connection, written straight from the outbound buffer by
+    /// the shard's write pass while `writer_owns` is false (`None` on TLS).
+    pub socket: Option<std::os::fd::RawFd>,
+    /// The connection's writer task has the socket (a write in flight or a full socket:
+    /// it waits for room), or must finish it (closed, TLS): the write pass leaves the
+    /// connection to it until it drained the buffer.
+    pub writer_owns: bool,
+    /// Raised whenever bytes of this connection reached the socket (a reader paused for
+    /// a full outbound buffer waits on it).
+    pub progress: Rc<Signal>,
     /// The user's permissions on the vhost (set at `connection.open`).
     pub access: crate::auth::permissions::Access,
     /// On a TLS listener: whether EXTERNAL is offered and the client certificate's CN.
@@ -228,6 +238,9 @@ impl Conn {
             resume: Rc::new(Signal::new()),
             close_logged: false,
             writer_marked: false,
+            socket: None,
+            writer_owns: false,
+            progress: Rc::new(Signal::new()),
             access: crate::auth::permissions::Access::default(),
             tls: None,
             local: None,
