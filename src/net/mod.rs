@@ -11,6 +11,7 @@
 pub mod listener;
 pub mod read_buf;
 pub mod reader;
+pub mod send_ring;
 pub mod tls;
 pub mod write_pass;
 pub mod writer;

@@ -1,8 +1,9 @@
 //! Owns: a shard's write pass — one task per shard that takes the connections with
 //! bytes to write in the order they got them and writes each one's whole queue straight
-//! from its outbound buffer with one non-blocking `send`/`sendmsg`, [`BATCH`] connections
-//! at a time, so a connection the pass reaches later gets more deliveries per write
-//! instead of more writes. Between two batches it lets the event
+//! from its outbound buffer, [`BATCH`] connections at a time in one system call (the
+//! shard's `send_ring`: non-blocking sends submitted together), so a connection the pass
+//! reaches later gets more deliveries per write instead of more writes. Between two
+//! batches it lets the event
 //! loop run (an io_uring no-op on tokio-uring's ring: pending reads are submitted and
 //! completed ones handled), so publishes that arrive during a long pass reach the
 //! connections later in it.
@@ -14,18 +15,27 @@ use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
 use std::rc::Rc;
 
+use super::send_ring::SendRing;
 use crate::shard::turn::Write;
 use crate::shard::Shard;
 
-/// Connections written in one batch, between two turns of the event loop.
+/// Connections written in one batch (one system call), between two turns of the event
+/// loop.
 pub const BATCH: usize = 64;
 
 /// Runs the shard's write pass until the thread ends.
 pub async fn run(shard: Rc<Shard>) {
+    // Without a ring of its own (io_uring refused), one `send` per connection.
+    let mut ring = SendRing::new(BATCH as u32).ok();
     loop {
         shard.write_wanted.wait().await;
         loop {
-            let more = shard.write_batch(BATCH, send_each);
+            let more = match ring.as_mut() {
+                Some(ring) => {
+                    shard.write_batch(BATCH, |writes, results| ring.send(writes, results))
+                }
+                None => shard.write_batch(BATCH, send_each),
+            };
             if !more {
                 break;
             }
