@@ -82,7 +82,9 @@ pub struct Conn {
     pub frame_max: u32,
     pub heartbeat: u16,
     pub capabilities: ClientCapabilities,
-    pub channels: IdMap<u16, Channel>,
+    /// Boxed: the map's buckets then hold a pointer, not a whole channel (a map of one
+    /// channel has room for three more, issue 23).
+    pub channels: IdMap<u16, Box<Channel>>,
     pub out: Outbound,
     pub writer: Rc<Signal>,
     pub last_recv: Instant,
