@@ -222,8 +222,7 @@ fn runtime_specific_code_stays_at_the_edges() {
         if !rel.starts_with("net/") {
             for (i, line) in code_lines(&file).iter().enumerate() {
                 let raw = line.match_indices("io_uring::").any(|(at, _)| {
-                    !line[..at]
-                        .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                    !line[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
                 });
                 assert!(!raw, "{rel}:{}: a raw io_uring outside net/", i + 1);
             }

@@ -75,16 +75,23 @@ pub async fn serve_transport(
         Rc::clone(&writer_done),
     ));
     read_loop(&shard, &stream, &transport, conn, &writer_progress, &signal).await;
+    Box::pin(wind_down(&shard, &stream, conn, &writer_done)).await;
+    shard.release_connection(conn);
+}
+
+/// After the last read: lets a client that has its close-ok close the socket itself, and
+/// the writer flush the last frames of a connection the broker closed (bounded).
+async fn wind_down(shard: &Rc<Shard>, stream: &Rc<TcpStream>, conn: ConnId, writer_done: &Signal) {
     let mut next = shard.after_reading(conn);
     if next == AfterReading::Linger {
         // The client has its close-ok and closes the socket itself; otherwise the close
         // timeout or broker shutdown cuts it off, which ends the read here.
         let cutoff = tokio_uring::spawn(cut_off_when_closed(
-            Rc::clone(&shard),
-            Rc::clone(&stream),
+            Rc::clone(shard),
+            Rc::clone(stream),
             conn,
         ));
-        linger(&stream).await;
+        linger(stream).await;
         next = shard.linger_over(conn);
         let _ = cutoff.await;
     }
@@ -100,7 +107,6 @@ pub async fn serve_transport(
             let _ = tokio::time::timeout(CLOSE_GRACE, writer_done.wait()).await;
         }
     }
-    shard.release_connection(conn);
 }
 
 /// The broker's side of an accepted socket (`getsockname`), as a client of a dual-stack
@@ -177,7 +183,9 @@ async fn read_loop(
         };
         if full(shard) {
             rb.release_if_empty();
-            await_drain(shard, stream, conn, progress, &full).await;
+            // Rare paths are boxed: the task of every connection is only as large as
+            // its common path (issue 23).
+            Box::pin(await_drain(shard, stream, conn, progress, &full)).await;
         }
         let frame_max = shard.reader_view(conn).map_or(0, |v| v.frame_max);
         let n = match transport {
@@ -199,7 +207,7 @@ async fn read_loop(
                 n
             }
             Transport::Tls(session) => {
-                let read = session.read(stream, &mut rb, frame_max, writer);
+                let read = Box::pin(session.read(stream, &mut rb, frame_max, writer));
                 match until_closed(shard, conn, read).await.flatten() {
                     Some(n) => n,
                     None => return,
@@ -243,11 +251,11 @@ async fn process_frames(
             Step::NeedMore => return shard.reading(conn),
             Step::Stop => return false,
             Step::Hold => {
-                if !hold(shard, stream, conn).await {
+                if !Box::pin(hold(shard, stream, conn)).await {
                     return false;
                 }
             }
-            Step::Await(p) => shard.resolve_and_complete(conn, p).await,
+            Step::Await(p) => Box::pin(shard.resolve_and_complete(conn, p)).await,
         }
     }
 }
