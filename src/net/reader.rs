@@ -1,4 +1,8 @@
-//! Owns: one connection's reader task — the owned read buffer, protocol-header check,
+//! Owns: one connection's reader task — waiting until a plain socket has bytes (readiness
+//! from the runtime's epoll driver, so no read buffer is posted meanwhile: an idle
+//! connection holds none) and reading them without waiting, the owned read buffer (given
+//! back between reads while the connection needs no more than the smallest), the
+//! protocol-header check,
 //! frame splitting (zero copy: frame payloads are slices of the buffer), handing frames to
 //! the shard's handler, awaiting operations that need another shard, pausing while this
 //! connection's publishes wait for room at another shard, and holding (not reading) a
@@ -12,6 +16,8 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio_uring::buf::BoundedBuf;
 use tokio_uring::net::TcpStream;
 
@@ -171,6 +177,21 @@ async fn read_loop(
         .net
         .write_high_water
         .saturating_mul(READ_PAUSE_FACTOR);
+    // A plain socket is read when it has bytes (readiness from the runtime's epoll), so
+    // no read buffer is posted while it has none: an idle connection holds no buffer.
+    // Without a registration (refused by the kernel) it is read through io_uring.
+    let readiness = match transport {
+        // SAFETY: the descriptor is the stream's, which the caller keeps open (and the
+        // same) until after this loop, which owns the registration, has returned.
+        Transport::Plain => unsafe {
+            AsyncFd::register_with_interest(
+                SocketFd(std::os::fd::AsRawFd::as_raw_fd(stream)),
+                Interest::READABLE,
+            )
+        }
+        .ok(),
+        Transport::Tls(_) => None,
+    };
     loop {
         // A client that does not read what we send (returns, confirms, replies) is not
         // read either: its outbound buffer stays bounded.
@@ -188,8 +209,38 @@ async fn read_loop(
             Box::pin(await_drain(shard, stream, conn, progress, &full)).await;
         }
         let frame_max = shard.reader_view(conn).map_or(0, |v| v.frame_max);
-        let n = match transport {
-            Transport::Plain => {
+        let mut more = false;
+        let n = match (transport, &readiness) {
+            (Transport::Plain, Some(socket)) => {
+                let Some(Ok(mut ready)) = until_closed(shard, conn, socket.readable()).await else {
+                    return;
+                };
+                let mut buf = rb.take_for_read(frame_max);
+                let offered = buf.capacity() - buf.len();
+                let got = recv_into(socket.get_ref().0, &mut buf);
+                rb.put_back(buf, *got.as_ref().unwrap_or(&0), offered);
+                match got {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        // A short read emptied the socket: wait for its next bytes. After
+                        // a full one the socket may have more at once, and waiting for
+                        // readiness would not yield: `more` lets the loop run first.
+                        if n < offered {
+                            ready.clear_ready();
+                        } else {
+                            more = true;
+                        }
+                        n
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        ready.clear_ready();
+                        rb.release_if_idle();
+                        continue;
+                    }
+                    Err(_) => return,
+                }
+            }
+            (Transport::Plain, None) => {
                 // tokio-uring reads at the start of the buffer it is given, so hand it the
                 // spare capacity as a slice; the bytes already there (a partial frame)
                 // stay intact.
@@ -206,7 +257,7 @@ async fn read_loop(
                 rb.put_back(returned.into_inner(), n, end - start);
                 n
             }
-            Transport::Tls(session) => {
+            (Transport::Tls(session), _) => {
                 let read = Box::pin(session.read(stream, &mut rb, frame_max, writer));
                 match until_closed(shard, conn, read).await.flatten() {
                     Some(n) => n,
@@ -233,7 +284,48 @@ async fn read_loop(
             return;
         }
         rb.settle();
+        if readiness.is_some() {
+            rb.release_if_idle();
+        }
+        if more {
+            // A busy publisher must not keep the shard from its other tasks (the write
+            // pass, writers, the mailbox): an io_uring no-op makes the runtime park, submit
+            // and complete I/O before this reader reads again, as an io_uring read did.
+            let _ = tokio_uring::no_op().await;
+        }
     }
+}
+
+/// A connection's socket as the runtime's readiness registration sees it (the stream
+/// owns it and closes it; the registration ends first, with the read loop).
+struct SocketFd(std::os::fd::RawFd);
+
+impl std::os::fd::AsRawFd for SocketFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
+    }
+}
+
+/// Reads what the socket has into the spare capacity of `buf`, without waiting.
+fn recv_into(socket: std::os::fd::RawFd, buf: &mut bytes::BytesMut) -> std::io::Result<usize> {
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: the kernel writes at most `spare.len()` bytes into the spare capacity,
+    // which stays allocated for the call; only the bytes it reports are then exposed.
+    let n = unsafe {
+        libc::recv(
+            socket,
+            spare.as_mut_ptr().cast(),
+            spare.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let n = n as usize;
+    // SAFETY: the kernel initialised `n` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
 }
 
 /// Hands every complete frame in the buffer to the shard. Returns false when the
