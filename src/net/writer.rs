@@ -77,10 +77,8 @@ async fn write_loop(
                 Transport::Tls(session) => session.write(stream, bufs).await,
             };
             let written = match sent {
-                Ok(n) => {
-                    crate::shard::ShardCounters::add(&shard.counters.bytes_written, n);
-                    n
-                }
+                // Counted (bytes written included) by the shard, as the write pass's are.
+                Ok(n) => n,
                 Err(e) => {
                     tracing::debug!("write failed: {e}");
                     return;
