@@ -280,7 +280,9 @@ async fn read_loop(
                 return;
             }
         }
-        if !process_frames(shard, stream, conn, &mut rb).await {
+        // Boxed while it runs: the task every connection keeps is then only as large as
+        // its wait for bytes (issue 23).
+        if !Box::pin(process_frames(shard, stream, conn, &mut rb)).await {
             return;
         }
         rb.settle();

@@ -55,37 +55,44 @@ async fn write_loop(
 ) {
     loop {
         signal.wait().await;
-        loop {
-            let Some((bufs, closed)) = shard.take_output(conn, IOV_MAX) else {
-                return;
-            };
-            if bufs.is_empty() {
-                if let Transport::Tls(session) = transport {
-                    // Handshake or alert records, and a close_notify when closing.
-                    if let Err(e) = session.flush(stream, closed).await {
-                        tracing::debug!("TLS write failed: {e}");
-                        return;
-                    }
-                }
-                if closed {
-                    return;
-                }
-                break;
-            }
-            let sent = match transport {
-                Transport::Plain => write_all(stream, bufs).await,
-                Transport::Tls(session) => session.write(stream, bufs).await,
-            };
-            let written = match sent {
-                // Counted (bytes written included) by the shard, as the write pass's are.
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::debug!("write failed: {e}");
-                    return;
-                }
-            };
-            shard.wrote(conn, written);
+        // The writing is boxed while it runs, so that the task every connection keeps is
+        // only as large as its wait (issue 23).
+        if !Box::pin(drain(shard, stream, transport, conn)).await {
+            return;
         }
+    }
+}
+
+/// Writes what is queued until nothing is; false once the writer must end (the
+/// connection closed or gone, or a write failed).
+async fn drain(shard: &Rc<Shard>, stream: &TcpStream, transport: &Transport, conn: ConnId) -> bool {
+    loop {
+        let Some((bufs, closed)) = shard.take_output(conn, IOV_MAX) else {
+            return false;
+        };
+        if bufs.is_empty() {
+            if let Transport::Tls(session) = transport {
+                // Handshake or alert records, and a close_notify when closing.
+                if let Err(e) = session.flush(stream, closed).await {
+                    tracing::debug!("TLS write failed: {e}");
+                    return false;
+                }
+            }
+            return !closed;
+        }
+        let sent = match transport {
+            Transport::Plain => write_all(stream, bufs).await,
+            Transport::Tls(session) => session.write(stream, bufs).await,
+        };
+        let written = match sent {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!("write failed: {e}");
+                return false;
+            }
+        };
+        // Counted (bytes written included) by the shard, as the write pass's writes are.
+        shard.wrote(conn, written);
     }
 }
 
