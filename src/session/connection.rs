@@ -129,9 +129,10 @@ pub struct Conn {
     pub local: Option<SocketAddr>,
     /// When the socket was accepted, milliseconds since the Unix epoch.
     pub connected_at_ms: u64,
-    /// `client-properties` of `connection.start-ok`, as the client sent them (detached
-    /// from the frame: `FieldTable::detached`).
-    pub client_properties: FieldTable,
+    /// `client-properties` of `connection.start-ok`, as the client sent them, encoded in
+    /// an allocation of their own (a decoded table is a few hundred bytes of entries per
+    /// connection; they are read rarely: [`Conn::client_properties`]).
+    client_properties: Bytes,
     /// The SASL mechanism of the accepted `start-ok` (empty before).
     pub auth_mechanism: String,
     /// AMQP bytes read from the socket and written to it (`recv_oct`, `send_oct`; on a
@@ -247,7 +248,7 @@ impl Conn {
             tls: None,
             local: None,
             connected_at_ms: 0,
-            client_properties: FieldTable::default(),
+            client_properties: Bytes::new(),
             auth_mechanism: String::new(),
             recv_oct: 0,
             send_oct: 0,
@@ -283,9 +284,26 @@ impl Conn {
         }
     }
 
+    /// Keeps the client's `client-properties` (encoded, detached from the frame).
+    pub fn set_client_properties(&mut self, properties: &FieldTable) {
+        let mut out = bytes::BytesMut::with_capacity(properties.encoded_len());
+        properties.encode(&mut out);
+        self.client_properties = out.freeze();
+    }
+
+    /// The client's `client-properties` (empty before `connection.start-ok`).
+    pub fn client_properties(&self) -> FieldTable {
+        if self.client_properties.is_empty() {
+            return FieldTable::default();
+        }
+        let mut r = crate::protocol::codec::Reader::new(self.client_properties.clone());
+        // They decoded once already (and were encoded here): nothing else can come out.
+        FieldTable::decode(&mut r).unwrap_or_default()
+    }
+
     /// The `connection_name` the client gave in `client-properties`, if any.
     pub fn client_name(&self) -> Option<String> {
-        match self.client_properties.get("connection_name")? {
+        match self.client_properties().get("connection_name")? {
             FieldValue::LongStr(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
             FieldValue::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
