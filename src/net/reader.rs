@@ -212,7 +212,7 @@ async fn read_loop(
         let mut more = false;
         let n = match (transport, &readiness) {
             (Transport::Plain, Some(socket)) => {
-                let Some(Ok(mut ready)) = until_closed(shard, conn, socket.readable()).await else {
+                let Some(Ok(mut ready)) = readable_until_closed(shard, conn, socket).await else {
                     return;
                 };
                 let mut buf = rb.take_for_read(frame_max);
@@ -246,7 +246,8 @@ async fn read_loop(
                 // stay intact.
                 let buf = rb.take_for_read(frame_max);
                 let (start, end) = (buf.len(), buf.capacity());
-                let read = stream.read(buf.slice(start..end));
+                // Boxed: the fallback when the socket could not be registered.
+                let read = Box::pin(stream.read(buf.slice(start..end)));
                 let Some((res, returned)) = until_closed(shard, conn, read).await else {
                     return;
                 };
@@ -425,6 +426,36 @@ async fn until_closed<T>(
             }
         }
     };
+    if woken {
+        resume.notify();
+    }
+    out
+}
+
+/// Waits until the socket has bytes, as [`until_closed`] waits for a read: `None` once
+/// the shard closed the connection meanwhile. Written as one poll function rather than
+/// a `select!` of the two futures, so that every idle connection's task keeps a few
+/// bytes for this wait, not a few hundred (issue 23).
+async fn readable_until_closed<'a>(
+    shard: &Shard,
+    conn: ConnId,
+    socket: &'a AsyncFd<SocketFd>,
+) -> Option<std::io::Result<tokio::io::unix::AsyncFdReadyGuard<'a, SocketFd>>> {
+    let resume = shard.resume_signal(conn)?;
+    let mut woken = false;
+    let out = std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(ready) = socket.poll_read_ready(cx) {
+            return std::task::Poll::Ready(Some(ready));
+        }
+        while resume.poll_wait(cx).is_ready() {
+            woken = true;
+            if matches!(shard.phase(conn), None | Some(Phase::Closed)) {
+                return std::task::Poll::Ready(None);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await;
     if woken {
         resume.notify();
     }
