@@ -1,6 +1,8 @@
-//! Owns: the sockets. Per shard, an accept loop (`listener`); per connection, one
-//! long-lived reader task (`reader`) and one writer task (`writer`) that drains the
-//! connection's bounded outbound buffer (`session::outbound`) when its signal is raised.
+//! Owns: the sockets. Per shard, an accept loop (`listener`) and the write pass
+//! (`write_pass`) that writes plain connections' bounded outbound buffers
+//! (`session::outbound`) straight to their sockets; per connection, one long-lived
+//! reader task (`reader`) and one writer task (`writer`) that takes over when a socket is
+//! full (or the connection is TLS or closing) and waits for room.
 //!
 //! Does not: interpret AMQP methods (the shard's handler does) or put an in-flight
 //! io_uring read inside a `select!` (a dropped read is not cancelled; its bytes would be
@@ -9,7 +11,9 @@
 pub mod listener;
 pub mod read_buf;
 pub mod reader;
+pub mod send_ring;
 pub mod tls;
+pub mod write_pass;
 pub mod writer;
 
 use std::rc::Rc;

@@ -180,6 +180,15 @@ impl ReadBuffer {
         }
     }
 
+    /// Gives the memory back when it holds nothing and the connection has not needed
+    /// more than the smallest buffer (a publisher that grew it keeps it): between reads,
+    /// an idle connection holds no read buffer.
+    pub fn release_if_idle(&mut self) {
+        if self.target == self.min {
+            self.release_if_empty();
+        }
+    }
+
     /// Gives the memory back while the connection is not being read (held or paused).
     pub fn release_if_empty(&mut self) {
         if self.buf.is_empty() {

@@ -1,4 +1,8 @@
-//! Owns: one connection's reader task — the owned read buffer, protocol-header check,
+//! Owns: one connection's reader task — waiting until a plain socket has bytes (readiness
+//! from the runtime's epoll driver, so no read buffer is posted meanwhile: an idle
+//! connection holds none) and reading them without waiting, the owned read buffer (given
+//! back between reads while the connection needs no more than the smallest), the
+//! protocol-header check,
 //! frame splitting (zero copy: frame payloads are slices of the buffer), handing frames to
 //! the shard's handler, awaiting operations that need another shard, pausing while this
 //! connection's publishes wait for room at another shard, and holding (not reading) a
@@ -12,6 +16,8 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio_uring::buf::BoundedBuf;
 use tokio_uring::net::TcpStream;
 
@@ -21,7 +27,7 @@ use crate::model::ids::ConnId;
 use crate::session::connection::Phase;
 use crate::session::signal::Signal;
 use crate::shard::conns::handler::HeaderCheck;
-use crate::shard::turn::{AfterReading, Step};
+use crate::shard::turn::{AfterReading, ConnIo, Step};
 use crate::shard::Shard;
 
 /// How long a closed connection's writer may take to flush its last frames before the
@@ -53,9 +59,18 @@ pub async fn serve_transport(
     let stream = Rc::new(stream);
     let signal = Rc::new(Signal::new());
     let local = local_addr(&stream);
-    let conn = shard.open_connection(peer, local, accepted, tls_peer, Rc::clone(&signal));
-    let writer_done = Rc::new(Signal::new());
     let writer_progress = Rc::new(Signal::new());
+    let socket = match transport {
+        Transport::Plain => Some(std::os::fd::AsRawFd::as_raw_fd(&*stream)),
+        Transport::Tls(_) => None,
+    };
+    let io = ConnIo {
+        socket,
+        writer: Rc::clone(&signal),
+        progress: Rc::clone(&writer_progress),
+    };
+    let conn = shard.open_connection(peer, local, accepted, tls_peer, io);
+    let writer_done = Rc::new(Signal::new());
     tokio_uring::spawn(super::writer::run(
         Rc::clone(&shard),
         Rc::clone(&stream),
@@ -66,16 +81,23 @@ pub async fn serve_transport(
         Rc::clone(&writer_done),
     ));
     read_loop(&shard, &stream, &transport, conn, &writer_progress, &signal).await;
+    Box::pin(wind_down(&shard, &stream, conn, &writer_done)).await;
+    shard.release_connection(conn);
+}
+
+/// After the last read: lets a client that has its close-ok close the socket itself, and
+/// the writer flush the last frames of a connection the broker closed (bounded).
+async fn wind_down(shard: &Rc<Shard>, stream: &Rc<TcpStream>, conn: ConnId, writer_done: &Signal) {
     let mut next = shard.after_reading(conn);
     if next == AfterReading::Linger {
         // The client has its close-ok and closes the socket itself; otherwise the close
         // timeout or broker shutdown cuts it off, which ends the read here.
         let cutoff = tokio_uring::spawn(cut_off_when_closed(
-            Rc::clone(&shard),
-            Rc::clone(&stream),
+            Rc::clone(shard),
+            Rc::clone(stream),
             conn,
         ));
-        linger(&stream).await;
+        linger(stream).await;
         next = shard.linger_over(conn);
         let _ = cutoff.await;
     }
@@ -91,7 +113,6 @@ pub async fn serve_transport(
             let _ = tokio::time::timeout(CLOSE_GRACE, writer_done.wait()).await;
         }
     }
-    shard.release_connection(conn);
 }
 
 /// The broker's side of an accepted socket (`getsockname`), as a client of a dual-stack
@@ -156,6 +177,21 @@ async fn read_loop(
         .net
         .write_high_water
         .saturating_mul(READ_PAUSE_FACTOR);
+    // A plain socket is read when it has bytes (readiness from the runtime's epoll), so
+    // no read buffer is posted while it has none: an idle connection holds no buffer.
+    // Without a registration (refused by the kernel) it is read through io_uring.
+    let readiness = match transport {
+        // SAFETY: the descriptor is the stream's, which the caller keeps open (and the
+        // same) until after this loop, which owns the registration, has returned.
+        Transport::Plain => unsafe {
+            AsyncFd::register_with_interest(
+                SocketFd(std::os::fd::AsRawFd::as_raw_fd(stream)),
+                Interest::READABLE,
+            )
+        }
+        .ok(),
+        Transport::Tls(_) => None,
+    };
     loop {
         // A client that does not read what we send (returns, confirms, replies) is not
         // read either: its outbound buffer stays bounded.
@@ -168,17 +204,50 @@ async fn read_loop(
         };
         if full(shard) {
             rb.release_if_empty();
-            await_drain(shard, stream, conn, progress, &full).await;
+            // Rare paths are boxed: the task of every connection is only as large as
+            // its common path (issue 23).
+            Box::pin(await_drain(shard, stream, conn, progress, &full)).await;
         }
         let frame_max = shard.reader_view(conn).map_or(0, |v| v.frame_max);
-        let n = match transport {
-            Transport::Plain => {
+        let mut more = false;
+        let n = match (transport, &readiness) {
+            (Transport::Plain, Some(socket)) => {
+                let Some(Ok(mut ready)) = readable_until_closed(shard, conn, socket).await else {
+                    return;
+                };
+                let mut buf = rb.take_for_read(frame_max);
+                let offered = buf.capacity() - buf.len();
+                let got = recv_into(socket.get_ref().0, &mut buf);
+                rb.put_back(buf, *got.as_ref().unwrap_or(&0), offered);
+                match got {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        // A short read emptied the socket: wait for its next bytes. After
+                        // a full one the socket may have more at once, and waiting for
+                        // readiness would not yield: `more` lets the loop run first.
+                        if n < offered {
+                            ready.clear_ready();
+                        } else {
+                            more = true;
+                        }
+                        n
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        ready.clear_ready();
+                        rb.release_if_idle();
+                        continue;
+                    }
+                    Err(_) => return,
+                }
+            }
+            (Transport::Plain, None) => {
                 // tokio-uring reads at the start of the buffer it is given, so hand it the
                 // spare capacity as a slice; the bytes already there (a partial frame)
                 // stay intact.
                 let buf = rb.take_for_read(frame_max);
                 let (start, end) = (buf.len(), buf.capacity());
-                let read = stream.read(buf.slice(start..end));
+                // Boxed: the fallback when the socket could not be registered.
+                let read = Box::pin(stream.read(buf.slice(start..end)));
                 let Some((res, returned)) = until_closed(shard, conn, read).await else {
                     return;
                 };
@@ -189,8 +258,8 @@ async fn read_loop(
                 rb.put_back(returned.into_inner(), n, end - start);
                 n
             }
-            Transport::Tls(session) => {
-                let read = session.read(stream, &mut rb, frame_max, writer);
+            (Transport::Tls(session), _) => {
+                let read = Box::pin(session.read(stream, &mut rb, frame_max, writer));
                 match until_closed(shard, conn, read).await.flatten() {
                     Some(n) => n,
                     None => return,
@@ -212,11 +281,54 @@ async fn read_loop(
                 return;
             }
         }
-        if !process_frames(shard, stream, conn, &mut rb).await {
+        // Boxed while it runs: the task every connection keeps is then only as large as
+        // its wait for bytes (issue 23).
+        if !Box::pin(process_frames(shard, stream, conn, &mut rb)).await {
             return;
         }
         rb.settle();
+        if readiness.is_some() {
+            rb.release_if_idle();
+        }
+        if more {
+            // A busy publisher must not keep the shard from its other tasks (the write
+            // pass, writers, the mailbox): an io_uring no-op makes the runtime park, submit
+            // and complete I/O before this reader reads again, as an io_uring read did.
+            let _ = tokio_uring::no_op().await;
+        }
     }
+}
+
+/// A connection's socket as the runtime's readiness registration sees it (the stream
+/// owns it and closes it; the registration ends first, with the read loop).
+struct SocketFd(std::os::fd::RawFd);
+
+impl std::os::fd::AsRawFd for SocketFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
+    }
+}
+
+/// Reads what the socket has into the spare capacity of `buf`, without waiting.
+fn recv_into(socket: std::os::fd::RawFd, buf: &mut bytes::BytesMut) -> std::io::Result<usize> {
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: the kernel writes at most `spare.len()` bytes into the spare capacity,
+    // which stays allocated for the call; only the bytes it reports are then exposed.
+    let n = unsafe {
+        libc::recv(
+            socket,
+            spare.as_mut_ptr().cast(),
+            spare.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let n = n as usize;
+    // SAFETY: the kernel initialised `n` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
 }
 
 /// Hands every complete frame in the buffer to the shard. Returns false when the
@@ -234,11 +346,11 @@ async fn process_frames(
             Step::NeedMore => return shard.reading(conn),
             Step::Stop => return false,
             Step::Hold => {
-                if !hold(shard, stream, conn).await {
+                if !Box::pin(hold(shard, stream, conn)).await {
                     return false;
                 }
             }
-            Step::Await(p) => shard.resolve_and_complete(conn, p).await,
+            Step::Await(p) => Box::pin(shard.resolve_and_complete(conn, p)).await,
         }
     }
 }
@@ -314,6 +426,36 @@ async fn until_closed<T>(
             }
         }
     };
+    if woken {
+        resume.notify();
+    }
+    out
+}
+
+/// Waits until the socket has bytes, as [`until_closed`] waits for a read: `None` once
+/// the shard closed the connection meanwhile. Written as one poll function rather than
+/// a `select!` of the two futures, so that every idle connection's task keeps a few
+/// bytes for this wait, not a few hundred (issue 23).
+async fn readable_until_closed<'a>(
+    shard: &Shard,
+    conn: ConnId,
+    socket: &'a AsyncFd<SocketFd>,
+) -> Option<std::io::Result<tokio::io::unix::AsyncFdReadyGuard<'a, SocketFd>>> {
+    let resume = shard.resume_signal(conn)?;
+    let mut woken = false;
+    let out = std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(ready) = socket.poll_read_ready(cx) {
+            return std::task::Poll::Ready(Some(ready));
+        }
+        while resume.poll_wait(cx).is_ready() {
+            woken = true;
+            if matches!(shard.phase(conn), None | Some(Phase::Closed)) {
+                return std::task::Poll::Ready(None);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await;
     if woken {
         resume.notify();
     }

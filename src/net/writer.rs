@@ -1,7 +1,10 @@
 //! Owns: one connection's writer task — it waits for its signal, takes the queued
-//! buffers (at most `IOV_MAX` per call), writes them with `writev`, accounts for what was
-//! written (no-ack deliveries on the wire are reported to their queues), and tops up
-//! consumer credit once the buffer has drained below the low-water mark. Once the
+//! buffers (at most `IOV_MAX` per call), writes them with io_uring `writev` (which waits
+//! for room in the socket), accounts for what was written (no-ack deliveries on the wire
+//! are reported to their queues), and tops up consumer credit once the buffer has
+//! drained below the low-water mark. On a plain connection it is woken only when the
+//! shard's write pass (`write_pass`) found the socket full, and gives the socket back
+//! once the buffer is empty; a TLS connection's bytes always go through it. Once the
 //! connection is `Closed` (close-ok to the broker's close, a close timeout, shutdown, or
 //! the client gone after its own close) it flushes and shuts the socket; while the
 //! connection lingers after close-ok to the client's close, it flushes only and leaves the
@@ -33,7 +36,7 @@ pub async fn run(
     progress: Rc<Signal>,
     done: Rc<Signal>,
 ) {
-    write_loop(&shard, &stream, &transport, conn, &signal, &progress).await;
+    write_loop(&shard, &stream, &transport, conn, &signal).await;
     let _ = stream.shutdown(std::net::Shutdown::Both);
     // Whatever ended the writer (close handshake done, or a failed write: the peer is
     // gone), the connection is finished; a reader that is not reading (held, or paused
@@ -49,44 +52,47 @@ async fn write_loop(
     transport: &Transport,
     conn: ConnId,
     signal: &Signal,
-    progress: &Signal,
 ) {
     loop {
         signal.wait().await;
-        loop {
-            let Some((bufs, closed)) = shard.take_output(conn, IOV_MAX) else {
-                return;
-            };
-            if bufs.is_empty() {
-                if let Transport::Tls(session) = transport {
-                    // Handshake or alert records, and a close_notify when closing.
-                    if let Err(e) = session.flush(stream, closed).await {
-                        tracing::debug!("TLS write failed: {e}");
-                        return;
-                    }
-                }
-                if closed {
-                    return;
-                }
-                break;
-            }
-            let sent = match transport {
-                Transport::Plain => write_all(stream, bufs).await,
-                Transport::Tls(session) => session.write(stream, bufs).await,
-            };
-            let written = match sent {
-                Ok(n) => {
-                    crate::shard::ShardCounters::add(&shard.counters.bytes_written, n);
-                    n
-                }
-                Err(e) => {
-                    tracing::debug!("write failed: {e}");
-                    return;
-                }
-            };
-            shard.wrote(conn, written);
-            progress.notify();
+        // The writing is boxed while it runs, so that the task every connection keeps is
+        // only as large as its wait (issue 23).
+        if !Box::pin(drain(shard, stream, transport, conn)).await {
+            return;
         }
+    }
+}
+
+/// Writes what is queued until nothing is; false once the writer must end (the
+/// connection closed or gone, or a write failed).
+async fn drain(shard: &Rc<Shard>, stream: &TcpStream, transport: &Transport, conn: ConnId) -> bool {
+    loop {
+        let Some((bufs, closed)) = shard.take_output(conn, IOV_MAX) else {
+            return false;
+        };
+        if bufs.is_empty() {
+            if let Transport::Tls(session) = transport {
+                // Handshake or alert records, and a close_notify when closing.
+                if let Err(e) = session.flush(stream, closed).await {
+                    tracing::debug!("TLS write failed: {e}");
+                    return false;
+                }
+            }
+            return !closed;
+        }
+        let sent = match transport {
+            Transport::Plain => write_all(stream, bufs).await,
+            Transport::Tls(session) => session.write(stream, bufs).await,
+        };
+        let written = match sent {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!("write failed: {e}");
+                return false;
+            }
+        };
+        // Counted (bytes written included) by the shard, as the write pass's writes are.
+        shard.wrote(conn, written);
     }
 }
 

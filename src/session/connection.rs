@@ -82,7 +82,9 @@ pub struct Conn {
     pub frame_max: u32,
     pub heartbeat: u16,
     pub capabilities: ClientCapabilities,
-    pub channels: IdMap<u16, Channel>,
+    /// Boxed: the map's buckets then hold a pointer, not a whole channel (a map of one
+    /// channel has room for three more, issue 23).
+    pub channels: IdMap<u16, Box<Channel>>,
     pub out: Outbound,
     pub writer: Rc<Signal>,
     pub last_recv: Instant,
@@ -106,9 +108,19 @@ pub struct Conn {
     pub resume: Rc<Signal>,
     /// The broker already logged why it closed this connection (CON-1002).
     pub close_logged: bool,
-    /// On the shard's list of writers to wake at the end of this turn (so marking a
-    /// writer is O(1) however many connections a turn touches).
+    /// On the shard's list of connections to write (so marking one is O(1) however
+    /// many connections a turn touches).
     pub writer_marked: bool,
+    /// The socket of a plain connection, written straight from the outbound buffer by
+    /// the shard's write pass while `writer_owns` is false (`None` on TLS).
+    pub socket: Option<std::os::fd::RawFd>,
+    /// The connection's writer task has the socket (a write in flight or a full socket:
+    /// it waits for room), or must finish it (closed, TLS): the write pass leaves the
+    /// connection to it until it drained the buffer.
+    pub writer_owns: bool,
+    /// Raised whenever bytes of this connection reached the socket (a reader paused for
+    /// a full outbound buffer waits on it).
+    pub progress: Rc<Signal>,
     /// The user's permissions on the vhost (set at `connection.open`).
     pub access: crate::auth::permissions::Access,
     /// On a TLS listener: whether EXTERNAL is offered and the client certificate's CN.
@@ -117,9 +129,10 @@ pub struct Conn {
     pub local: Option<SocketAddr>,
     /// When the socket was accepted, milliseconds since the Unix epoch.
     pub connected_at_ms: u64,
-    /// `client-properties` of `connection.start-ok`, as the client sent them (detached
-    /// from the frame: `FieldTable::detached`).
-    pub client_properties: FieldTable,
+    /// `client-properties` of `connection.start-ok`, as the client sent them, encoded in
+    /// an allocation of their own (a decoded table is a few hundred bytes of entries per
+    /// connection; they are read rarely: [`Conn::client_properties`]).
+    client_properties: Bytes,
     /// The SASL mechanism of the accepted `start-ok` (empty before).
     pub auth_mechanism: String,
     /// AMQP bytes read from the socket and written to it (`recv_oct`, `send_oct`; on a
@@ -228,11 +241,14 @@ impl Conn {
             resume: Rc::new(Signal::new()),
             close_logged: false,
             writer_marked: false,
+            socket: None,
+            writer_owns: false,
+            progress: Rc::new(Signal::new()),
             access: crate::auth::permissions::Access::default(),
             tls: None,
             local: None,
             connected_at_ms: 0,
-            client_properties: FieldTable::default(),
+            client_properties: Bytes::new(),
             auth_mechanism: String::new(),
             recv_oct: 0,
             send_oct: 0,
@@ -268,9 +284,26 @@ impl Conn {
         }
     }
 
+    /// Keeps the client's `client-properties` (encoded, detached from the frame).
+    pub fn set_client_properties(&mut self, properties: &FieldTable) {
+        let mut out = bytes::BytesMut::with_capacity(properties.encoded_len());
+        properties.encode(&mut out);
+        self.client_properties = out.freeze();
+    }
+
+    /// The client's `client-properties` (empty before `connection.start-ok`).
+    pub fn client_properties(&self) -> FieldTable {
+        if self.client_properties.is_empty() {
+            return FieldTable::default();
+        }
+        let mut r = crate::protocol::codec::Reader::new(self.client_properties.clone());
+        // They decoded once already (and were encoded here): nothing else can come out.
+        FieldTable::decode(&mut r).unwrap_or_default()
+    }
+
     /// The `connection_name` the client gave in `client-properties`, if any.
     pub fn client_name(&self) -> Option<String> {
-        match self.client_properties.get("connection_name")? {
+        match self.client_properties().get("connection_name")? {
             FieldValue::LongStr(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
             FieldValue::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,

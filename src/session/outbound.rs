@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::model::ledger;
 use crate::model::message::Message;
@@ -263,13 +263,64 @@ impl Outbound {
         self.seal_pending();
         let n = self.chunks.len().min(max_iov);
         let taken = self.chunks.drain(..n).collect();
+        self.end_cycle();
+        taken
+    }
+
+    /// The bytes queued, in order, as up to `out.len()` slices (the sealed chunks, then
+    /// the arena being filled), for a write straight from the buffer; returns how many
+    /// were filled. Report what was written with [`Outbound::consume`].
+    pub fn io_slices<'a>(&'a self, out: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for chunk in &self.chunks {
+            if n == out.len() {
+                return n;
+            }
+            out[n] = std::io::IoSlice::new(chunk);
+            n += 1;
+        }
+        if n < out.len() && !self.pending.is_empty() {
+            out[n] = std::io::IoSlice::new(&self.pending);
+            n += 1;
+        }
+        n
+    }
+
+    /// Drops the first `n` queued bytes, written straight from the buffer
+    /// ([`Outbound::io_slices`]): whole chunks are let go, a partly written one and
+    /// the arena are advanced (the arena's allocation goes on being filled), and the
+    /// bytes count as written. Sizes the next arena as [`Outbound::take`] does.
+    pub fn consume(&mut self, n: usize) {
+        let mut left = n.min(self.queued);
+        self.written(left);
+        while left > 0 {
+            match self.chunks.front_mut() {
+                Some(chunk) if chunk.len() <= left => {
+                    left -= chunk.len();
+                    self.chunks.pop_front();
+                }
+                Some(chunk) => {
+                    chunk.advance(left);
+                    left = 0;
+                }
+                None => {
+                    let k = left.min(self.pending.len());
+                    self.pending.advance(k);
+                    left = 0;
+                }
+            }
+        }
+        self.end_cycle();
+    }
+
+    /// One write's cycle is over: light traffic halves the next arena.
+    fn end_cycle(&mut self) {
         let cycle = self.total - self.total_at_take;
         if cycle < (self.arena_size / 4) as u64 {
             self.arena_size = (self.arena_size / 2).max(ARENA_MIN);
         }
         self.total_at_take = self.total;
         self.arenas_this_cycle = 0;
-        taken
     }
 
     /// Lets the arena go if nothing has been queued since the last call and nothing is
@@ -403,6 +454,50 @@ mod tests {
         let bytes = written(&mut out);
         assert_eq!(bytes.len(), queued);
         assert_eq!(bytes, expected(3, &msg, &body, 4096));
+    }
+
+    /// Writing straight from the buffer, a few bytes at a time, sends exactly what
+    /// `take` would have, and the arena goes on being filled in place.
+    #[test]
+    fn partial_writes_from_the_slices_keep_every_byte_in_order() {
+        let small = message(b"payload");
+        let big = message(&[9u8; 3000]);
+        let mut out = Outbound::new(512, 4096);
+        let mut want = Vec::new();
+        let mut got = Vec::new();
+        for round in 0..50u64 {
+            let msg = if round % 7 == 3 { &big } else { &small };
+            let body: &[u8] = if round % 7 == 3 {
+                &[9u8; 3000]
+            } else {
+                b"payload"
+            };
+            out.deliver(1, &"ctag".into(), 42, true, msg);
+            want.extend(expected(1, msg, body, 4096));
+            // Write at most 100 bytes of what is queued, as a full socket would.
+            let mut slices = [std::io::IoSlice::new(&[]); 8];
+            let n = out.io_slices(&mut slices);
+            let mut budget = 100;
+            for s in &slices[..n] {
+                let k = s.len().min(budget);
+                got.extend_from_slice(&s[..k]);
+                budget -= k;
+            }
+            let written = 100 - budget;
+            out.consume(written);
+        }
+        while !out.is_empty() {
+            let mut slices = [std::io::IoSlice::new(&[]); 8];
+            let n = out.io_slices(&mut slices);
+            let all: usize = slices[..n].iter().map(|s| s.len()).sum();
+            for s in &slices[..n] {
+                got.extend_from_slice(s);
+            }
+            out.consume(all);
+        }
+        assert_eq!(got, want);
+        assert_eq!(out.total_written(), want.len() as u64);
+        assert_eq!(out.queued_bytes(), 0);
     }
 
     #[test]

@@ -30,14 +30,17 @@ impl Signal {
 
     /// Waits until the flag is raised, then lowers it.
     pub async fn wait(&self) {
-        poll_fn(|cx| {
-            if self.raised.replace(false) {
-                Poll::Ready(())
-            } else {
-                self.waiter.set(Some(cx.waker().clone()));
-                Poll::Pending
-            }
-        })
-        .await;
+        poll_fn(|cx| self.poll_wait(cx)).await;
+    }
+
+    /// Ready (and the flag lowered) if the flag is raised; otherwise the waiter is
+    /// `cx`'s task, woken when it is.
+    pub fn poll_wait(&self, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        if self.raised.replace(false) {
+            Poll::Ready(())
+        } else {
+            self.waiter.set(Some(cx.waker().clone()));
+            Poll::Pending
+        }
     }
 }

@@ -158,6 +158,9 @@ pub struct Shard {
     pub stopped: Signal,
     /// Raised by [`Shard::flush_soon`]; the shard's deferred-flush task waits on it.
     pub flush_wanted: Signal,
+    /// Raised by [`Shard::flush`] when connections have bytes to write; the shard's
+    /// write pass (`net::write_pass`) waits on it.
+    pub write_wanted: Signal,
     /// The segments of this shard's durable queues.
     pub store: RefCell<crate::store::shard_store::ShardStore>,
     /// The definitions log (the coordinator, shard 0, only).
@@ -255,6 +258,7 @@ impl Shard {
             stopping: Cell::new(false),
             stopped: Signal::new(),
             flush_wanted: Signal::new(),
+            write_wanted: Signal::new(),
             store: RefCell::new(persistence.store),
             definitions: RefCell::new(persistence.definitions),
             disk: persistence.disk,
@@ -288,7 +292,8 @@ impl Shard {
     }
 
     /// Ends a turn: dispatches dirty queues, hands the broker's own queue deletions to
-    /// the coordinator, sends deliveries and settlements to other shards, wakes writers.
+    /// the coordinator, sends deliveries and settlements to other shards, and wakes the
+    /// write pass if connections have bytes to write.
     pub fn flush(self: &std::rc::Rc<Self>) {
         let now = self.clock.now();
         let mut st = self.state.borrow_mut();
@@ -346,8 +351,11 @@ impl Shard {
                 }
             }
         }
-        st.conns.wake_writers();
+        let writes = st.conns.has_writes();
         drop(st);
+        if writes {
+            self.write_wanted.notify();
+        }
         home::persist::commit_store(self);
         home::stream_io::start(self);
     }

@@ -445,7 +445,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
             local: c.local.map(|a| a.to_string()),
             tls: c.tls.is_some(),
             connected_at_ms: c.connected_at_ms,
-            client_properties: c.client_properties.clone(),
+            client_properties: c.client_properties(),
             auth_mechanism: c.auth_mechanism.clone(),
             recv_oct: c.recv_oct,
             send_oct: c.send_oct,

@@ -24,6 +24,19 @@ use crate::session::signal::Signal;
 use super::conns::handler::{pending, AfterFrame, HeaderCheck, Pending};
 use super::{Shard, TimerKey};
 
+/// Slices one batch of the write pass hands over, and one connection's write at most
+/// (a connection's queue is an arena or two and the large bodies queued as their own
+/// slices; what does not fit goes in a later write).
+const WRITE_SLICES: usize = 512;
+const WRITE_SLICES_PER_CONN: usize = 32;
+
+/// One connection's write in a batch of the write pass: its socket and its queued
+/// bytes, in order.
+pub struct Write<'a> {
+    pub socket: std::os::fd::RawFd,
+    pub slices: &'a [std::io::IoSlice<'a>],
+}
+
 /// What the reader does after handing over a batch of frames.
 pub enum Step {
     /// Every complete frame is handled: read more.
@@ -34,6 +47,16 @@ pub enum Step {
     Hold,
     /// A channel waits for another shard: resolve it, then [`Shard::complete`].
     Await(Pending),
+}
+
+/// How the shard reaches a new connection's socket and tasks.
+pub struct ConnIo {
+    /// The socket the write pass writes to; `None` on TLS (the writer task encrypts).
+    pub socket: Option<std::os::fd::RawFd>,
+    /// Wakes the connection's writer task.
+    pub writer: Rc<Signal>,
+    /// Raised when bytes of the connection reached the socket.
+    pub progress: Rc<Signal>,
 }
 
 /// What a connection's reader may know of it (plain values, read once per socket read).
@@ -65,7 +88,7 @@ impl Shard {
         local: Option<SocketAddr>,
         accepted: Instant,
         tls: Option<TlsPeer>,
-        writer: Rc<Signal>,
+        io: ConnIo,
     ) -> ConnId {
         // Wall-clock time once per connection, for `connected_at`.
         let connected_at_ms = std::time::SystemTime::now()
@@ -82,9 +105,12 @@ impl Shard {
                 now,
                 config.net.inline_body_max,
                 config.limits.frame_max,
-                writer,
+                io.writer,
             );
             c.tls = tls;
+            c.socket = io.socket;
+            c.writer_owns = io.socket.is_none();
+            c.progress = io.progress;
             c.local = local;
             c.connected_at_ms = connected_at_ms;
             c
@@ -286,11 +312,18 @@ impl Shard {
     }
 
     /// Up to `max` buffers to write, and whether the connection is closed (the writer
-    /// ends once it has written them); `None` once the connection is forgotten.
+    /// ends once it has written them); `None` once the connection is forgotten. When
+    /// nothing is left to write on a plain connection that is not closed, the writer
+    /// gives the socket back to the shard's write pass.
     pub fn take_output(&self, conn: ConnId, max: usize) -> Option<(Vec<Bytes>, bool)> {
         let mut st = self.state.borrow_mut();
         let c = st.conn_mut(conn)?;
-        Some((c.out.take(max), c.phase() == Phase::Closed))
+        let bufs = c.out.take(max);
+        let closed = c.phase() == Phase::Closed;
+        if bufs.is_empty() && !closed && c.socket.is_some() {
+            c.writer_owns = false;
+        }
+        Some((bufs, closed))
     }
 
     /// The writer wrote `n` bytes: no-ack runs now on the wire stop counting against
@@ -298,24 +331,147 @@ impl Shard {
     /// Settlements and credit go out with one deferred flush for every writer that
     /// completed in this tick.
     pub fn wrote(&self, conn: ConnId, n: usize) {
-        let low_water = self.config.net.write_low_water;
-        let now = self.clock.now();
         let mut st = self.state.borrow_mut();
         let drained = match st.conn_mut(conn) {
             Some(c) => {
                 c.out.written(n);
-                c.send_oct += n as u64;
-                c.last_send = now;
-                c.out.queued_bytes() < low_water
+                self.count_written(c, n)
             }
             None => false,
         };
+        self.after_written(&mut st, conn, drained);
+    }
+
+    /// What every write does to its connection: counted, timed; whether the buffer is
+    /// now below `write_low_water`.
+    fn count_written(&self, c: &mut Conn, n: usize) -> bool {
+        c.send_oct += n as u64;
+        c.last_send = self.clock.now();
+        c.progress.notify();
+        super::ShardCounters::add(&self.counters.bytes_written, n);
+        c.out.queued_bytes() < self.config.net.write_low_water
+    }
+
+    fn after_written(&self, st: &mut super::State, conn: ConnId, drained: bool) {
         st.conn_side().settle_written(self, conn);
         if drained {
             st.conn_side().top_up_conn(self, conn);
         }
-        drop(st);
         self.flush_soon();
+    }
+
+    /// The write pass's turn at up to `max` connections with bytes (in the order they got
+    /// them). A connection whose writer task has the socket, a closed one and a TLS one
+    /// are handed to the writer task; the others' queues are given to `send` as one batch
+    /// ([`Write`]: each socket and the queue's slices, written straight from the outbound
+    /// buffer without waiting; `send` pushes what each socket took, or an error, in the
+    /// same order, and skips a write without slices), then accounted for as [`Shard::wrote`] does. A socket that took less
+    /// than all it was offered (full) or failed goes to its writer task, which waits for
+    /// room (or finishes the connection). Returns whether connections are still waiting.
+    pub fn write_batch(
+        &self,
+        max: usize,
+        send: impl FnOnce(&[Write<'_>], &mut Vec<std::io::Result<usize>>),
+    ) -> bool {
+        let mut st = self.state.borrow_mut();
+        let mut batch: smallvec::SmallVec<[ConnId; 64]> = smallvec::SmallVec::new();
+        while batch.len() < max {
+            let Some(conn) = st.conns.next_write() else {
+                break;
+            };
+            let Some(c) = st.conn_mut(conn) else {
+                continue;
+            };
+            if c.socket.is_none() || c.writer_owns || c.phase() == Phase::Closed {
+                c.writer_owns = true;
+                c.writer.notify();
+            } else if !c.out.is_empty() {
+                batch.push(conn);
+            }
+        }
+        if batch.is_empty() {
+            return st.conns.has_writes();
+        }
+        let mut results = Vec::with_capacity(batch.len());
+        let mut offered: smallvec::SmallVec<[usize; 64]> = smallvec::SmallVec::new();
+        {
+            let st: &super::State = &st;
+            let mut slices = [std::io::IoSlice::new(&[]); WRITE_SLICES];
+            let mut writes: smallvec::SmallVec<[Write<'_>; 64]> = smallvec::SmallVec::new();
+            let mut at = 0;
+            let mut ranges: smallvec::SmallVec<[(usize, usize); 64]> = smallvec::SmallVec::new();
+            let mut sockets: smallvec::SmallVec<[std::os::fd::RawFd; 64]> =
+                smallvec::SmallVec::new();
+            for &conn in &batch {
+                // Every connection of the batch is there (same borrow) and plain.
+                let (socket, n) = match st.conn(conn) {
+                    Some(c) => {
+                        let per = (WRITE_SLICES - at).min(WRITE_SLICES_PER_CONN);
+                        (
+                            c.socket.unwrap_or(-1),
+                            c.out.io_slices(&mut slices[at..at + per]),
+                        )
+                    }
+                    None => (-1, 0),
+                };
+                sockets.push(socket);
+                ranges.push((at, n));
+                offered.push(slices[at..at + n].iter().map(|s| s.len()).sum());
+                at += n;
+            }
+            let slices = &slices[..at];
+            for (&socket, &(from, n)) in sockets.iter().zip(&ranges) {
+                writes.push(Write {
+                    socket,
+                    slices: &slices[from..from + n],
+                });
+            }
+            send(&writes, &mut results);
+        }
+        let mut wrote_any = false;
+        for ((&conn, want), res) in batch.iter().zip(offered).zip(results) {
+            let Some(c) = st.conn_mut(conn) else {
+                continue;
+            };
+            if want == 0 {
+                // No slice left in this batch for it: the next one.
+                st.conns.mark_writer(conn);
+                continue;
+            }
+            let written = match res {
+                Ok(w) if w >= want => w,
+                Ok(w) => {
+                    // Full: the writer task waits for room.
+                    c.writer_owns = true;
+                    c.writer.notify();
+                    w
+                }
+                Err(_) => {
+                    // The writer finds out and finishes the connection.
+                    c.writer_owns = true;
+                    c.writer.notify();
+                    0
+                }
+            };
+            if written == 0 {
+                continue;
+            }
+            c.out.consume(written);
+            let drained = self.count_written(c, written);
+            if !c.writer_owns && !c.out.is_empty() {
+                // More slices than one write takes: the rest later in the pass.
+                st.conns.mark_writer(conn);
+            }
+            st.conn_side().settle_written(self, conn);
+            if drained {
+                st.conn_side().top_up_conn(self, conn);
+            }
+            wrote_any = true;
+        }
+        if wrote_any {
+            self.flush_soon();
+        }
+        st.conns.has_writes()
     }
 
     /// The writer ended (close handshake done, or a failed write: the peer is gone): the

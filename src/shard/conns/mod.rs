@@ -1,8 +1,9 @@
 //! Owns: the connection side of a shard — the connections this shard accepted (a slab;
 //! ids carry a generation), their channels, consumers, delivery tags, confirms and
-//! publisher flow state, their outbound buffers and the writers to wake at the turn's
-//! end. `handler` turns frames into actions, `deliver` writes deliveries into outbound
-//! buffers, `flow` holds and releases publishers.
+//! publisher flow state, their outbound buffers and the list of connections with bytes
+//! to write (taken by the shard's write pass, `net::write_pass`). `handler` turns frames
+//! into actions, `deliver` writes deliveries into outbound buffers, `flow` holds and
+//! releases publishers.
 //!
 //! Does not: touch a home queue's state. It reaches the queue side only through
 //! [`QueueSide`]'s methods (enqueue, settle, queue requests), and other shards through
@@ -13,13 +14,14 @@ pub mod flow;
 pub mod handler;
 pub mod queue_notices;
 
+use std::collections::VecDeque;
+
 use slab::Slab;
 
 use crate::model::ids::{ConnId, ShardId};
 use crate::session::connection::Conn;
 
 use super::home::{HomeQueues, QueueSide};
-use super::outbox::Rotation;
 use super::Common;
 
 /// The connections of one shard and what the shard applied to their publishers.
@@ -30,9 +32,9 @@ pub struct Connections {
     /// unique across the broker.
     next_serial: u64,
     serial_step: u64,
-    /// Connections whose writer is woken at the end of the turn.
-    dirty: Vec<ConnId>,
-    rotation: Rotation,
+    /// Connections with bytes to write, in the order they got them: the shard's write
+    /// pass takes them from the front (`next_write`).
+    dirty: VecDeque<ConnId>,
     name_seed: u64,
     /// The memory alarm as this shard has applied it to its publishers.
     memory_alarm: bool,
@@ -49,8 +51,7 @@ impl Connections {
             next_generation: 1,
             next_serial: u64::from(shard) + 1,
             serial_step: shards as u64,
-            dirty: Vec::new(),
-            rotation: Rotation::default(),
+            dirty: VecDeque::new(),
             name_seed: super::outbox::wall_nanos() ^ (u64::from(shard) << 32),
             memory_alarm: false,
             disk_alarm: false,
@@ -113,30 +114,33 @@ impl Connections {
         self.disk_alarm
     }
 
-    /// Marks a connection's writer to be woken at the end of the turn (O(1): the
-    /// connection carries a flag).
+    /// Puts a connection with bytes to write on the write pass's list (O(1): the
+    /// connection carries a flag, so it is listed once however often it is marked).
     pub fn mark_writer(&mut self, id: ConnId) {
         if let Some(c) = self.get_mut(id) {
             if !c.writer_marked {
                 c.writer_marked = true;
-                self.dirty.push(id);
+                self.dirty.push_back(id);
             }
         }
     }
 
-    /// Wakes the writers marked this turn, starting at a rotating point so that no
-    /// connection's writes always go first.
-    pub fn wake_writers(&mut self) {
-        let mut dirty = std::mem::take(&mut self.dirty);
-        let start = self.rotation.next(dirty.len());
-        dirty.rotate_left(start);
-        for id in dirty.drain(..) {
-            if let Some(conn) = self.get_mut(id) {
-                conn.writer_marked = false;
-                conn.writer.notify();
+    /// Whether the write pass has connections to write.
+    pub fn has_writes(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// The next connection for the write pass (marked again if it gets more bytes
+    /// after this); `None` when the list is empty. A connection gone meanwhile is
+    /// skipped.
+    pub fn next_write(&mut self) -> Option<ConnId> {
+        while let Some(id) = self.dirty.pop_front() {
+            if let Some(c) = self.get_mut(id) {
+                c.writer_marked = false;
+                return Some(id);
             }
         }
-        self.dirty = dirty;
+        None
     }
 
     /// Gives back memory that bursts left behind (`reclaim`, between turns): idle
@@ -153,7 +157,7 @@ impl Connections {
             self.slab.shrink_to_fit();
         }
         if self.dirty.is_empty() && self.dirty.capacity() > 64 {
-            self.dirty = Vec::new();
+            self.dirty = VecDeque::new();
         }
     }
 
@@ -240,17 +244,26 @@ mod tests {
             }
         }
         assert_eq!(conns.dirty.len(), 1000);
-        conns.wake_writers();
-        assert!(conns.dirty.is_empty());
+        let mut order = Vec::new();
+        while let Some(id) = conns.next_write() {
+            order.push(id);
+        }
+        assert_eq!(order, ids, "in the order they were marked, each once");
         assert!(conns.iter().all(|c| !c.writer_marked));
         // Marked again in the next turn; a connection gone meanwhile is skipped.
         conns.mark_writer(ids[0]);
         conns.mark_writer(ids[1]);
         conns.slab.remove(ids[1].slot as usize);
         conns.mark_writer(ids[1]);
-        assert_eq!(conns.dirty.len(), 2);
-        conns.wake_writers();
-        assert!(conns.dirty.is_empty());
+        conns.mark_writer(ids[2]);
+        assert_eq!(conns.dirty.len(), 3);
+        assert_eq!(conns.next_write(), Some(ids[0]));
+        // Marked again once taken: listed again, behind the others.
+        conns.mark_writer(ids[0]);
+        assert_eq!(conns.next_write(), Some(ids[2]));
+        assert_eq!(conns.next_write(), Some(ids[0]));
+        assert_eq!(conns.next_write(), None);
+        assert!(!conns.has_writes());
     }
 
     #[test]

@@ -51,7 +51,9 @@ impl ForConnections {
 /// The queues whose home is this shard, and the queue side's per-turn lists.
 #[derive(Default)]
 pub struct HomeQueues {
-    queues: IdMap<QueueId, Queue>,
+    /// Boxed: the map's buckets (and its growth by doubling) then hold pointers, not
+    /// whole queues (issue 23).
+    queues: IdMap<QueueId, Box<Queue>>,
     /// Queues with something to dispatch this turn.
     dirty: Vec<QueueId>,
     rotation: Rotation,
@@ -87,7 +89,7 @@ pub struct HomeQueues {
 
 impl HomeQueues {
     pub fn get(&self, id: QueueId) -> Option<&Queue> {
-        self.queues.get(&id)
+        self.queues.get(&id).map(|q| &**q)
     }
 
     /// The home stream `id`.
@@ -107,7 +109,7 @@ impl HomeQueues {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Queue> {
-        self.queues.values()
+        self.queues.values().map(|q| &**q)
     }
 
     /// Home queues, streams included.
@@ -222,7 +224,7 @@ mod tests {
                 QueueLimits::new(std::time::Duration::from_secs(5)),
                 now,
             );
-            home.queues.insert(QueueId(i), q);
+            home.queues.insert(QueueId(i), Box::new(q));
         }
         for _ in 0..10 {
             for i in 1..=100 {

@@ -375,7 +375,7 @@ impl QueueSide<'_> {
             limits,
             now,
         );
-        self.home.queues.insert(meta.queue.id, queue);
+        self.home.queues.insert(meta.queue.id, Box::new(queue));
         self.ensure_queue_timer(meta.queue.id);
     }
 

@@ -42,7 +42,7 @@ impl ConnSide<'_> {
         };
         match ch.content.feed(frame, max_size, number)? {
             ContentStep::Method(payload) => {
-                let method = Method::decode(payload)
+                let method = Method::decode(detach_unless_per_message(payload))
                     .map_err(|e| ConnectionError::undecodable(&e).on(MethodId::NONE))?;
                 let cause = MethodId::of(&method);
                 match self.on_channel_method(shard, conn, number, method) {
@@ -300,11 +300,40 @@ impl ConnSide<'_> {
     ) -> Result<&mut crate::session::channel::Channel, MethodError> {
         self.conn_mut(conn)
             .and_then(|c| c.channels.get_mut(&number))
+            .map(|ch| &mut **ch)
             .ok_or_else(|| MethodError::Channel(ChannelError::Internal("channel gone".into())))
     }
 }
 
 /// The channel waits for `op`; the reader resolves it and completes the method.
+/// The payload of a method on an open channel, in an allocation of its own unless the
+/// method is one sent per message (publish, ack, nack, reject), none of whose strings
+/// outlive it. A decoded method's names, binding keys, consumer tags and argument
+/// tables are slices of its payload, and the payload is a slice of the connection's
+/// read buffer: a binding key kept in the directory would keep that whole buffer alive
+/// (2 KiB per subscriber, issue 23), unaccounted.
+fn detach_unless_per_message(payload: bytes::Bytes) -> bytes::Bytes {
+    use crate::protocol::method::{BasicAck, BasicNack, BasicPublish, BasicReject, CLASS_BASIC};
+    let per_message = match payload.get(..4) {
+        Some(&[c0, c1, m0, m1]) => {
+            u16::from_be_bytes([c0, c1]) == CLASS_BASIC
+                && matches!(
+                    u16::from_be_bytes([m0, m1]),
+                    BasicPublish::METHOD_ID
+                        | BasicAck::METHOD_ID
+                        | BasicNack::METHOD_ID
+                        | BasicReject::METHOD_ID
+                )
+        }
+        _ => false,
+    };
+    if per_message {
+        payload
+    } else {
+        bytes::Bytes::copy_from_slice(&payload)
+    }
+}
+
 pub(super) fn wait_for(
     conn: ConnId,
     channel: u16,
@@ -331,4 +360,60 @@ pub(super) fn check_name_characters(kind: ObjectKind, name: &ShortStr) -> Result
         }));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+
+    use super::detach_unless_per_message;
+    use crate::protocol::method::{BasicPublish, QueueBind};
+    use crate::protocol::{FieldTable, Method};
+
+    /// A frame's payload as the reader hands it over: a slice of a larger read buffer.
+    fn in_read_buffer(m: &Method) -> (Bytes, Bytes) {
+        let mut payload = BytesMut::new();
+        m.encode(&mut payload);
+        let mut buffer = BytesMut::from(&[0u8; 2048][..]);
+        buffer.extend_from_slice(&payload);
+        let buffer = buffer.freeze();
+        let slice = buffer.slice(2048..);
+        (buffer, slice)
+    }
+
+    fn within(inner: &[u8], outer: &Bytes) -> bool {
+        let (o, i) = (outer.as_ptr() as usize, inner.as_ptr() as usize);
+        i >= o && i < o + outer.len()
+    }
+
+    #[test]
+    fn a_bind_keeps_no_slice_of_the_read_buffer_and_a_publish_stays_one() {
+        let bind = Method::QueueBind(QueueBind {
+            ticket: 0,
+            queue: "q".into(),
+            exchange: "x".into(),
+            routing_key: "a.b".into(),
+            nowait: false,
+            arguments: FieldTable::new(),
+        });
+        let (buffer, payload) = in_read_buffer(&bind);
+        let detached = detach_unless_per_message(payload.clone());
+        assert_eq!(detached, payload);
+        assert!(!within(&detached, &buffer), "copied out");
+        let Ok(Method::QueueBind(b)) = Method::decode(detached) else {
+            panic!("decodes")
+        };
+        assert!(!within(b.routing_key.as_bytes(), &buffer));
+
+        let publish = Method::BasicPublish(BasicPublish {
+            ticket: 0,
+            exchange: "x".into(),
+            routing_key: "a.b".into(),
+            mandatory: false,
+            immediate: false,
+        });
+        let (buffer, payload) = in_read_buffer(&publish);
+        let kept = detach_unless_per_message(payload);
+        assert!(within(&kept, &buffer), "per-message methods are not copied");
+    }
 }

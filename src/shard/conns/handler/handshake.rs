@@ -111,7 +111,7 @@ impl ConnSide<'_> {
                                     c.federation_link = true;
                                     c.capabilities =
                                         connection::client_capabilities(&ok.client_properties);
-                                    c.client_properties = ok.client_properties.detached();
+                                    c.set_client_properties(&ok.client_properties);
                                     c.auth_mechanism = mechanism.clone();
                                     c.start_ok_accepted();
                                 }
@@ -154,7 +154,7 @@ impl ConnSide<'_> {
                 // A correct login is answered at once, whatever failed before.
                 c.user = user.name;
                 c.capabilities = connection::client_capabilities(&ok.client_properties);
-                c.client_properties = ok.client_properties.detached();
+                c.set_client_properties(&ok.client_properties);
                 c.auth_mechanism = mechanism;
                 c.start_ok_accepted();
                 self.send_login_outcome(shard, conn, Ok(()));

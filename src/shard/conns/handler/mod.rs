@@ -259,7 +259,8 @@ impl ConnSide<'_> {
                             return Err(ConnectionError::Limit(refusal).on(id));
                         }
                         let epoch = c.channel_epoch();
-                        c.channels.insert(number, Channel::new(number, epoch));
+                        c.channels
+                            .insert(number, Box::new(Channel::new(number, epoch)));
                         crate::shard::ShardCounters::bump(&shard.counters.channels_opened);
                         c.out.method(
                             number,
