@@ -21,6 +21,10 @@ const FLAGS: i32 = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
 pub struct SendRing {
     ring: IoUring,
     headers: Vec<libc::msghdr>,
+    /// Set when a submission failed: entries the kernel did not take may still be in
+    /// the submission queue, pointing at slices that no longer live, so the ring must
+    /// never be entered again ([`SendRing::broken`]).
+    broken: Option<String>,
 }
 
 impl SendRing {
@@ -29,7 +33,14 @@ impl SendRing {
         Ok(SendRing {
             ring: IoUring::new(entries)?,
             headers: Vec::with_capacity(entries as usize),
+            broken: None,
         })
+    }
+
+    /// Whether a submission failed; the write pass then drops the ring and sends with
+    /// one system call per connection.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
     }
 
     /// Most sends one batch may hold.
@@ -85,7 +96,8 @@ impl SendRing {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) => {
                     // The ring itself failed: nothing was sent; each writer task takes
-                    // over its connection.
+                    // over its connection, and the ring is not entered again.
+                    self.broken = Some(e.to_string());
                     for r in &mut results[base..] {
                         *r = Err(io::Error::new(e.kind(), e.to_string()));
                     }
@@ -108,7 +120,8 @@ impl SendRing {
             if got < pushed {
                 // Not expected (they complete inline); wait for the rest so that nothing
                 // outlives the slices.
-                if self.ring.submit_and_wait(pushed - got).is_err() {
+                if let Err(e) = self.ring.submit_and_wait(pushed - got) {
+                    self.broken = Some(e.to_string());
                     break;
                 }
             }

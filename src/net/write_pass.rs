@@ -26,7 +26,13 @@ pub const BATCH: usize = 64;
 /// Runs the shard's write pass until the thread ends.
 pub async fn run(shard: Rc<Shard>) {
     // Without a ring of its own (io_uring refused), one `send` per connection.
-    let mut ring = SendRing::new(BATCH as u32).ok();
+    let mut ring = match SendRing::new(BATCH as u32) {
+        Ok(ring) => Some(ring),
+        Err(e) => {
+            unavailable(&shard, e.to_string());
+            None
+        }
+    };
     loop {
         shard.write_wanted.wait().await;
         loop {
@@ -36,6 +42,10 @@ pub async fn run(shard: Rc<Shard>) {
                 }
                 None => shard.write_batch(BATCH, send_each),
             };
+            if let Some(error) = ring.as_ref().and_then(SendRing::broken) {
+                unavailable(&shard, error.to_string());
+                ring = None;
+            }
             if !more {
                 break;
             }
@@ -44,6 +54,15 @@ pub async fn run(shard: Rc<Shard>) {
             let _ = tokio_uring::no_op().await;
         }
     }
+}
+
+/// BRK-1027: the shard goes on without its send ring.
+fn unavailable(shard: &Shard, error: String) {
+    crate::ops::event::OpsEvent::SendRingUnavailable {
+        shard: shard.id,
+        error,
+    }
+    .emit();
 }
 
 /// One `send`/`sendmsg` per write, without waiting.

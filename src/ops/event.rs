@@ -84,6 +84,10 @@ pub enum OpsEvent {
     /// BRK-1013: a systemd notification (`$NOTIFY_SOCKET`) could not be sent; logged
     /// once, the broker goes on.
     NotifyFailed { socket: String, error: String },
+    /// BRK-1027: a shard's write pass has no send ring of its own (io_uring refused it
+    /// at start, or a submission on it failed): it sends with one system call per
+    /// connection from then on.
+    SendRingUnavailable { shard: u16, error: String },
     /// BRK-1014: the management listener (metrics and HTTP API) is bound.
     ManagementListening { addr: SocketAddr },
     /// BRK-1023: the Prometheus listener (RabbitMQ's metric names, no credentials) is
@@ -258,6 +262,7 @@ impl OpsEvent {
             OpsEvent::FileLimit { .. } => "BRK-1011",
             OpsEvent::Panic { .. } => "BRK-1012",
             OpsEvent::NotifyFailed { .. } => "BRK-1013",
+            OpsEvent::SendRingUnavailable { .. } => "BRK-1027",
             OpsEvent::ManagementListening { .. } => "BRK-1014",
             OpsEvent::PrometheusListening { .. } => "BRK-1023",
             OpsEvent::AcceptFailed { .. } => "CON-1005",
@@ -477,6 +482,10 @@ impl fmt::Display for OpsEvent {
             OpsEvent::NotifyFailed { socket, error } => write!(
                 f,
                 "{code} : systemd notification failed : NOTIFY_SOCKET={socket} : {error} : not retried, the broker goes on"
+            ),
+            OpsEvent::SendRingUnavailable { shard, error } => write!(
+                f,
+                "{code} : Send ring unavailable : shard {shard} : {error} : one send per connection"
             ),
             OpsEvent::ManagementListening { addr } => {
                 write!(f, "{code} : Management listening on http://{addr}")

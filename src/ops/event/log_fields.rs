@@ -27,6 +27,7 @@ impl LogFields for OpsEvent {
             | OpsEvent::VhostRefused { .. }
             | OpsEvent::NotifyFailed { .. }
             | OpsEvent::AcceptFailed { .. }
+            | OpsEvent::SendRingUnavailable { .. }
             | OpsEvent::TlsHandshakeFailed { .. } => Level::WARN,
             OpsEvent::Panic { .. } => Level::ERROR,
             _ => Level::INFO,
@@ -57,12 +58,12 @@ impl LogFields for OpsEvent {
                 subject, channel, ..
             } => LineFields::connection(code, subject, Some(*channel)),
             OpsEvent::VhostRefused { subject, .. } => LineFields::connection(code, subject, None),
-            OpsEvent::ShardStarted { shard, .. } | OpsEvent::AcceptFailed { shard, .. } => {
-                LineFields {
-                    shard: Some(*shard),
-                    ..LineFields::code(code)
-                }
-            }
+            OpsEvent::ShardStarted { shard, .. }
+            | OpsEvent::AcceptFailed { shard, .. }
+            | OpsEvent::SendRingUnavailable { shard, .. } => LineFields {
+                shard: Some(*shard),
+                ..LineFields::code(code)
+            },
             OpsEvent::ConnectionOpen { subject, .. }
             | OpsEvent::ConnectionClose { subject, .. }
             | OpsEvent::ReadingSuspended { subject, .. }

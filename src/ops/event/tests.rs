@@ -20,6 +20,15 @@ fn renders_with_code() {
         e.to_string(),
         "[vh(/)/qu(q)] QUE-1001 : Create Durable AutoDelete"
     );
+    // As config/log-codes.md documents it.
+    let e = OpsEvent::SendRingUnavailable {
+        shard: 0,
+        error: "Operation not permitted (os error 1)".into(),
+    };
+    assert_eq!(
+        e.to_string(),
+        "BRK-1027 : Send ring unavailable : shard 0 : Operation not permitted (os error 1) : one send per connection"
+    );
 }
 
 #[test]
