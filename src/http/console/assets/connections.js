@@ -46,7 +46,13 @@ function stateCell(c, channels) {
 function closeButton(name, reasonInput) {
   return h('button', { class: 'danger close-connection', onclick: async () => {
     if (!confirm('Close connection ' + name + '?')) return;
-    await act('close ' + name, () => api.del('connections/' + api.seg(name), { 'X-Reason': reasonInput.value || DEFAULT_REASON }));
+    const reason = reasonInput.value || DEFAULT_REASON;
+    await act('close ' + name, () => {
+      // The reason travels in an HTTP header, which a browser refuses outside Latin-1;
+      // the broker sends it in connection.close as given.
+      if (/[^\x20-\x7e]/.test(reason)) throw new Error('the reason must be printable ASCII (it is sent in the X-Reason header)');
+      return api.del('connections/' + api.seg(name), { 'X-Reason': reason });
+    });
   } }, 'Close');
 }
 
