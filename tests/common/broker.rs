@@ -372,8 +372,27 @@ impl Broker {
     }
 }
 
+/// Lines of the broker's log a failing test prints (the end, where the failure is).
+const LOG_LINES_ON_FAILURE: usize = 200;
+
 impl Drop for Broker {
     fn drop(&mut self) {
+        // A test that fails shows what the broker said: a client error such as "channel
+        // closed" is often explained only there.
+        if std::thread::panicking() {
+            if let Ok(logs) = self.logs.lock() {
+                let from = logs.len().saturating_sub(LOG_LINES_ON_FAILURE);
+                eprintln!(
+                    "--- the broker's log (lines {}..{} of {}) ---",
+                    from + 1,
+                    logs.len(),
+                    logs.len()
+                );
+                for line in &logs[from..] {
+                    eprintln!("{line}");
+                }
+            }
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
