@@ -136,7 +136,28 @@ impl Browser {
     }
 
     pub async fn click(&self, css: &str) {
-        self.find(css).await.click().await.expect("click");
+        self.click_at(Locator::Css(css)).await;
+    }
+
+    /// Clicks the element `locator` finds, finding it again when the page redrew it
+    /// between the find and the click (a live page re-renders its lists on every
+    /// refresh, and a handle to the old element is then stale).
+    pub async fn click_at(&self, locator: Locator<'_>) {
+        let deadline = Instant::now() + PAGE_TIMEOUT;
+        loop {
+            let element = self
+                .client
+                .wait()
+                .at_most(PAGE_TIMEOUT)
+                .for_element(locator)
+                .await
+                .unwrap_or_else(|e| panic!("no element {locator:?}: {e}"));
+            match element.click().await {
+                Ok(_) => return,
+                Err(e) if e.is_stale_element_reference() && Instant::now() < deadline => continue,
+                Err(e) => panic!("click {locator:?}: {e}"),
+            }
+        }
     }
 
     /// Accepts the page's `confirm()` once it is open.

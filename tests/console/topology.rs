@@ -58,14 +58,10 @@ async fn an_exchange_is_declared_bound_and_published_to_from_the_page(
     let got = ch.get_eventually(&queue, true).await;
     assert_eq!(got.2, b"from the page");
     // Unbind from the page, then delete the exchange.
-    let unbind = b
-        .client
-        .find(fantoccini::Locator::XPath(
-            "//div[@id='exchange-live']//button[text()='Unbind']",
-        ))
-        .await
-        .expect("unbind button");
-    unbind.click().await.expect("click unbind");
+    b.click_at(fantoccini::Locator::XPath(
+        "//div[@id='exchange-live']//button[text()='Unbind']",
+    ))
+    .await;
     b.wait_text("#exchange-live", |t| !t.contains(&queue)).await;
     b.click("#delete-exchange").await;
     b.accept_confirm().await;
@@ -112,15 +108,10 @@ async fn a_policy_set_on_the_admin_page_applies_over_amqp(broker: &Broker, b: &B
     b.wait_text("#queue-live", |t| t.contains("console-max-length"))
         .await;
     b.goto("#/admin").await;
-    let delete = b
-        .client
-        .wait()
-        .for_element(fantoccini::Locator::XPath(
-            "//section[@id='policies']//tr[contains(., 'console-max-length')]//button",
-        ))
-        .await
-        .expect("the policy's delete button");
-    delete.click().await.expect("click delete");
+    b.click_at(fantoccini::Locator::XPath(
+        "//section[@id='policies']//tr[contains(., 'console-max-length')]//button",
+    ))
+    .await;
     b.accept_confirm().await;
     assert!(
         eventually(EVENT_TIMEOUT, || async {
