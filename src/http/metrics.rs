@@ -25,20 +25,20 @@ use crate::shard::inbox::observe::{QueueView, ShardView, Want};
 
 use super::{respond, unavailable, Context, HttpResponse};
 
-type Labels = Vec<(&'static str, String)>;
-type G = Family<Labels, Gauge<f64, AtomicU64>>;
-type C = Family<Labels, Counter<u64>>;
+pub(super) type Labels = Vec<(&'static str, String)>;
+pub(super) type G = Family<Labels, Gauge<f64, AtomicU64>>;
+pub(super) type C = Family<Labels, Counter<u64>>;
 type CF = Family<Labels, Counter<f64, AtomicU64>>;
 
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-fn gauge(reg: &mut Registry, name: &str, help: &str) -> G {
+pub(super) fn gauge(reg: &mut Registry, name: &str, help: &str) -> G {
     let f = G::default();
     reg.register(name, help, f.clone());
     f
 }
 
-fn counter(reg: &mut Registry, name: &str, help: &str) -> C {
+pub(super) fn counter(reg: &mut Registry, name: &str, help: &str) -> C {
     let f = C::default();
     reg.register(name, help, f.clone());
     f

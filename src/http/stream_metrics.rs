@@ -8,30 +8,10 @@
 //! Does not: compute lag (the stream's home shard does, `stream::retention`) or keep
 //! anything between scrapes.
 
-use std::sync::atomic::AtomicU64;
-
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use super::metrics::{counter, gauge};
 use crate::shard::inbox::observe::{ShardView, StreamView};
-
-type Labels = Vec<(&'static str, String)>;
-type G = Family<Labels, Gauge<f64, AtomicU64>>;
-type C = Family<Labels, Counter<u64>>;
-
-fn gauge(reg: &mut Registry, name: &str, help: &str) -> G {
-    let f = G::default();
-    reg.register(name, help, f.clone());
-    f
-}
-
-fn counter(reg: &mut Registry, name: &str, help: &str) -> C {
-    let f = C::default();
-    reg.register(name, help, f.clone());
-    f
-}
 
 /// Registers and fills the stream families (nothing when there is no stream).
 pub fn record(reg: &mut Registry, shards: &[ShardView], per_reader: bool) {

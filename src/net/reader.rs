@@ -237,6 +237,8 @@ async fn read_loop(
                         rb.release_if_idle();
                         continue;
                     }
+                    // A signal during the call: the socket is fine, read again.
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(_) => return,
                 }
             }

@@ -282,11 +282,7 @@ mod tests {
     use crate::protocol::LongStr;
 
     fn table(entries: &[(&str, FieldValue)]) -> FieldTable {
-        let mut t = FieldTable::new();
-        for (k, v) in entries {
-            t.insert(*k, v.clone());
-        }
-        t
+        FieldTable::of(entries)
     }
 
     fn s(v: &str) -> FieldValue {

@@ -430,6 +430,19 @@ impl FieldTable {
     }
 }
 
+impl FieldTable {
+    /// A table of `entries` in order, a later key replacing an earlier one (as
+    /// [`FieldTable::insert`] does): the tests' way of writing declare arguments.
+    #[cfg(test)]
+    pub fn of(entries: &[(&str, FieldValue)]) -> FieldTable {
+        let mut t = FieldTable::new();
+        for (k, v) in entries {
+            t.insert(*k, v.clone());
+        }
+        t
+    }
+}
+
 impl From<Vec<(ShortStr, FieldValue)>> for FieldTable {
     fn from(entries: Vec<(ShortStr, FieldValue)>) -> Self {
         FieldTable(entries)

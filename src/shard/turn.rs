@@ -340,6 +340,7 @@ impl Shard {
             None => false,
         };
         self.after_written(&mut st, conn, drained);
+        self.flush_soon();
     }
 
     /// What every write does to its connection: counted, timed; whether the buffer is
@@ -352,12 +353,14 @@ impl Shard {
         c.out.queued_bytes() < self.config.net.write_low_water
     }
 
+    /// What follows a write on its connection: no-ack deliveries now on the wire are
+    /// settled, and credit topped up once the buffer drained below the low-water mark.
+    /// The caller asks for the deferred flush that sends what this produced.
     fn after_written(&self, st: &mut super::State, conn: ConnId, drained: bool) {
         st.conn_side().settle_written(self, conn);
         if drained {
             st.conn_side().top_up_conn(self, conn);
         }
-        self.flush_soon();
     }
 
     /// The write pass's turn at up to `max` connections with bytes (in the order they got
@@ -365,9 +368,10 @@ impl Shard {
     /// are handed to the writer task; the others' queues are given to `send` as one batch
     /// ([`Write`]: each socket and the queue's slices, written straight from the outbound
     /// buffer without waiting; `send` pushes what each socket took, or an error, in the
-    /// same order, and skips a write without slices), then accounted for as [`Shard::wrote`] does. A socket that took less
-    /// than all it was offered (full) or failed goes to its writer task, which waits for
-    /// room (or finishes the connection). Returns whether connections are still waiting.
+    /// same order, and skips a write without slices), then accounted for as
+    /// [`Shard::wrote`] does. A socket that took less than all it was offered (full) or
+    /// failed goes to its writer task, which waits for room (or finishes the
+    /// connection). Returns whether connections are still waiting.
     pub fn write_batch(
         &self,
         max: usize,
@@ -399,8 +403,8 @@ impl Shard {
             let mut slices = [std::io::IoSlice::new(&[]); WRITE_SLICES];
             let mut writes: smallvec::SmallVec<[Write<'_>; 64]> = smallvec::SmallVec::new();
             let mut at = 0;
-            let mut ranges: smallvec::SmallVec<[(usize, usize); 64]> = smallvec::SmallVec::new();
-            let mut sockets: smallvec::SmallVec<[std::os::fd::RawFd; 64]> =
+            // Each connection's socket and its run of `slices`.
+            let mut ranges: smallvec::SmallVec<[(std::os::fd::RawFd, usize, usize); 64]> =
                 smallvec::SmallVec::new();
             for &conn in &batch {
                 // Every connection of the batch is there (same borrow) and plain.
@@ -414,13 +418,12 @@ impl Shard {
                     }
                     None => (-1, 0),
                 };
-                sockets.push(socket);
-                ranges.push((at, n));
+                ranges.push((socket, at, n));
                 offered.push(slices[at..at + n].iter().map(|s| s.len()).sum());
                 at += n;
             }
             let slices = &slices[..at];
-            for (&socket, &(from, n)) in sockets.iter().zip(&ranges) {
+            for &(socket, from, n) in &ranges {
                 writes.push(Write {
                     socket,
                     slices: &slices[from..from + n],
@@ -462,10 +465,7 @@ impl Shard {
                 // More slices than one write takes: the rest later in the pass.
                 st.conns.mark_writer(conn);
             }
-            st.conn_side().settle_written(self, conn);
-            if drained {
-                st.conn_side().top_up_conn(self, conn);
-            }
+            self.after_written(&mut st, conn, drained);
             wrote_any = true;
         }
         if wrote_any {

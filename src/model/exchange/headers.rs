@@ -107,12 +107,8 @@ mod tests {
     use super::*;
     use crate::protocol::LongStr;
 
-    fn table(pairs: &[(&str, FieldValue)]) -> FieldTable {
-        let mut t = FieldTable::default();
-        for (k, v) in pairs {
-            t.insert(*k, v.clone());
-        }
-        t
+    fn table(entries: &[(&str, FieldValue)]) -> FieldTable {
+        FieldTable::of(entries)
     }
 
     fn s(text: &str) -> FieldValue {
