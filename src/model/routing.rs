@@ -109,7 +109,9 @@ pub struct VhostDirectory {
     closed: bool,
     exchanges: Slab<Exchange>,
     by_name: HashMap<ShortStr, ExchangeId>,
-    queues: HashMap<ShortStr, QueueMeta>,
+    /// Boxed: the map has about twice as many buckets as queues, and every shard holds
+    /// every queue's entry (issue 23).
+    queues: HashMap<ShortStr, Box<QueueMeta>>,
     /// Bumped by each route through a chain; an exchange it reached carries it.
     route_epoch: Cell<u64>,
     /// The default exchange's `publish_in` / `publish_out` on this replica (it has no
@@ -172,11 +174,11 @@ impl VhostDirectory {
     }
 
     pub fn queue(&self, name: &ShortStr) -> Option<&QueueMeta> {
-        self.queues.get(name)
+        self.queues.get(name).map(|m| &**m)
     }
 
     pub fn queues(&self) -> impl Iterator<Item = &QueueMeta> {
-        self.queues.values()
+        self.queues.values().map(|m| &**m)
     }
 
     /// How many queues the vhost holds.
@@ -283,7 +285,7 @@ impl VhostDirectory {
             DirectoryChange::DeclareQueue { meta, .. } => {
                 self.queues
                     .entry(meta.name.clone())
-                    .or_insert_with(|| meta.clone());
+                    .or_insert_with(|| Box::new(meta.clone()));
             }
             DirectoryChange::DeleteQueue { queue, name, .. } => {
                 if self.queues.get(name).is_some_and(|m| m.queue == *queue) {

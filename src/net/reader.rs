@@ -1,4 +1,5 @@
-//! Owns: one connection's reader task — waiting until a plain socket has bytes (readiness
+//! Owns: one connection's reader task — opening the connection and giving it what starts
+//! its writer task when first needed, waiting until a plain socket has bytes (readiness
 //! from the runtime's epoll driver, so no read buffer is posted meanwhile: an idle
 //! connection holds none) and reading them without waiting, the owned read buffer (given
 //! back between reads while the connection needs no more than the smallest), the
@@ -13,6 +14,7 @@
 //!
 //! Does not: interpret methods, or read while an earlier read is in flight.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
@@ -39,50 +41,94 @@ const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// times `write_high_water` (deliveries stop at 1x; replies and returns could go on).
 const READ_PAUSE_FACTOR: usize = 4;
 
-/// Serves one accepted plain connection until it closes.
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
+/// Serves one accepted plain connection until it closes: opens the connection now and
+/// returns the reader task's future.
+pub fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) -> impl Future<Output = ()> {
     let accepted = shard.clock.now();
-    serve_transport(shard, stream, peer, accepted, Transport::Plain, None).await;
+    serve_transport(shard, stream, peer, accepted, Transport::Plain, None)
 }
 
-/// Serves one connection (plain, or TLS after its handshake) until it closes. The
-/// handshake deadline counts from `accepted`, so a TLS handshake's time counts against
-/// it too.
-pub async fn serve_transport(
+/// What a connection's reader task holds for its whole life. The task's future is this
+/// and the read loop's wait for bytes: everything rarer (a read through io_uring or TLS,
+/// frame processing, a hold, the wind-down) is boxed while it runs, so that the task each
+/// of 10,000 idle subscribers keeps stays small (issue 23).
+struct ConnTask {
+    shard: Rc<Shard>,
+    stream: Rc<TcpStream>,
+    transport: Transport,
+    conn: ConnId,
+    /// Wakes the writer task (the TLS read path has records to send).
+    writer: Rc<Signal>,
+    /// Raised when bytes of the connection reached the socket.
+    progress: Rc<Signal>,
+    /// Raised when the writer task ended.
+    writer_done: Rc<Signal>,
+}
+
+/// Serves one connection (plain, or TLS after its handshake) until it closes: opens the
+/// connection now and returns the reader task's future. The handshake deadline counts
+/// from `accepted`, so a TLS handshake's time counts against it too.
+pub fn serve_transport(
     shard: Rc<Shard>,
     stream: TcpStream,
     peer: SocketAddr,
     accepted: std::time::Instant,
     transport: Transport,
     tls_peer: Option<crate::session::connection::TlsPeer>,
-) {
+) -> impl Future<Output = ()> {
     let stream = Rc::new(stream);
     let signal = Rc::new(Signal::new());
     let local = local_addr(&stream);
     let writer_progress = Rc::new(Signal::new());
+    let writer_done = Rc::new(Signal::new());
     let socket = match transport {
         Transport::Plain => Some(std::os::fd::AsRawFd::as_raw_fd(&*stream)),
         Transport::Tls(_) => None,
+    };
+    // The writer task is started the first time the shard wakes it (a full socket, TLS,
+    // closing): most plain connections are written by the shard's write pass only.
+    let start_writer = {
+        let shard = Rc::downgrade(&shard);
+        let stream = Rc::clone(&stream);
+        let transport = transport.clone();
+        let signal = Rc::clone(&signal);
+        let progress = Rc::clone(&writer_progress);
+        let done = Rc::clone(&writer_done);
+        Box::new(move |conn: ConnId| {
+            if let Some(shard) = shard.upgrade() {
+                tokio_uring::spawn(super::writer::run(
+                    shard, stream, transport, conn, signal, progress, done,
+                ));
+            }
+        })
     };
     let io = ConnIo {
         socket,
         writer: Rc::clone(&signal),
         progress: Rc::clone(&writer_progress),
+        start_writer,
     };
     let conn = shard.open_connection(peer, local, accepted, tls_peer, io);
-    let writer_done = Rc::new(Signal::new());
-    tokio_uring::spawn(super::writer::run(
-        Rc::clone(&shard),
-        Rc::clone(&stream),
-        transport.clone(),
+    let task = ConnTask {
+        shard,
+        stream,
+        transport,
         conn,
-        Rc::clone(&signal),
-        Rc::clone(&writer_progress),
-        Rc::clone(&writer_done),
-    ));
-    read_loop(&shard, &stream, &transport, conn, &writer_progress, &signal).await;
-    Box::pin(wind_down(&shard, &stream, conn, &writer_done)).await;
-    shard.release_connection(conn);
+        writer: signal,
+        progress: writer_progress,
+        writer_done,
+    };
+    async move {
+        read_loop(&task).await;
+        Box::pin(wind_down(
+            &task.shard,
+            &task.stream,
+            conn,
+            &task.writer_done,
+        ))
+        .await;
+        task.shard.release_connection(conn);
+    }
 }
 
 /// After the last read: lets a client that has its close-ok close the socket itself, and
@@ -160,14 +206,17 @@ async fn linger(stream: &TcpStream) {
     }
 }
 
-async fn read_loop(
-    shard: &Rc<Shard>,
-    stream: &TcpStream,
-    transport: &Transport,
-    conn: ConnId,
-    progress: &Signal,
-    writer: &Signal,
-) {
+async fn read_loop(task: &ConnTask) {
+    let ConnTask {
+        shard,
+        stream,
+        transport,
+        conn,
+        writer,
+        progress,
+        ..
+    } = task;
+    let conn = *conn;
     let mut rb = ReadBuffer::new(
         shard.config.net.read_buffer_min,
         shard.config.net.read_buffer,
@@ -250,7 +299,7 @@ async fn read_loop(
                 let (start, end) = (buf.len(), buf.capacity());
                 // Boxed: the fallback when the socket could not be registered.
                 let read = Box::pin(stream.read(buf.slice(start..end)));
-                let Some((res, returned)) = until_closed(shard, conn, read).await else {
+                let Some((res, returned)) = Box::pin(until_closed(shard, conn, read)).await else {
                     return;
                 };
                 let n = match res {
@@ -262,7 +311,7 @@ async fn read_loop(
             }
             (Transport::Tls(session), _) => {
                 let read = Box::pin(session.read(stream, &mut rb, frame_max, writer));
-                match until_closed(shard, conn, read).await.flatten() {
+                match Box::pin(until_closed(shard, conn, read)).await.flatten() {
                     Some(n) => n,
                     None => return,
                 }

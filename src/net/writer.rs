@@ -2,9 +2,10 @@
 //! buffers (at most `IOV_MAX` per call), writes them with io_uring `writev` (which waits
 //! for room in the socket), accounts for what was written (no-ack deliveries on the wire
 //! are reported to their queues), and tops up consumer credit once the buffer has
-//! drained below the low-water mark. On a plain connection it is woken only when the
-//! shard's write pass (`write_pass`) found the socket full, and gives the socket back
-//! once the buffer is empty; a TLS connection's bytes always go through it. Once the
+//! drained below the low-water mark. On a plain connection it is started (by the
+//! reader's closure the connection holds) and woken only when the shard's write pass
+//! (`write_pass`) found the socket full, or to close, and gives the socket back once the
+//! buffer is empty; a TLS connection's bytes always go through it (started with it). Once the
 //! connection is `Closed` (close-ok to the broker's close, a close timeout, shutdown, or
 //! the client gone after its own close) it flushes and shuts the socket; while the
 //! connection lingers after close-ok to the client's close, it flushes only and leaves the

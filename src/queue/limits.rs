@@ -29,7 +29,8 @@ pub struct QueueLimits {
     /// Publishing channels told to stop because of this queue (while it is overfull).
     pub blocked_publishers: HashSet<ChannelRef, BuildHasherDefault<IdHasher>>,
     pub slow: SlowState,
-    pub alerts: Alerts,
+    /// Allocated at the first alert (most queues never have one: issue 23).
+    alerts: Option<Box<Alerts>>,
     /// The periodic policy check is armed on the shard's wheel.
     pub timer_armed: bool,
     /// The run-time policy whose definition is merged into the declare arguments the
@@ -44,7 +45,7 @@ impl QueueLimits {
             capacity: None,
             blocked_publishers: HashSet::default(),
             slow: SlowState::new(rate_window),
-            alerts: Alerts::default(),
+            alerts: None,
             timer_armed: false,
             policy: None,
         }
@@ -53,21 +54,30 @@ impl QueueLimits {
     /// Whether the queue needs the periodic policy check.
     pub fn needs_checks(&self) -> bool {
         self.slow.active().is_some()
-            || self.alerts.discards_unreported > 0
-            || self.alerts.rejects_unreported > 0
+            || self
+                .alerts
+                .as_ref()
+                .is_some_and(|a| a.discards_unreported > 0 || a.rejects_unreported > 0)
+    }
+
+    /// When the queue last logged each kind of alert, and what it has not reported;
+    /// `None` before its first alert.
+    pub fn alerts(&self) -> Option<&Alerts> {
+        self.alerts.as_deref()
+    }
+
+    /// The same, allocated at the first alert.
+    pub fn alerts_mut(&mut self) -> &mut Alerts {
+        self.alerts.get_or_insert_with(Box::default)
     }
 }
 
 /// Slow-consumer state of one queue (seed 000).
 #[derive(Debug)]
 pub struct SlowState {
-    /// The `x-slow-consumer-*` declare arguments, with the run-time policy's
-    /// `sluice-slow-consumer-*` keys filling in those the queue does not declare.
-    pub declared: SlowConsumerSettings,
-    /// The configuration file's level found at the first topic binding (a `[[topic]]`
-    /// entry or the vhost default): what `declared` is resolved over again when the
-    /// queue's run-time policy changes.
-    pub base: SlowConsumerSettings,
+    /// The declared and configured levels the policy was resolved from; `None` while
+    /// both are unset (most queues: issue 23).
+    levels: Option<Box<SlowLevels>>,
     /// Whether the settings below came from a `[[topic]]` entry (more specific than the
     /// vhost default, so a later binding does not replace them).
     pub from_topic_entry: bool,
@@ -91,8 +101,7 @@ pub struct SlowState {
 impl SlowState {
     fn new(rate_window: Duration) -> SlowState {
         SlowState {
-            declared: SlowConsumerSettings::default(),
-            base: SlowConsumerSettings::default(),
+            levels: None,
             from_topic_entry: false,
             policy: None,
             topic_bindings: 0,
@@ -107,10 +116,54 @@ impl SlowState {
         }
     }
 
+    /// The `x-slow-consumer-*` declare arguments, with the run-time policy's
+    /// `sluice-slow-consumer-*` keys filling in those the queue does not declare.
+    pub fn declared(&self) -> &SlowConsumerSettings {
+        self.levels.as_ref().map_or(&UNSET, |l| &l.declared)
+    }
+
+    /// The configuration file's level found at the first topic binding (a `[[topic]]`
+    /// entry or the vhost default): what `declared` is resolved over again when the
+    /// queue's run-time policy changes.
+    pub fn base(&self) -> &SlowConsumerSettings {
+        self.levels.as_ref().map_or(&UNSET, |l| &l.base)
+    }
+
+    pub fn set_declared(&mut self, declared: SlowConsumerSettings) {
+        self.set_levels(declared, self.base().clone());
+    }
+
+    pub fn set_base(&mut self, base: SlowConsumerSettings) {
+        self.set_levels(self.declared().clone(), base);
+    }
+
+    fn set_levels(&mut self, declared: SlowConsumerSettings, base: SlowConsumerSettings) {
+        self.levels =
+            (declared != UNSET || base != UNSET).then(|| Box::new(SlowLevels { declared, base }));
+    }
+
     /// The policy in force: resolved and the queue bound to a topic exchange.
     pub fn active(&self) -> Option<&SlowConsumerPolicy> {
         self.policy.as_ref().filter(|_| self.topic_bindings > 0)
     }
+}
+
+/// A slow-consumer level none of whose fields is set.
+const UNSET: SlowConsumerSettings = SlowConsumerSettings {
+    action: None,
+    max_depth: None,
+    max_count: None,
+    max_age: None,
+    min_rate: None,
+    include_persistent: None,
+    include_durable: None,
+};
+
+/// The declare arguments' and the configuration file's slow-consumer levels of a queue.
+#[derive(Debug)]
+struct SlowLevels {
+    declared: SlowConsumerSettings,
+    base: SlowConsumerSettings,
 }
 
 /// When the queue last logged each kind of alert, and what it has not reported yet.

@@ -59,7 +59,7 @@ impl Head for Fifo {
     #[inline(always)]
     fn push_back(ready: &mut ReadyList, entry: Entry) {
         debug_assert!(ready.levels.is_none(), "Fifo head on a priority queue");
-        ready.fifo.push_back(entry);
+        push_fifo(&mut ready.fifo, entry);
         ready.sync_fifo();
     }
 
@@ -93,6 +93,16 @@ impl Head for Any {
 
     #[inline(always)]
     fn after_pop(_ready: &mut ReadyList) {}
+}
+
+/// Appends to a FIFO whose first allocation is one entry (a `VecDeque` would start with
+/// four): a subscriber that keeps up holds one message at a time (issue 23).
+#[inline(always)]
+fn push_fifo(fifo: &mut VecDeque<Entry>, entry: Entry) {
+    if fifo.capacity() == 0 {
+        fifo.reserve_exact(1);
+    }
+    fifo.push_back(entry);
 }
 
 /// The ready entries of one queue, in delivery order.
@@ -172,7 +182,7 @@ impl ReadyList {
     pub fn push_back(&mut self, entry: Entry) {
         match &mut self.levels {
             None => {
-                self.fifo.push_back(entry);
+                push_fifo(&mut self.fifo, entry);
                 self.sync_fifo();
             }
             Some(l) => {

@@ -9,12 +9,13 @@
 //! - `unacked` is sorted by delivery tag (tags are assigned in increasing order).
 //! - Per consumer, `unacked` counts the entries in `unacked` with that consumer.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
-use crate::model::ids::{IdMap, QueueRef};
+use crate::model::ids::QueueRef;
 use crate::model::message::Message;
 use crate::protocol::method::BasicPublish;
 use crate::protocol::ShortStr;
+use crate::session::channel_consumers::ChannelConsumers;
 use crate::session::confirm::ConfirmTracker;
 use crate::session::consumer::ChannelConsumer;
 use crate::session::content::Content;
@@ -68,23 +69,19 @@ pub struct Channel {
     pub content: Content,
     next_tag: u64,
     pub unacked: VecDeque<Unacked>,
-    pub consumers: IdMap<u32, ChannelConsumer>,
-    /// Consumer tag → id in `consumers` (kept by `add_consumer` / `remove_consumer` /
-    /// `drain_consumers`), so a cancel or a duplicate-tag check is O(1).
-    by_tag: HashMap<ShortStr, u32>,
+    pub consumers: ChannelConsumers,
     next_consumer: u32,
     /// Prefetch for consumers created from now on (basic.qos global=false).
     pub prefetch: u32,
     /// Channel-wide prefetch (basic.qos global=true), 0 = none.
     pub global_prefetch: u32,
-    /// Confirm mode: the publishes awaiting `basic.ack` / `basic.nack`.
-    pub confirms: Option<ConfirmTracker>,
+    /// Confirm mode: the publishes awaiting `basic.ack` / `basic.nack`. This and the
+    /// other modes' state are boxed: a subscriber's channel has none of them, and the
+    /// channel is held once per subscriber (issue 23).
+    pub confirms: Option<Box<ConfirmTracker>>,
     pub tx: Option<Vec<TxOp>>,
-    /// In a transaction: its committed publishes, tracked as confirms are (never
-    /// answered with `basic.ack`), so that `tx.commit-ok` waits for them.
-    tx_confirms: ConfirmTracker,
-    /// The last publish of each commit not answered yet, oldest first.
-    commit_marks: VecDeque<u64>,
+    /// In a transaction: its committed publishes (from the first publish in tx mode).
+    tx_commits: Option<Box<TxCommits>>,
     /// Producer flow control on this channel.
     pub publisher: PublisherFlow,
     /// `channel.flow` from the client: false stops deliveries.
@@ -101,7 +98,16 @@ pub struct Channel {
     pub stats: ChannelStats,
     /// Its direct reply-to consumer (`basic.consume` on `amq.rabbitmq.reply-to`), at
     /// most one, no-ack, with the replies it holds while `flow_active` is false.
-    pub direct_reply: Option<ReplyConsumer>,
+    pub direct_reply: Option<Box<ReplyConsumer>>,
+}
+
+/// A transactional channel's committed publishes, tracked as confirms are (never
+/// answered with `basic.ack`), so that `tx.commit-ok` waits for them.
+#[derive(Debug, Default)]
+struct TxCommits {
+    tracker: ConfirmTracker,
+    /// The last publish of each commit not answered yet, oldest first.
+    marks: VecDeque<u64>,
 }
 
 /// A channel's message counts since it opened (RabbitMQ's channel `message_stats`):
@@ -175,15 +181,13 @@ impl Channel {
             content: Content::Idle,
             next_tag: 1,
             unacked: VecDeque::new(),
-            consumers: IdMap::default(),
-            by_tag: HashMap::new(),
+            consumers: ChannelConsumers::default(),
             next_consumer: 1,
             prefetch: 0,
             global_prefetch: 0,
             confirms: None,
             tx: None,
-            tx_confirms: ConfirmTracker::new(),
-            commit_marks: VecDeque::new(),
+            tx_commits: None,
             publisher: PublisherFlow::default(),
             flow_active: true,
             last_queue: ShortStr::default(),
@@ -198,29 +202,29 @@ impl Channel {
     /// mode, the confirms' in confirm mode, none otherwise.
     pub fn tracker_mut(&mut self) -> Option<&mut ConfirmTracker> {
         if self.tx.is_some() {
-            Some(&mut self.tx_confirms)
+            Some(&mut self.tx_commits.get_or_insert_with(Box::default).tracker)
         } else {
-            self.confirms.as_mut()
+            self.confirms.as_deref_mut()
         }
     }
 
     /// A `tx.commit` routed its publishes: its commit-ok waits for them.
     pub fn committed(&mut self) {
-        self.commit_marks
-            .push_back(self.tx_confirms.last_assigned());
+        let commits = self.tx_commits.get_or_insert_with(Box::default);
+        commits.marks.push_back(commits.tracker.last_assigned());
     }
 
     /// How many commits are complete now (their commit-ok may go out, in order).
     pub fn take_committed(&mut self) -> usize {
-        if self.commit_marks.is_empty() {
+        let Some(commits) = self.tx_commits.as_mut().filter(|c| !c.marks.is_empty()) else {
             return 0;
-        }
+        };
         let mut replies = Vec::new();
-        self.tx_confirms.take_ready(&mut replies);
-        let settled = self.tx_confirms.settled();
+        commits.tracker.take_ready(&mut replies);
+        let settled = commits.tracker.settled();
         let mut done = 0;
-        while self.commit_marks.front().is_some_and(|&m| m <= settled) {
-            self.commit_marks.pop_front();
+        while commits.marks.front().is_some_and(|&m| m <= settled) {
+            commits.marks.pop_front();
             done += 1;
         }
         done
@@ -258,30 +262,24 @@ impl Channel {
     }
 
     pub fn consumer_by_tag(&self, tag: &ShortStr) -> Option<u32> {
-        self.by_tag.get(tag).copied()
+        self.consumers.by_tag(tag)
     }
 
     /// Registers a consumer (before the queue knows it). Returns its channel-local id.
     pub fn add_consumer(&mut self, consumer: ChannelConsumer) -> u32 {
         let id = self.next_consumer;
         self.next_consumer += 1;
-        self.by_tag.insert(consumer.tag.clone(), id);
         self.consumers.insert(id, consumer);
         id
     }
 
     /// Forgets a consumer; returns it if it was there.
     pub fn remove_consumer(&mut self, id: u32) -> Option<ChannelConsumer> {
-        let consumer = self.consumers.remove(&id)?;
-        if self.by_tag.get(&consumer.tag) == Some(&id) {
-            self.by_tag.remove(&consumer.tag);
-        }
-        Some(consumer)
+        self.consumers.remove(&id)
     }
 
     /// Forgets every consumer (the channel is closing).
     pub fn drain_consumers(&mut self) -> Vec<ChannelConsumer> {
-        self.by_tag.clear();
         self.consumers.drain().map(|(_, c)| c).collect()
     }
 

@@ -65,6 +65,9 @@ pub struct WriteMark {
     pub bytes: u64,
 }
 
+/// Starts a connection's writer task (given by its reader, which owns the socket).
+pub type StartWriter = Box<dyn FnOnce(ConnId)>;
+
 /// One connection, owned by its shard's slab.
 pub struct Conn {
     pub id: ConnId,
@@ -86,7 +89,12 @@ pub struct Conn {
     /// channel has room for three more, issue 23).
     pub channels: IdMap<u16, Box<Channel>>,
     pub out: Outbound,
+    /// Wakes the connection's writer task ([`Conn::wake_writer`]).
     pub writer: Rc<Signal>,
+    /// Starts the writer task; taken the first time it is woken. A plain connection's
+    /// bytes normally go out in the shard's write pass, so most connections never start
+    /// one (issue 23: an idle task per connection was half a KiB).
+    start_writer: Option<StartWriter>,
     pub last_recv: Instant,
     pub last_send: Instant,
     /// Exclusive queues this connection declared (deleted when it goes).
@@ -189,6 +197,25 @@ impl Conn {
         }
     }
 
+    /// Wakes the writer task, starting it the first time.
+    pub fn wake_writer(&mut self) {
+        self.ensure_writer();
+        self.writer.notify();
+    }
+
+    /// Starts the writer task if it is not running yet (a TLS connection's, which its
+    /// reader also wakes, starts with the connection).
+    pub fn ensure_writer(&mut self) {
+        if let Some(start) = self.start_writer.take() {
+            start(self.id);
+        }
+    }
+
+    /// Gives the connection what starts its writer task when it is first needed.
+    pub fn set_writer_start(&mut self, start: StartWriter) {
+        self.start_writer = Some(start);
+    }
+
     /// Done: the writer flushes and shuts the socket, and a reader waiting on the
     /// connection (lingering, held, paused) is woken.
     pub fn finish(&mut self) {
@@ -230,6 +257,7 @@ impl Conn {
             channels: IdMap::default(),
             out: Outbound::new(inline_max, frame_max),
             writer,
+            start_writer: None,
             last_recv: now,
             last_send: now,
             exclusive_queues: Vec::new(),

@@ -2,13 +2,15 @@
 //! capabilities, outbound buffer, its phase), its channels (publish assembly in
 //! `content`, delivery tags, unacked, qos, transactions), publisher confirms
 //! (`confirm`), a publisher's flow-control state (`publisher`), consumers and their
-//! credit rule, direct reply-to's addresses (`reply_to`) and a channel's reply consumer
+//! credit rule (`consumer`; a channel's set of them by id and tag: `channel_consumers`),
+//! direct reply-to's addresses (`reply_to`) and a channel's reply consumer
 //! with the replies it holds while paused (`reply_consumer`) — and the typed errors that
 //! close a channel or a connection.
 //!
 //! Does not: do I/O or reach another shard; the shard's handler drives this state.
 
 pub mod channel;
+pub mod channel_consumers;
 pub mod confirm;
 pub mod connection;
 pub mod consumer;

@@ -1,7 +1,7 @@
 //! Owns: [`Outbound`], one connection's queue of bytes waiting for its writer: small
 //! encoded frames are appended to a shared arena; large bodies are queued as their own
 //! `Bytes` (the publisher's buffer, not a copy) and written with `writev`. The arena is
-//! sized to the traffic (1 KiB, doubling up to 64 KiB while one write's worth fills it,
+//! sized to the traffic (512 bytes, doubling up to 64 KiB while one write's worth fills it,
 //! halving when little is written). A busy connection keeps reusing its arena (the
 //! allocation comes back to it once the writer dropped what it wrote); an idle one lets
 //! it go ([`Outbound::release_idle`], once per reclaim interval), so it holds no
@@ -22,10 +22,11 @@ use crate::protocol::{Method, ShortStr};
 
 /// The arena a connection starts with and shrinks back to: a few small deliveries' worth,
 /// so that thousands of lightly loaded subscribers hold little (issue 23).
-const ARENA_MIN: usize = 1024;
-/// Free room below which the arena is sealed and the next one started (a small frame and
-/// an inlined body fit in it, so encoding one never reallocates the arena).
-const ARENA_FREE_MIN: usize = 512;
+const ARENA_MIN: usize = 512;
+/// Free room below which the arena is sealed and the next one started (a delivery with a
+/// small body fits in it; a larger inlined one may grow the arena, which copies only
+/// what it holds since it was last sealed).
+const ARENA_FREE_MIN: usize = 256;
 /// The largest arena (a busy subscriber's).
 const ARENA_MAX: usize = 64 * 1024;
 

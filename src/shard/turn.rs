@@ -55,6 +55,8 @@ pub struct ConnIo {
     pub socket: Option<std::os::fd::RawFd>,
     /// Wakes the connection's writer task.
     pub writer: Rc<Signal>,
+    /// Starts the writer task the first time it is woken.
+    pub start_writer: crate::session::connection::StartWriter,
     /// Raised when bytes of the connection reached the socket.
     pub progress: Rc<Signal>,
 }
@@ -110,6 +112,10 @@ impl Shard {
             c.tls = tls;
             c.socket = io.socket;
             c.writer_owns = io.socket.is_none();
+            c.set_writer_start(io.start_writer);
+            if c.writer_owns {
+                c.ensure_writer();
+            }
             c.progress = io.progress;
             c.local = local;
             c.connected_at_ms = connected_at_ms;
@@ -388,7 +394,7 @@ impl Shard {
             };
             if c.socket.is_none() || c.writer_owns || c.phase() == Phase::Closed {
                 c.writer_owns = true;
-                c.writer.notify();
+                c.wake_writer();
             } else if !c.out.is_empty() {
                 batch.push(conn);
             }
@@ -446,13 +452,13 @@ impl Shard {
                 Ok(w) => {
                     // Full: the writer task waits for room.
                     c.writer_owns = true;
-                    c.writer.notify();
+                    c.wake_writer();
                     w
                 }
                 Err(_) => {
                     // The writer finds out and finishes the connection.
                     c.writer_owns = true;
-                    c.writer.notify();
+                    c.wake_writer();
                     0
                 }
             };

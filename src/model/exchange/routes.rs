@@ -56,7 +56,9 @@ enum Matcher<T: Copy + Eq + Hash> {
 /// One exchange's bindings to destinations of type `T` (a `QueueRef`, or an exchange's
 /// slot in its virtual host), each binding a `B`.
 pub struct Routes<T: Copy + Eq + Hash, B> {
-    bindings: HashMap<T, DestBindings<B>>,
+    /// Boxed: the map's buckets, about twice as many as destinations, then hold a
+    /// pointer each instead of a binding (issue 23: every shard holds every binding).
+    bindings: HashMap<T, Box<DestBindings<B>>>,
     count: usize,
     matcher: Matcher<T>,
 }

@@ -26,7 +26,9 @@ use super::Common;
 
 /// The connections of one shard and what the shard applied to their publishers.
 pub struct Connections {
-    slab: Slab<Conn>,
+    /// Boxed: a slab grows by doubling, so its spare slots would each hold a whole
+    /// `Conn` (600 bytes; up to 60 % more memory per connection at 10,000, issue 23).
+    slab: Slab<Box<Conn>>,
     next_generation: u32,
     /// Next connection serial: shard `i` of `n` hands out `i+1, i+1+n, …`, so serials are
     /// unique across the broker.
@@ -70,7 +72,7 @@ impl Connections {
             slot: entry.key() as u32,
             generation,
         };
-        entry.insert(make(id, serial));
+        entry.insert(Box::new(make(id, serial)));
         id
     }
 
@@ -79,16 +81,18 @@ impl Connections {
         self.slab
             .get_mut(id.slot as usize)
             .filter(|c| c.id.generation == id.generation)
+            .map(|c| &mut **c)
     }
 
     pub fn get(&self, id: ConnId) -> Option<&Conn> {
         self.slab
             .get(id.slot as usize)
             .filter(|c| c.id.generation == id.generation)
+            .map(|c| &**c)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Conn> {
-        self.slab.iter().map(|(_, c)| c)
+        self.slab.iter().map(|(_, c)| &**c)
     }
 
     /// Every connection's id (for shutdown and operator actions that visit them all).

@@ -37,7 +37,9 @@ pub fn queue_limits(config: &Config, vhost: &str, queue: &str, args: &FieldTable
     limits.capacity = declared
         .over(&policies.queue_capacity(vhost, queue))
         .resolve();
-    limits.slow.declared = SlowConsumerSettings::from_arguments(args).unwrap_or_default();
+    limits
+        .slow
+        .set_declared(SlowConsumerSettings::from_arguments(args).unwrap_or_default());
     limits
 }
 
@@ -52,7 +54,7 @@ pub fn admits(q: &mut Queue, size: u64) -> bool {
         return true;
     }
     q.count_rejected();
-    q.limits.alerts.rejects_unreported += 1;
+    q.limits.alerts_mut().rejects_unreported += 1;
     false
 }
 
@@ -71,7 +73,7 @@ pub(super) fn drop_head_to_limit(q: &mut Queue) -> bool {
         if q.discard_head(true).is_none() {
             break;
         }
-        q.limits.alerts.discards_unreported += 1;
+        q.limits.alerts_mut().discards_unreported += 1;
         discarded = true;
     }
     discarded
@@ -121,8 +123,8 @@ impl QueueSide<'_> {
                 }
                 None => policies.vhost(&q.vhost).slow_consumer,
             };
-            slow.policy = slow.declared.over(&base).resolve();
-            slow.base = base;
+            slow.policy = slow.declared().over(&base).resolve();
+            slow.set_base(base);
         }
         if slow.active().is_some() {
             self.ensure_policy_timer(shard, queue);
@@ -296,14 +298,18 @@ impl QueueSide<'_> {
                 Action::Cycle => {
                     if let Some(max) = policy.max_age {
                         let n = q.discard_older_than(now.checked_sub(max).unwrap_or(now));
-                        q.limits.alerts.discards_unreported += n;
+                        q.limits.alerts_mut().discards_unreported += n;
                         shrunk |= n > 0;
                     }
                     shrunk |= cycle(q, &policy);
                     if policy.rate_breach(judged).is_some()
-                        && Alerts::due(q.limits.alerts.last_detected, now, tuning.alert_repeat_gap)
+                        && Alerts::due(
+                            q.limits.alerts().and_then(|a| a.last_detected),
+                            now,
+                            tuning.alert_repeat_gap,
+                        )
                     {
-                        q.limits.alerts.last_detected = Some(now);
+                        q.limits.alerts_mut().last_detected = Some(now);
                         let r = report(q, &policy, Threshold::Rate, now);
                         OpsEvent::SlowConsumerDetected(Box::new(r)).emit();
                     }
@@ -350,8 +356,12 @@ impl QueueSide<'_> {
             return;
         }
         if let Some(exempt) = policy.exemption(q.settings.durable, q.holds_persistent()) {
-            if Alerts::due(q.limits.alerts.last_exempt, now, tuning.alert_repeat_gap) {
-                q.limits.alerts.last_exempt = Some(now);
+            if Alerts::due(
+                q.limits.alerts().and_then(|a| a.last_exempt),
+                now,
+                tuning.alert_repeat_gap,
+            ) {
+                q.limits.alerts_mut().last_exempt = Some(now);
                 let mut r = report(q, &policy, threshold, now);
                 r.exempt = Some(exempt.name());
                 OpsEvent::SlowConsumerExempt(Box::new(r)).emit();
@@ -460,7 +470,7 @@ fn cycle(q: &mut Queue, policy: &SlowConsumerPolicy) -> bool {
         }
         n += 1;
     }
-    q.limits.alerts.discards_unreported += n;
+    q.limits.alerts_mut().discards_unreported += n;
     n > 0
 }
 
@@ -482,8 +492,10 @@ fn predict(
     let Some(p) = prediction else {
         return;
     };
-    if p.seconds < horizon.as_secs_f64() && Alerts::due(q.limits.alerts.last_warning, now, gap) {
-        q.limits.alerts.last_warning = Some(now);
+    if p.seconds < horizon.as_secs_f64()
+        && Alerts::due(q.limits.alerts().and_then(|a| a.last_warning), now, gap)
+    {
+        q.limits.alerts_mut().last_warning = Some(now);
         let mut r = report(q, policy, p.threshold, now);
         r.in_seconds = Some(p.seconds);
         OpsEvent::SlowConsumerPredicted(Box::new(r)).emit();
@@ -492,8 +504,12 @@ fn predict(
 
 /// Writes the discard and reject lines that are due (one per alert gap).
 fn report_discards(q: &mut Queue, now: Instant, gap: Duration) {
-    let alerts = &mut q.limits.alerts;
-    if alerts.discards_unreported > 0 && Alerts::due(alerts.last_discard_report, now, gap) {
+    let Some(alerts) = q.limits.alerts() else {
+        return;
+    };
+    let (discards, last_discard) = (alerts.discards_unreported, alerts.last_discard_report);
+    let (rejects, last_reject) = (alerts.rejects_unreported, alerts.last_reject_report);
+    if discards > 0 && Alerts::due(last_discard, now, gap) {
         let reason = match q.limits.slow.active() {
             Some(p) if p.action == Action::Cycle => "slow-consumer cycle policy",
             _ => "x-max-length drop-head",
@@ -501,27 +517,26 @@ fn report_discards(q: &mut Queue, now: Instant, gap: Duration) {
         OpsEvent::QueueDiscarded {
             vhost: q.vhost.clone(),
             queue: q.name.to_string(),
-            discarded: alerts.discards_unreported,
+            discarded: discards,
             reason,
             count: q.held_count(),
             bytes: q.held_bytes(),
         }
         .emit();
-        let alerts = &mut q.limits.alerts;
+        let alerts = q.limits.alerts_mut();
         alerts.discards_unreported = 0;
         alerts.last_discard_report = Some(now);
     }
-    let alerts = &mut q.limits.alerts;
-    if alerts.rejects_unreported > 0 && Alerts::due(alerts.last_reject_report, now, gap) {
+    if rejects > 0 && Alerts::due(last_reject, now, gap) {
         OpsEvent::QueueRejected {
             vhost: q.vhost.clone(),
             queue: q.name.to_string(),
-            rejected: alerts.rejects_unreported,
+            rejected: rejects,
             count: q.ready_count() as u64,
             bytes: q.ready_bytes(),
         }
         .emit();
-        let alerts = &mut q.limits.alerts;
+        let alerts = q.limits.alerts_mut();
         alerts.rejects_unreported = 0;
         alerts.last_reject_report = Some(now);
     }

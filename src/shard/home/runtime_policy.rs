@@ -116,9 +116,9 @@ impl QueueSide<'_> {
         limits.max_length = fresh.max_length;
         let had_capacity = limits.capacity.is_some();
         limits.capacity = fresh.capacity;
-        limits.slow.declared = fresh.slow.declared;
+        limits.slow.set_declared(fresh.slow.declared().clone());
         if limits.slow.topic_bindings > 0 {
-            limits.slow.policy = limits.slow.declared.over(&limits.slow.base).resolve();
+            limits.slow.policy = limits.slow.declared().over(limits.slow.base()).resolve();
         }
         // The discards are reported by the periodic check the timer below arms.
         super::policy::drop_head_to_limit(q);

@@ -105,7 +105,10 @@ impl ConnSide<'_> {
         } else {
             consume.consumer_tag
         };
-        ch.direct_reply = Some(ReplyConsumer::new(tag.clone(), ShortStr::from(address)));
+        ch.direct_reply = Some(Box::new(ReplyConsumer::new(
+            tag.clone(),
+            ShortStr::from(address),
+        )));
         if !consume.nowait {
             self.reply(
                 conn,
@@ -341,7 +344,7 @@ impl ConnSide<'_> {
             let held: u64 = c
                 .channels
                 .values()
-                .filter_map(|ch| ch.direct_reply.as_ref())
+                .filter_map(|ch| ch.direct_reply.as_deref())
                 .map(ReplyConsumer::held_bytes)
                 .sum();
             if unwritten + held >= cap {
@@ -373,7 +376,7 @@ impl ConnSide<'_> {
         let held = c
             .channels
             .get_mut(&number)
-            .and_then(|ch| ch.direct_reply.as_mut())
+            .and_then(|ch| ch.direct_reply.as_deref_mut())
             .map(ReplyConsumer::take_held)
             .unwrap_or_default();
         if held.is_empty() {

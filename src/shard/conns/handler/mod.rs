@@ -605,6 +605,8 @@ impl ConnSide<'_> {
         for name in removed.exclusive_queues {
             self.common.outbox.queue_deletes.push((removed.vhost, name));
         }
+        // Ends a writer task waiting for work; one never started is dropped with the
+        // connection (the reader, which is ending, closes the socket).
         removed.writer.notify();
     }
 }

@@ -104,7 +104,7 @@ impl ConnSide<'_> {
             return Err(MethodError::Channel(ChannelError::ConfirmInTx));
         }
         if ch.confirms.is_none() {
-            ch.confirms = Some(ConfirmTracker::new());
+            ch.confirms = Some(Box::new(ConfirmTracker::new()));
         }
         if !select.nowait {
             self.reply(conn, number, Method::ConfirmSelectOk(ConfirmSelectOk {}));
