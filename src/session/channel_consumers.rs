@@ -58,19 +58,28 @@ impl ChannelConsumers {
 
     /// Adds (or replaces) the consumer with this id; a tag already indexed now names it.
     pub fn insert(&mut self, id: u32, consumer: ChannelConsumer) {
+        let at = match self.position(id) {
+            Ok(i) => {
+                let old = std::mem::replace(&mut self.list[i].1, consumer);
+                if let Some(index) = self.by_tag.as_mut() {
+                    // The replaced consumer's tag no longer names this id.
+                    if index.get(&old.tag) == Some(&id) {
+                        index.remove(&old.tag);
+                    }
+                    index.insert(self.list[i].1.tag.clone(), id);
+                }
+                return;
+            }
+            Err(at) => at,
+        };
         if let Some(index) = self.by_tag.as_mut() {
             index.insert(consumer.tag.clone(), id);
         }
-        match self.position(id) {
-            Ok(i) => self.list[i].1 = consumer,
-            Err(i) => {
-                if self.list.len() == self.list.capacity() {
-                    // Grows by doubling from one slot (a `Vec` would start at four).
-                    self.list.reserve_exact(self.list.len().max(1));
-                }
-                self.list.insert(i, (id, consumer));
-            }
+        if self.list.len() == self.list.capacity() {
+            // Grows by doubling from one slot (a `Vec` would start at four).
+            self.list.reserve_exact(self.list.len().max(1));
         }
+        self.list.insert(at, (id, consumer));
         if self.by_tag.is_none() && self.list.len() > TAG_INDEX_FROM {
             let index = self.list.iter().map(|(id, c)| (c.tag.clone(), *id));
             self.by_tag = Some(Box::new(index.collect()));
@@ -177,6 +186,20 @@ mod tests {
         assert_eq!(drained, sorted);
         assert!(all.is_empty());
         assert!(all.by_tag(&"t1".into()).is_none());
+    }
+
+    #[test]
+    fn a_replaced_consumer_takes_its_old_tag_with_it() {
+        for count in [2u32, 10] {
+            let mut all = ChannelConsumers::default();
+            for id in 1..=count {
+                all.insert(id, consumer(&format!("t{id}")));
+            }
+            all.insert(2, consumer("renamed"));
+            assert_eq!(all.by_tag(&"t2".into()), None);
+            assert_eq!(all.by_tag(&"renamed".into()), Some(2));
+            assert_eq!(all.len(), count as usize);
+        }
     }
 
     #[test]
