@@ -17,6 +17,14 @@ pub mod message;
 pub mod routing;
 pub mod topic_trie;
 
+/// Makes room for one more item in a vector that grows from one slot by doubling (a
+/// `Vec` starts with four): most per-subscriber lists hold a single item (issue 23).
+pub fn reserve_from_one<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact(v.len().max(1));
+    }
+}
+
 /// Whether a container holding `len` items in room for `capacity` should give its spare
 /// room back (after thousands of subscribers left): it is large and mostly empty.
 pub fn worth_shrinking(len: usize, capacity: usize) -> bool {

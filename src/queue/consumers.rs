@@ -161,11 +161,7 @@ impl Queue {
         }
         let key = self.next_consumer_key;
         self.next_consumer_key += 1;
-        if self.consumers.len() == self.consumers.capacity() {
-            // One slot at first (a `Vec` would start with four): most queues have one
-            // consumer (issue 23).
-            self.consumers.reserve_exact(self.consumers.len().max(1));
-        }
+        crate::model::reserve_from_one(&mut self.consumers);
         self.consumers.push(ConsumerSlot {
             key,
             target,

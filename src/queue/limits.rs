@@ -130,16 +130,24 @@ impl SlowState {
     }
 
     pub fn set_declared(&mut self, declared: SlowConsumerSettings) {
-        self.set_levels(declared, self.base().clone());
+        if let Some(levels) = self.levels_for(&declared) {
+            levels.declared = declared;
+        }
     }
 
     pub fn set_base(&mut self, base: SlowConsumerSettings) {
-        self.set_levels(self.declared().clone(), base);
+        if let Some(levels) = self.levels_for(&base) {
+            levels.base = base;
+        }
     }
 
-    fn set_levels(&mut self, declared: SlowConsumerSettings, base: SlowConsumerSettings) {
-        self.levels =
-            (declared != UNSET || base != UNSET).then(|| Box::new(SlowLevels { declared, base }));
+    /// The levels to store `level` in; `None` when it is unset and there are none (an
+    /// unset level is what `declared()` and `base()` read then).
+    fn levels_for(&mut self, level: &SlowConsumerSettings) -> Option<&mut SlowLevels> {
+        if self.levels.is_none() && *level == UNSET {
+            return None;
+        }
+        Some(self.levels.get_or_insert_with(Box::default))
     }
 
     /// The policy in force: resolved and the queue bound to a topic exchange.
@@ -160,7 +168,7 @@ const UNSET: SlowConsumerSettings = SlowConsumerSettings {
 };
 
 /// The declare arguments' and the configuration file's slow-consumer levels of a queue.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct SlowLevels {
     declared: SlowConsumerSettings,
     base: SlowConsumerSettings,

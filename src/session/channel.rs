@@ -400,17 +400,7 @@ mod tests {
     }
 
     fn consumer(tag: &str) -> ChannelConsumer {
-        ChannelConsumer {
-            tag: tag.into(),
-            queue: q(),
-            queue_key: 0,
-            no_ack: true,
-            prefetch: 0,
-            unacked: 0,
-            credit: 0,
-            credit_bytes: 0,
-            stream: false,
-        }
+        ChannelConsumer::new(tag.into(), q(), true, 0)
     }
 
     #[test]

@@ -21,8 +21,8 @@ const TAG_INDEX_FROM: usize = 8;
 pub struct ChannelConsumers {
     /// Sorted by id.
     list: Vec<(u32, ChannelConsumer)>,
-    /// Tag → id, while the list is longer than `TAG_INDEX_FROM`.
-    // Boxed on purpose: 8 bytes while absent (the common case) instead of a map's 48.
+    /// Tag → id, while the list is longer than `TAG_INDEX_FROM`; boxed, as an absent box
+    /// is 8 bytes where an absent map is 48.
     #[allow(clippy::box_collection)]
     by_tag: Option<Box<HashMap<ShortStr, u32>>>,
 }
@@ -75,10 +75,7 @@ impl ChannelConsumers {
         if let Some(index) = self.by_tag.as_mut() {
             index.insert(consumer.tag.clone(), id);
         }
-        if self.list.len() == self.list.capacity() {
-            // Grows by doubling from one slot (a `Vec` would start at four).
-            self.list.reserve_exact(self.list.len().max(1));
-        }
+        crate::model::reserve_from_one(&mut self.list);
         self.list.insert(at, (id, consumer));
         if self.by_tag.is_none() && self.list.len() > TAG_INDEX_FROM {
             let index = self.list.iter().map(|(id, c)| (c.tag.clone(), *id));
@@ -133,20 +130,20 @@ mod tests {
     use crate::model::ids::{QueueId, QueueRef};
 
     fn consumer(tag: &str) -> ChannelConsumer {
-        ChannelConsumer {
-            tag: ShortStr::from(tag),
-            queue: QueueRef {
-                id: QueueId(1),
-                home: 0,
-            },
-            queue_key: 0,
-            no_ack: true,
-            prefetch: 0,
-            unacked: 0,
-            credit: 0,
-            credit_bytes: 0,
-            stream: false,
+        let queue = QueueRef {
+            id: QueueId(1),
+            home: 0,
+        };
+        ChannelConsumer::new(tag.into(), queue, true, 0)
+    }
+
+    /// Consumers `1..=count` tagged `t1`, `t2`, ….
+    fn tagged(count: u32) -> ChannelConsumers {
+        let mut all = ChannelConsumers::default();
+        for id in 1..=count {
+            all.insert(id, consumer(&format!("t{id}")));
         }
+        all
     }
 
     #[test]
@@ -191,10 +188,7 @@ mod tests {
     #[test]
     fn a_replaced_consumer_takes_its_old_tag_with_it() {
         for count in [2u32, 10] {
-            let mut all = ChannelConsumers::default();
-            for id in 1..=count {
-                all.insert(id, consumer(&format!("t{id}")));
-            }
+            let mut all = tagged(count);
             all.insert(2, consumer("renamed"));
             assert_eq!(all.by_tag(&"t2".into()), None);
             assert_eq!(all.by_tag(&"renamed".into()), Some(2));
@@ -205,10 +199,7 @@ mod tests {
     #[test]
     fn a_shared_tag_names_the_newest_consumer_in_both_forms() {
         for before in [2u32, 10] {
-            let mut all = ChannelConsumers::default();
-            for id in 1..=before {
-                all.insert(id, consumer(&format!("t{id}")));
-            }
+            let mut all = tagged(before);
             all.insert(before + 1, consumer("t1"));
             assert_eq!(all.by_tag(&"t1".into()), Some(before + 1));
             // The older consumer's removal does not forget the newer one's tag.

@@ -64,6 +64,22 @@ pub struct ChannelConsumer {
 }
 
 impl ChannelConsumer {
+    /// A consumer just registered: nothing unacknowledged, no credit granted yet, not
+    /// yet known to its queue.
+    pub fn new(tag: ShortStr, queue: QueueRef, no_ack: bool, prefetch: u32) -> ChannelConsumer {
+        ChannelConsumer {
+            tag,
+            queue,
+            queue_key: 0,
+            no_ack,
+            prefetch,
+            unacked: 0,
+            credit: 0,
+            credit_bytes: 0,
+            stream: false,
+        }
+    }
+
     /// How much credit to grant now, given whether the socket has room and the window for
     /// unlimited consumers. Small top-ups are held back so grants are batched.
     pub fn top_up(
@@ -114,20 +130,11 @@ mod tests {
     use crate::model::ids::QueueId;
 
     fn consumer(no_ack: bool, prefetch: u32) -> ChannelConsumer {
-        ChannelConsumer {
-            tag: "c".into(),
-            queue: QueueRef {
-                id: QueueId(1),
-                home: 0,
-            },
-            queue_key: 1,
-            no_ack,
-            prefetch,
-            unacked: 0,
-            credit: 0,
-            credit_bytes: 0,
-            stream: false,
-        }
+        let queue = QueueRef {
+            id: QueueId(1),
+            home: 0,
+        };
+        ChannelConsumer::new("c".into(), queue, no_ack, prefetch)
     }
 
     const W: Window = Window {

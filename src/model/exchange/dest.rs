@@ -30,8 +30,8 @@ pub const INDEX_FROM: usize = 8;
 /// One destination's bindings (see the module doc).
 pub struct DestBindings<B> {
     list: SmallVec<[B; 1]>,
-    /// Boxed: most destinations have one binding and no index (issue 23).
-    // Boxed on purpose: 8 bytes while absent (the common case) instead of a map's 48.
+    /// Boxed: most destinations have one binding and no index, and an absent box is 8
+    /// bytes where an absent map is 48 (issue 23).
     #[allow(clippy::box_collection)]
     by_key: Option<Box<HashMap<Bytes, SmallVec<[usize; 1]>>>>,
 }

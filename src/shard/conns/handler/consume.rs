@@ -102,17 +102,12 @@ impl ConnSide<'_> {
         if let Err(refusal) = crate::limits::objects::new_consumer(limits, ch.consumers.len()) {
             return Err(self.consumer_limit(shard, conn, number, refusal));
         }
-        let consumer = ch.add_consumer(ChannelConsumer {
-            tag: tag.clone(),
+        let consumer = ch.add_consumer(ChannelConsumer::new(
+            tag.clone(),
             queue,
-            queue_key: 0,
-            no_ack: consume.no_ack,
-            prefetch: ch.prefetch,
-            unacked: 0,
-            credit: 0,
-            credit_bytes: 0,
-            stream: false,
-        });
+            consume.no_ack,
+            ch.prefetch,
+        ));
         wait_for(
             conn,
             number,

@@ -109,15 +109,8 @@ impl ConnSide<'_> {
             return Err(self.consumer_limit(shard, conn, number, refusal));
         }
         let consumer = ch.add_consumer(ChannelConsumer {
-            tag: tag.clone(),
-            queue,
-            queue_key: 0,
-            no_ack: false,
-            prefetch,
-            unacked: 0,
-            credit: 0,
-            credit_bytes: 0,
             stream: true,
+            ..ChannelConsumer::new(tag.clone(), queue, false, prefetch)
         });
         wait_for(
             conn,
