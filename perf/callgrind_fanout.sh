@@ -5,7 +5,8 @@
 # Starts `sluice --shards $SHARDS` under callgrind with instrumentation off, drives it with
 # sluice-bench's 1 -> $SUBS fanout (64 B, no-ack, wire-client subscribers), switches
 # collection on (callgrind_control -i on) for the run only, stops the broker, and
-# prints user-space instructions per delivered message (total Ir / delivered) and the
+# prints user-space instructions per delivered message (total Ir / delivered), that split
+# into the work per delivery and per write-pass visit (perf/callgrind_split.py), and the
 # top functions (inclusive and self).
 #
 # Usage: perf/callgrind_fanout.sh [BINARY] [LOAD FLAGS...]
@@ -47,5 +48,6 @@ IR="$(grep -m1 "Collected :" "$OUT/broker.log" | awk "{print \$NF}")"
 echo "binary $BIN; $SUBS subscribers, $SHARDS shard(s); load ${LOAD[*]}; delivered $DELIVERED; Ir $IR"
 python3 -c "print(f'instructions per delivery: {$IR / $DELIVERED:.0f}')"
 echo "callgrind output: $CG"
+python3 perf/callgrind_split.py "$CG" "$DELIVERED"
 (callgrind_annotate --inclusive=yes "$CG" 2>/dev/null || true) | sed -n '/file:function/,$p' | head -45 || true
 (callgrind_annotate "$CG" 2>/dev/null || true) | sed -n '/file:function/,$p' | head -45 || true

@@ -124,6 +124,8 @@ pub struct VhostDirectory {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteError {
     NoExchange,
+    /// A client published to an internal exchange ([`VhostDirectory::route_publish`]).
+    Internal,
 }
 
 impl VhostDirectory {
@@ -200,6 +202,30 @@ impl VhostDirectory {
         headers: impl FnOnce() -> Option<FieldTable>,
         out: &mut Targets,
     ) -> Result<(), RouteError> {
+        self.route_from(exchange, routing_key, headers, out, false)
+    }
+
+    /// [`route`](Self::route) for a client's `basic.publish`, which an internal exchange
+    /// refuses; one lookup of the exchange's name serves both.
+    pub fn route_publish(
+        &self,
+        exchange: &ShortStr,
+        routing_key: &ShortStr,
+        headers: impl FnOnce() -> Option<FieldTable>,
+        out: &mut Targets,
+    ) -> Result<(), RouteError> {
+        self.route_from(exchange, routing_key, headers, out, true)
+    }
+
+    #[inline(always)]
+    fn route_from(
+        &self,
+        exchange: &ShortStr,
+        routing_key: &ShortStr,
+        headers: impl FnOnce() -> Option<FieldTable>,
+        out: &mut Targets,
+        refuse_internal: bool,
+    ) -> Result<(), RouteError> {
         if exchange.is_empty() {
             self.default_publish_in
                 .set(self.default_publish_in.get() + 1);
@@ -212,6 +238,9 @@ impl VhostDirectory {
         }
         let id = self.exchange_id(exchange).ok_or(RouteError::NoExchange)?;
         let ex = self.exchanges.get(id).ok_or(RouteError::NoExchange)?;
+        if refuse_internal && ex.def.internal {
+            return Err(RouteError::Internal);
+        }
         let start = out.len();
         let mut headers = LazyHeaders::new(headers);
         ex.route(routing_key.as_bytes(), &mut headers, out);

@@ -122,6 +122,24 @@ impl ChannelConsumer {
         };
         Credit { messages, bytes }
     }
+
+    /// Tops the consumer's credit up as [`top_up`](Self::top_up) allows: the grant for
+    /// its queue (queue, consumer key, credit), already added to what the consumer
+    /// holds, or `None`.
+    pub fn take_top_up(
+        &mut self,
+        socket_has_room: bool,
+        window: Window,
+        global_room: Option<u32>,
+    ) -> Option<(QueueRef, u64, Credit)> {
+        let n = self.top_up(socket_has_room, window, global_room);
+        if n.is_zero() {
+            return None;
+        }
+        self.credit += n.messages;
+        self.credit_bytes += n.bytes;
+        Some((self.queue, self.queue_key, n))
+    }
 }
 
 #[cfg(test)]

@@ -47,17 +47,17 @@ pub fn route(
         .filter(|i| !directory.is_closed(*i))
         .and_then(|i| directory.vhost(i))
         .ok_or(RouteRefused::NoVhost)?;
-    if dir.exchange(exchange).is_some_and(|ex| ex.def.internal) {
-        return Err(RouteRefused::Internal);
-    }
     let mut targets = Targets::new();
-    dir.route(
+    dir.route_publish(
         exchange,
         routing_key,
         || raw_headers(raw_properties),
         &mut targets,
     )
-    .map_err(|RouteError::NoExchange| RouteRefused::NoExchange)?;
+    .map_err(|e| match e {
+        RouteError::Internal => RouteRefused::Internal,
+        RouteError::NoExchange => RouteRefused::NoExchange,
+    })?;
     Ok(targets.into_vec())
 }
 

@@ -83,6 +83,11 @@ pub struct State {
     pub common: Common,
 }
 
+/// Deliveries to consumers on this shard gathered from dirty queues before they are
+/// written (bounds the list a round of dispatch holds; a queue adds at most
+/// `shard.dispatch_budget` to it).
+const DELIVER_BATCH: usize = 1024;
+
 impl State {
     /// The connection side, with the queue side it may call.
     pub fn conn_side(&mut self) -> conns::ConnSide<'_> {
@@ -104,21 +109,27 @@ impl State {
     }
 
     /// Dispatches every dirty queue as far as consumer credit allows, one queue at a
-    /// time: the queue side hands each queue's deliveries for local consumers over as a
-    /// `Vec<Delivery>`, the connection side writes them (and settles credit back, which
-    /// may make the queue dirty again for the next round). Each round starts at a
-    /// different queue.
+    /// time: the queue side adds each queue's deliveries for local consumers to a
+    /// `Vec<Delivery>`, and the connection side writes them (and settles credit back,
+    /// which may make a queue dirty again for the next round) once the list holds
+    /// [`DELIVER_BATCH`] or the round is over, so that a round of many queues with a
+    /// delivery or two each (a wide fan-out) pays the hand-over once, not per queue.
+    /// Each round starts at a different queue.
     fn dispatch(&mut self, shard: &Shard, now: Instant) {
-        let mut local = Vec::new();
+        let mut local = self.home.take_deliveries();
         while self.home.has_dirty() {
             for queue in self.home.take_round() {
                 self.queue_side()
                     .dispatch_queue(shard, queue, now, &mut local);
-                if !local.is_empty() {
+                if local.len() >= DELIVER_BATCH {
                     self.conn_side().deliver_local(shard, &mut local);
                 }
             }
+            if !local.is_empty() {
+                self.conn_side().deliver_local(shard, &mut local);
+            }
         }
+        self.home.give_back_deliveries(local);
     }
 
     /// Gives what the queue side has for this shard's connections to the connection side.

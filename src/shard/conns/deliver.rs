@@ -33,9 +33,12 @@ impl ConnSide<'_> {
     ) {
         let window = no_ack_window(shard);
         let high_water = shard.config.net.write_high_water;
+        // A queue dispatches to its consumers and is handed over at once (one call per
+        // queue and turn, so one delivery per call at 1,000 subscribers × 1 queue each):
+        // nothing here may allocate for the common case of one consumer.
         let mut requeue = Vec::new();
-        let mut grants: Vec<(QueueRef, u64, Credit)> = Vec::new();
-        let mut wrote = Vec::new();
+        let mut grants: SmallVec<[(QueueRef, u64, Credit); 2]> = SmallVec::new();
+        let mut wrote: SmallVec<[ConnId; 4]> = SmallVec::new();
         let mut start = 0;
         while start < batch.len() {
             let (target, queue) = (batch[start].target, batch[start].queue);
@@ -87,21 +90,20 @@ impl ConnSide<'_> {
                     });
                 }
                 if (c.no_ack || c.prefetch == 0) && flow_active {
-                    let n = c.top_up(has_room, window, global);
-                    if !n.is_zero() {
-                        c.credit += n.messages;
-                        c.credit_bytes += n.bytes;
-                        grants.push((c.queue, c.queue_key, n));
+                    if let Some(grant) = c.take_top_up(has_room, window, global) {
+                        grants.push(grant);
                     }
                 }
             }
-            wrote.push(target.conn);
+            if wrote.last() != Some(&target.conn) {
+                wrote.push(target.conn);
+            }
         }
         batch.clear();
-        for conn in wrote {
+        for &conn in &wrote {
             self.mark_writer(conn);
         }
-        for (queue, key, n) in grants {
+        for &(queue, key, n) in &grants {
             self.queues().settle_to(
                 shard,
                 queue,
@@ -119,34 +121,37 @@ impl ConnSide<'_> {
 
     /// The writer wrote some of a connection's bytes: no-ack runs now on the wire are
     /// reported to their queues (one settlement per consecutive run of one consumer).
+    /// Runs once per connection and write pass: the connection is looked up again after
+    /// each settlement rather than the runs gathered in a list (one consumer per
+    /// connection is the common case).
     pub fn settle_written(&mut self, shard: &Shard, conn: ConnId) {
-        let Some(c) = self.conn_mut(conn) else {
-            return;
-        };
-        let written = c.out.total_written();
-        // One consumer per connection is the common case: no allocation per write.
-        let mut done: SmallVec<[WriteMark; 4]> = SmallVec::new();
-        while let Some(mark) = c.write_marks.front().copied() {
-            if mark.end > written {
-                break;
+        loop {
+            let Some(c) = self.conn_mut(conn) else {
+                return;
+            };
+            let written = c.out.total_written();
+            let Some(mut run) = c.write_marks.front().copied() else {
+                return;
+            };
+            if run.end > written {
+                return;
             }
             c.write_marks.pop_front();
-            match done.last_mut() {
-                Some(last) if last.queue == mark.queue && last.key == mark.key => {
-                    last.count += mark.count;
-                    last.bytes += mark.bytes;
+            while let Some(next) = c.write_marks.front() {
+                if next.end > written || next.queue != run.queue || next.key != run.key {
+                    break;
                 }
-                _ => done.push(mark),
+                run.count += next.count;
+                run.bytes += next.bytes;
+                c.write_marks.pop_front();
             }
-        }
-        for mark in done {
             self.queues().settle_to(
                 shard,
-                mark.queue,
+                run.queue,
                 QueueOp::Written {
-                    key: mark.key,
-                    count: mark.count,
-                    bytes: mark.bytes,
+                    key: run.key,
+                    count: run.count,
+                    bytes: run.bytes,
                 },
             );
         }

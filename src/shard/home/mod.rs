@@ -25,12 +25,13 @@ pub mod streams;
 use std::time::Instant;
 
 use crate::model::ids::{ConnId, ConsumerTarget, IdMap, QueueId};
+use crate::model::message::LocalMessage;
 use crate::queue::{Dispatch, Queue};
 use crate::timer::wheel::TimerId;
 
 use super::outbox::Rotation;
 use super::Common;
-use crate::shard::inbox::SlowTarget;
+use crate::shard::inbox::{Delivery, SlowTarget};
 
 /// What the queue side tells connections on its own shard (the connection side takes
 /// it at the turn's end, before dispatch).
@@ -58,6 +59,10 @@ pub struct HomeQueues {
     dirty: Vec<QueueId>,
     rotation: Rotation,
     scratch: Vec<Dispatch>,
+    /// Deliveries for consumers on this shard, gathered by a round of dispatch for the
+    /// connection side (kept between turns so that its room is not grown again each
+    /// turn; [`HomeQueues::take_deliveries`]).
+    deliveries: Vec<Delivery<LocalMessage>>,
     /// Housekeeping timer armed per queue, with its deadline.
     timers: IdMap<QueueId, (TimerId, Instant)>,
     /// Confirms of publishes that entered durable queues this turn: they go out once
@@ -140,6 +145,17 @@ impl HomeQueues {
         round
     }
 
+    /// Takes the (empty) list a round of dispatch gathers local deliveries in; give it
+    /// back, empty, with [`HomeQueues::give_back_deliveries`].
+    pub fn take_deliveries(&mut self) -> Vec<Delivery<LocalMessage>> {
+        std::mem::take(&mut self.deliveries)
+    }
+
+    pub fn give_back_deliveries(&mut self, mut list: Vec<Delivery<LocalMessage>>) {
+        list.clear();
+        self.deliveries = list;
+    }
+
     /// Takes what connections on this shard must be told.
     pub fn take_for_connections(&mut self) -> ForConnections {
         std::mem::take(&mut self.for_connections)
@@ -176,6 +192,9 @@ impl HomeQueues {
         }
         if self.scratch.is_empty() && self.scratch.capacity() > 64 {
             self.scratch = Vec::new();
+        }
+        if self.deliveries.is_empty() && self.deliveries.capacity() > 64 {
+            self.deliveries = Vec::new();
         }
     }
 }

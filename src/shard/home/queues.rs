@@ -98,9 +98,6 @@ impl QueueSide<'_> {
         now: Instant,
         local: &mut Vec<Delivery<LocalMessage>>,
     ) {
-        if self.is_stream(qid) {
-            return self.dispatch_stream(shard, qid, local);
-        }
         let budget = shard.config.shard.dispatch_budget;
         let mut out = std::mem::take(&mut self.home.scratch);
         let (more, dead) = match self.home.queues.get_mut(&qid) {
@@ -109,7 +106,13 @@ impl QueueSide<'_> {
                 q.dispatch(now, budget, &mut out);
                 (q.can_dispatch(), q.has_dead())
             }
-            None => (false, false),
+            None => {
+                self.home.scratch = out;
+                if self.is_stream(qid) {
+                    self.dispatch_stream(shard, qid, local);
+                }
+                return;
+            }
         };
         if dead {
             self.collect_dead(qid);

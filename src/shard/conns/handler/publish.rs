@@ -126,26 +126,24 @@ impl ConnSide<'_> {
                 self.common.directory.vhost(vhost).ok_or_else(|| {
                     MethodError::Channel(ChannelError::Internal("vhost gone".into()))
                 })?;
-            if let Some(ex) = dir.exchange(&publish.exchange) {
-                if ex.def.internal {
-                    return Err(MethodError::Channel(ChannelError::InternalExchange {
-                        name: publish.exchange.to_string(),
-                        vhost: dir.name.clone(),
-                    }));
-                }
-            }
             let raw = msg.raw_properties();
-            dir.route(
+            dir.route_publish(
                 &publish.exchange,
                 &publish.routing_key,
                 || raw_headers(raw),
                 &mut targets,
             )
-            .map_err(|RouteError::NoExchange| {
-                MethodError::Channel(ChannelError::NotFound {
-                    kind: ObjectKind::Exchange,
-                    name: publish.exchange.to_string(),
-                    vhost: dir.name.clone(),
+            .map_err(|e| {
+                MethodError::Channel(match e {
+                    RouteError::Internal => ChannelError::InternalExchange {
+                        name: publish.exchange.to_string(),
+                        vhost: dir.name.clone(),
+                    },
+                    RouteError::NoExchange => ChannelError::NotFound {
+                        kind: ObjectKind::Exchange,
+                        name: publish.exchange.to_string(),
+                        vhost: dir.name.clone(),
+                    },
                 })
             })?;
         }

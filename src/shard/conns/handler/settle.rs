@@ -10,8 +10,8 @@ use smallvec::SmallVec;
 
 use crate::model::ids::{ConnId, QueueRef};
 use crate::protocol::method::{BasicAck, BasicNack, BasicReject};
-use crate::session::channel::TxOp;
-use crate::session::consumer::Credit;
+use crate::session::channel::{Channel, TxOp};
+use crate::session::consumer::{ChannelConsumer, Credit, Window};
 use crate::session::error::ChannelError;
 
 use super::{AfterFrame, MethodError};
@@ -195,30 +195,30 @@ impl ConnSide<'_> {
         let Some(ch) = c.channels.get_mut(&number) else {
             return;
         };
-        if !ch.flow_active {
+        let mut grants = Grants::new();
+        top_up_channel(ch, only, has_room, window, &mut grants);
+        self.send_grants(shard, &grants);
+    }
+
+    /// Tops up every consumer of a connection (its socket drained). Runs after every
+    /// write that drained a socket, so once per connection and write pass at 1,000
+    /// subscribers: one lookup of the connection, nothing allocated.
+    pub fn top_up_conn(&mut self, shard: &Shard, conn: ConnId) {
+        let window = crate::shard::conns::deliver::no_ack_window(shard);
+        let high_water = shard.config.net.write_high_water;
+        let Some(c) = self.conn_mut(conn) else {
             return;
-        }
-        let mut grants: SmallVec<[(QueueRef, u64, Credit); 4]> = SmallVec::new();
-        let ids: SmallVec<[u32; 8]> = match only {
-            Some(id) => SmallVec::from_slice(&[id]),
-            None => ch.consumers.keys().copied().collect(),
         };
-        for id in ids {
-            let global = ch.global_room();
-            let Some(cons) = ch.consumers.get_mut(&id) else {
-                continue;
-            };
-            if cons.queue_key == 0 {
-                continue;
-            }
-            let n = cons.top_up(has_room, window, global);
-            if !n.is_zero() {
-                cons.credit += n.messages;
-                cons.credit_bytes += n.bytes;
-                grants.push((cons.queue, cons.queue_key, n));
-            }
+        let has_room = c.out.queued_bytes() < high_water;
+        let mut grants = Grants::new();
+        for ch in c.channels.values_mut() {
+            top_up_channel(ch, None, has_room, window, &mut grants);
         }
-        for (queue, key, n) in grants {
+        self.send_grants(shard, &grants);
+    }
+
+    fn send_grants(&mut self, shard: &Shard, grants: &Grants) {
+        for &(queue, key, n) in grants {
             self.queues().settle_to(
                 shard,
                 queue,
@@ -230,16 +230,63 @@ impl ConnSide<'_> {
             );
         }
     }
+}
 
-    /// Tops up every consumer of a connection (its socket drained).
-    pub fn top_up_conn(&mut self, shard: &Shard, conn: ConnId) {
-        let channels: SmallVec<[u16; 8]> = match self.conn(conn) {
-            Some(c) => c.channels.keys().copied().collect(),
-            None => return,
+/// Credit granted in one top-up, for the queues it goes to.
+type Grants = SmallVec<[(QueueRef, u64, Credit); 4]>;
+
+/// Grants a channel's consumers (one, or all) what the credit rule allows, noting each
+/// grant for its queue. A channel paused by the client (`channel.flow`) gets none.
+fn top_up_channel(
+    ch: &mut Channel,
+    only: Option<u32>,
+    has_room: bool,
+    window: Window,
+    grants: &mut Grants,
+) {
+    if !ch.flow_active {
+        return;
+    }
+    if ch.global_prefetch > 0 {
+        // The channel-wide room changes with every grant: asked again per consumer.
+        let ids: SmallVec<[u32; 8]> = match only {
+            Some(id) => SmallVec::from_slice(&[id]),
+            None => ch.consumers.keys().copied().collect(),
         };
-        for number in channels {
-            self.top_up(shard, conn, number, None);
+        for id in ids {
+            let global = ch.global_room();
+            if let Some(cons) = ch.consumers.get_mut(&id) {
+                grant(cons, has_room, window, global, grants);
+            }
         }
+        return;
+    }
+    match only {
+        Some(id) => {
+            if let Some(cons) = ch.consumers.get_mut(&id) {
+                grant(cons, has_room, window, None, grants);
+            }
+        }
+        None => {
+            for cons in ch.consumers.values_mut() {
+                grant(cons, has_room, window, None, grants);
+            }
+        }
+    }
+}
+
+fn grant(
+    cons: &mut ChannelConsumer,
+    has_room: bool,
+    window: Window,
+    global: Option<u32>,
+    grants: &mut Grants,
+) {
+    if cons.queue_key == 0 {
+        return;
+    }
+    if let Some(grant) = cons.take_top_up(has_room, window, global) {
+        grants.push(grant);
     }
 }
 
