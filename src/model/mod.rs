@@ -14,6 +14,7 @@ pub mod ids;
 pub mod journal;
 pub mod ledger;
 pub mod message;
+pub mod prefetch;
 pub mod routing;
 pub mod topic_trie;
 

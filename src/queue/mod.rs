@@ -156,6 +156,23 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// Hints the fields an enqueue and a dispatch touch (`model::prefetch`), for a queue
+    /// a few queues ahead in a loop; computes field addresses only.
+    #[inline(always)]
+    pub fn prefetch_hot(&self) {
+        use crate::model::prefetch::line;
+        line(&self.settings);
+        line(&self.ready);
+        line(&self.ready_bytes);
+        line(&self.inflight);
+        line(&self.consumers);
+        line(&self.pick);
+        line(&self.last_used);
+        line(&self.counters);
+        line(&self.limits);
+        line(&self.condemned);
+    }
+
     pub fn new(
         id: QueueId,
         vhost_idx: usize,

@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 
 use crate::model::ids::QueueRef;
 use crate::model::message::Message;
+use crate::model::prefetch;
 use crate::protocol::method::BasicPublish;
 use crate::protocol::ShortStr;
 use crate::session::channel_consumers::ChannelConsumers;
@@ -173,6 +174,16 @@ impl Drop for Channel {
 }
 
 impl Channel {
+    /// Hints what a delivery on this channel touches (`model::prefetch`): its phase,
+    /// delivery tag, consumers and counters. Computes field addresses only.
+    #[inline(always)]
+    pub fn prefetch_for_delivery(&self) {
+        prefetch::line(&self.phase);
+        prefetch::line(&self.next_tag);
+        prefetch::line(&self.consumers);
+        prefetch::line(&self.stats);
+    }
+
     pub fn new(number: u16, epoch: u32) -> Channel {
         Channel {
             number,

@@ -14,6 +14,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::model::ids::{ConnId, IdMap, QueueRef};
+use crate::model::prefetch;
 use crate::model::routing::VhostIdx;
 use crate::protocol::{FieldTable, FieldValue, LongStr, ShortStr};
 use crate::session::channel::Channel;
@@ -150,6 +151,18 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Hints what a delivery to this connection touches (`model::prefetch`): its id,
+    /// channel table, outbound buffer, write marks and write-pass flag. Computes field
+    /// addresses only; reads nothing.
+    #[inline(always)]
+    pub fn prefetch_for_delivery(&self) {
+        prefetch::line(&self.id);
+        prefetch::line(&self.channels);
+        prefetch::line(&self.out);
+        prefetch::line(&self.write_marks);
+        prefetch::line(&self.writer_marked);
+    }
+
     /// Where the connection is in its life.
     pub fn phase(&self) -> Phase {
         self.phase

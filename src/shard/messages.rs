@@ -70,7 +70,8 @@ pub fn enqueue(shard: &Shard, queues: &[QueueId], msg: Message, permits: u32) ->
     let mut accepted = true;
     {
         let mut st = shard.state.borrow_mut();
-        for queue in queues {
+        for (i, queue) in queues.iter().enumerate() {
+            st.home.prefetch_ahead(queues, i);
             accepted &= st
                 .queue_side()
                 .enqueue(shard, *queue, Rc::clone(&local), origin, now);

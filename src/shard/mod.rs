@@ -118,7 +118,9 @@ impl State {
     fn dispatch(&mut self, shard: &Shard, now: Instant) {
         let mut local = self.home.take_deliveries();
         while self.home.has_dirty() {
-            for queue in self.home.take_round() {
+            let round = self.home.take_round();
+            for (i, &queue) in round.iter().enumerate() {
+                self.home.prefetch_ahead(&round, i);
                 self.queue_side()
                     .dispatch_queue(shard, queue, now, &mut local);
                 if local.len() >= DELIVER_BATCH {

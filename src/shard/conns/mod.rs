@@ -84,6 +84,15 @@ impl Connections {
             .map(|c| &mut **c)
     }
 
+    /// Hints the connection in `slot` for a delivery a few deliveries ahead, without
+    /// reading it (its generation is not checked: a hint for a slot reused meanwhile
+    /// only warms the wrong lines).
+    pub fn prefetch(&self, id: ConnId) {
+        if let Some(c) = self.slab.get(id.slot as usize) {
+            c.prefetch_for_delivery();
+        }
+    }
+
     pub fn get(&self, id: ConnId) -> Option<&Conn> {
         self.slab
             .get(id.slot as usize)

@@ -69,7 +69,8 @@ impl QueueSide<'_> {
         let mut waiting = SmallVec::new();
         let mut accepted = true;
         let staged_before = (routed.confirm != 0).then(|| shard.store.borrow().staged_refs());
-        for queue in routed.queues {
+        for (i, &queue) in routed.queues.iter().enumerate() {
+            self.home.prefetch_ahead(&routed.queues, i);
             if !self.home.queues.contains_key(&queue) && self.home.arrivals.is_coming(queue) {
                 waiting.push(queue);
                 continue;

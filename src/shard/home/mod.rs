@@ -49,6 +49,13 @@ impl ForConnections {
     }
 }
 
+/// How many queues ahead a loop over queues hints a queue.
+pub const PREFETCH_QUEUE_AHEAD: usize = 6;
+/// Loops over fewer queues (or deliveries) than this do not hint: what they visit stays
+/// in the cache, and each hint costs a lookup (at 16 subscribers, +7 % instructions per
+/// delivery for nothing).
+pub const PREFETCH_FROM: usize = 64;
+
 /// The queues whose home is this shard, and the queue side's per-turn lists.
 #[derive(Default)]
 pub struct HomeQueues {
@@ -156,6 +163,27 @@ impl HomeQueues {
         self.deliveries = list;
     }
 
+    /// Hints a home queue a few queues ahead of a loop over queues (`model::prefetch`).
+    /// One lookup in the queue table per hint; hinting the queue's ready list and
+    /// consumer list too (a second lookup, a step later) cost 75 instructions per
+    /// delivery at 1,000 subscribers and gained nothing measurable at 10,000.
+    pub fn prefetch(&self, queue: QueueId) {
+        if let Some(q) = self.queues.get(&queue) {
+            q.prefetch_hot();
+        }
+    }
+
+    /// Hints the queue a loop over `queues` reaches [`PREFETCH_QUEUE_AHEAD`] after the
+    /// one at `at`; nothing for a list shorter than [`PREFETCH_FROM`].
+    pub fn prefetch_ahead(&self, queues: &[QueueId], at: usize) {
+        if queues.len() < PREFETCH_FROM {
+            return;
+        }
+        if let Some(&q) = queues.get(at + PREFETCH_QUEUE_AHEAD) {
+            self.prefetch(q);
+        }
+    }
+
     /// Takes what connections on this shard must be told.
     pub fn take_for_connections(&mut self) -> ForConnections {
         std::mem::take(&mut self.for_connections)
@@ -210,6 +238,11 @@ pub struct QueueSide<'a> {
 impl<'a> QueueSide<'a> {
     pub fn new(home: &'a mut HomeQueues, common: &'a mut Common) -> QueueSide<'a> {
         QueueSide { home, common }
+    }
+
+    /// [`HomeQueues::prefetch`] for a loop on the connection side.
+    pub fn prefetch(&self, queue: QueueId) {
+        self.home.prefetch(queue);
     }
 }
 
