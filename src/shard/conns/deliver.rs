@@ -37,9 +37,8 @@ impl ConnSide<'_> {
     ) {
         let window = no_ack_window(shard);
         let high_water = shard.config.net.write_high_water;
-        // A queue dispatches to its consumers and is handed over at once (one call per
-        // queue and turn, so one delivery per call at 1,000 subscribers × 1 queue each):
-        // nothing here may allocate for the common case of one consumer.
+        // Called once per dispatch round (or per 1,024 deliveries): the connections
+        // written and the credit grants stay on the stack while they are few.
         let mut requeue = Vec::new();
         let mut grants: SmallVec<[(QueueRef, u64, Credit); 2]> = SmallVec::new();
         let mut wrote: SmallVec<[ConnId; 4]> = SmallVec::new();
