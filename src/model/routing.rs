@@ -535,4 +535,37 @@ mod tests {
             .map(|v| v.route(&"nope".into(), &"k".into(), || None, &mut Targets::new()));
         assert_eq!(missing, Some(Err(RouteError::NoExchange)));
     }
+
+    #[test]
+    fn a_client_publish_to_an_internal_exchange_is_refused_but_the_broker_routes_through_it() {
+        let mut dir = Directory::new(&["/".to_owned()]);
+        dir.apply(&DirectoryChange::DeclareExchange {
+            vhost: 0,
+            def: ExchangeDef {
+                name: "inside".into(),
+                kind: ExchangeKind::Fanout,
+                durable: false,
+                auto_delete: false,
+                internal: true,
+                arguments: FieldTable::default(),
+            },
+        });
+        dir.apply(&bind("inside", 1, "q1", ""));
+        let vh = dir.vhost(0).expect("vhost");
+        let mut out = Targets::new();
+        let refused = vh.route_publish(&"inside".into(), &"k".into(), || None, &mut out);
+        assert_eq!(refused, Err(RouteError::Internal));
+        assert!(out.is_empty());
+        // Dead-lettering (and an exchange binding) may route through it.
+        assert_eq!(route(&dir, "inside", "k"), vec![1]);
+        let mut out = Targets::new();
+        assert_eq!(
+            vh.route_publish(&"nope".into(), &"k".into(), || None, &mut out),
+            Err(RouteError::NoExchange)
+        );
+        assert_eq!(
+            vh.route_publish(&"amq.fanout".into(), &"k".into(), || None, &mut out),
+            Ok(())
+        );
+    }
 }
