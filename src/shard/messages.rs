@@ -71,7 +71,7 @@ pub fn enqueue(shard: &Shard, queues: &[QueueId], msg: Message, permits: u32) ->
     {
         let mut st = shard.state.borrow_mut();
         for (i, queue) in queues.iter().enumerate() {
-            st.home.prefetch_ahead(queues, i);
+            st.home.prefetch_ahead(queues, i, |&q| Some(q));
             accepted &= st
                 .queue_side()
                 .enqueue(shard, *queue, Rc::clone(&local), origin, now);

@@ -120,7 +120,7 @@ impl State {
         while self.home.has_dirty() {
             let round = self.home.take_round();
             for (i, &queue) in round.iter().enumerate() {
-                self.home.prefetch_ahead(&round, i);
+                self.home.prefetch_ahead(&round, i, |&q| Some(q));
                 self.queue_side()
                     .dispatch_queue(shard, queue, now, &mut local);
                 if local.len() >= DELIVER_BATCH {

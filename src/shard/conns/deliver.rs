@@ -21,6 +21,10 @@ use super::ConnSide;
 use crate::shard::inbox::{Delivery, QueueOp};
 use crate::shard::Shard;
 
+/// Credit granted to consumers in one pass (delivery or top-up), for the queues it goes
+/// to: (queue, consumer key, credit). A few per pass, so on the stack.
+pub type Grants = SmallVec<[(QueueRef, u64, Credit); 4]>;
+
 /// How far ahead `deliver_local` hints a delivery's connection, and its channel.
 const PREFETCH_CONN_AHEAD: usize = 8;
 const PREFETCH_CHANNEL_AHEAD: usize = 4;
@@ -40,7 +44,7 @@ impl ConnSide<'_> {
         // Called once per dispatch round (or per 1,024 deliveries): the connections
         // written and the credit grants stay on the stack while they are few.
         let mut requeue = Vec::new();
-        let mut grants: SmallVec<[(QueueRef, u64, Credit); 2]> = SmallVec::new();
+        let mut grants = Grants::new();
         let mut wrote: SmallVec<[ConnId; 4]> = SmallVec::new();
         let mut start = 0;
         let hint = batch.len() >= crate::shard::home::PREFETCH_FROM;
@@ -122,7 +126,15 @@ impl ConnSide<'_> {
         for &conn in &wrote {
             self.mark_writer(conn);
         }
-        for &(queue, key, n) in &grants {
+        self.send_grants(shard, &grants);
+        for (queue, seq) in requeue {
+            self.queues().settle_to(shard, queue, QueueOp::Requeue(seq));
+        }
+    }
+
+    /// Gives queues the credit their consumers here were granted.
+    pub fn send_grants(&mut self, shard: &Shard, grants: &Grants) {
+        for &(queue, key, n) in grants {
             self.queues().settle_to(
                 shard,
                 queue,
@@ -132,9 +144,6 @@ impl ConnSide<'_> {
                     bytes: n.bytes,
                 },
             );
-        }
-        for (queue, seq) in requeue {
-            self.queues().settle_to(shard, queue, QueueOp::Requeue(seq));
         }
     }
 

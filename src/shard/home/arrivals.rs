@@ -70,7 +70,7 @@ impl QueueSide<'_> {
         let mut accepted = true;
         let staged_before = (routed.confirm != 0).then(|| shard.store.borrow().staged_refs());
         for (i, &queue) in routed.queues.iter().enumerate() {
-            self.home.prefetch_ahead(&routed.queues, i);
+            self.home.prefetch_ahead(&routed.queues, i, |&q| Some(q));
             if !self.home.queues.contains_key(&queue) && self.home.arrivals.is_coming(queue) {
                 waiting.push(queue);
                 continue;

@@ -12,7 +12,7 @@
 use smallvec::SmallVec;
 
 use crate::model::exchange::Targets;
-use crate::model::ids::{ChannelRef, ConnId, QueueRef};
+use crate::model::ids::{ChannelRef, ConnId};
 use crate::model::message::{parse_expiration, Message, ReceivedBody};
 use crate::model::routing::RouteError;
 use crate::protocol::method::{BasicAck, BasicNack, BasicPublish, BasicReturn, TxCommitOk};
@@ -24,7 +24,6 @@ use crate::session::error::{ChannelError, ObjectKind};
 
 use super::{MethodError, PUBLISH};
 use crate::shard::conns::ConnSide;
-use crate::shard::home::{PREFETCH_FROM, PREFETCH_QUEUE_AHEAD};
 use crate::shard::inbox::{ConfirmDone, Routed};
 use crate::shard::Shard;
 
@@ -195,7 +194,8 @@ impl ConnSide<'_> {
         let staged_before = (confirm != 0).then(|| shard.store.borrow().staged_refs());
         let mut remote_shards: SmallVec<[u16; 4]> = SmallVec::new();
         for (i, target) in targets.iter().enumerate() {
-            self.prefetch_targets(shard, &targets, i);
+            self.queues()
+                .prefetch_ahead(&targets, i, |t| (t.home == shard.id).then_some(t.id));
             if target.home == shard.id {
                 if let Some(local) = &local {
                     refused |= !self.queues().enqueue(
@@ -239,20 +239,6 @@ impl ConnSide<'_> {
             }
         }
         Ok(())
-    }
-
-    /// Hints this shard's queues among `targets` a few ahead of the one at `at`
-    /// (`HomeQueues::prefetch_ahead`, for a list of queue refs).
-    fn prefetch_targets(&mut self, shard: &Shard, targets: &[QueueRef], at: usize) {
-        if targets.len() < PREFETCH_FROM {
-            return;
-        }
-        if let Some(t) = targets
-            .get(at + PREFETCH_QUEUE_AHEAD)
-            .filter(|t| t.home == shard.id)
-        {
-            self.queues().prefetch(t.id);
-        }
     }
 
     /// Sends the confirms a connection's channels can give: for publishes whose queues

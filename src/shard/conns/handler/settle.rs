@@ -11,10 +11,11 @@ use smallvec::SmallVec;
 use crate::model::ids::{ConnId, QueueRef};
 use crate::protocol::method::{BasicAck, BasicNack, BasicReject};
 use crate::session::channel::{Channel, TxOp};
-use crate::session::consumer::{ChannelConsumer, Credit, Window};
+use crate::session::consumer::{ChannelConsumer, Window};
 use crate::session::error::ChannelError;
 
 use super::{AfterFrame, MethodError};
+use crate::shard::conns::deliver::Grants;
 use crate::shard::conns::ConnSide;
 use crate::shard::inbox::QueueOp;
 use crate::shard::Shard;
@@ -216,24 +217,7 @@ impl ConnSide<'_> {
         }
         self.send_grants(shard, &grants);
     }
-
-    fn send_grants(&mut self, shard: &Shard, grants: &Grants) {
-        for &(queue, key, n) in grants {
-            self.queues().settle_to(
-                shard,
-                queue,
-                QueueOp::Grant {
-                    key,
-                    credit: n.messages,
-                    bytes: n.bytes,
-                },
-            );
-        }
-    }
 }
-
-/// Credit granted in one top-up, for the queues it goes to.
-type Grants = SmallVec<[(QueueRef, u64, Credit); 4]>;
 
 /// Grants a channel's consumers (one, or all) what the credit rule allows, noting each
 /// grant for its queue. A channel paused by the client (`channel.flow`) gets none.
