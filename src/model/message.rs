@@ -95,6 +95,19 @@ pub struct WireTail {
 }
 
 impl WireTail {
+    /// The part of `basic.deliver`'s payload the tail holds: the exchange and routing key
+    /// with their length octets.
+    pub fn method_rest(&self) -> usize {
+        let exchange = usize::from(self.bytes.first().copied().unwrap_or(0));
+        let key = usize::from(self.bytes.get(1 + exchange).copied().unwrap_or(0));
+        2 + exchange + key
+    }
+
+    /// Where the body frame's channel number is, if the message has a body frame.
+    pub fn body_channel(&self) -> Option<usize> {
+        (self.body_channel_at + 2 <= self.bytes.len()).then_some(self.body_channel_at)
+    }
+
     /// The exchange and routing key, as slices of the tail (the tail starts with them,
     /// each after its length octet).
     fn names(&self, exchange_len: usize, routing_key_len: usize) -> (ShortStr, ShortStr) {

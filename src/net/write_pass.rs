@@ -33,14 +33,16 @@ pub async fn run(shard: Rc<Shard>) {
             None
         }
     };
+    // Deferred deliveries are encoded here just before their `send` (`Shard::write_batch`).
+    let mut scratch = bytes::BytesMut::new();
     loop {
         shard.write_wanted.wait().await;
         loop {
             let more = match ring.as_mut() {
-                Some(ring) => {
-                    shard.write_batch(BATCH, |writes, results| ring.send(writes, results))
-                }
-                None => shard.write_batch(BATCH, send_each),
+                Some(ring) => shard.write_batch(BATCH, &mut scratch, |writes, results| {
+                    ring.send(writes, results)
+                }),
+                None => shard.write_batch(BATCH, &mut scratch, send_each),
             };
             if let Some(error) = ring.as_ref().and_then(SendRing::broken) {
                 unavailable(&shard, error.to_string());

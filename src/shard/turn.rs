@@ -30,6 +30,11 @@ use super::{Shard, TimerKey};
 const WRITE_SLICES: usize = 512;
 const WRITE_SLICES_PER_CONN: usize = 32;
 
+/// Deferred deliveries one connection's write encodes at most, and one batch's (the
+/// scratch buffer's size): bytes. What is left waits for the connection's next turn.
+const ENCODE_PER_CONN: usize = 256 * 1024;
+const ENCODE_PER_BATCH: usize = 1024 * 1024;
+
 /// One connection's write in a batch of the write pass: its socket and its queued
 /// bytes, in order.
 pub struct Write<'a> {
@@ -373,14 +378,16 @@ impl Shard {
     /// them). A connection whose writer task has the socket, a closed one and a TLS one
     /// are handed to the writer task; the others' queues are given to `send` as one batch
     /// ([`Write`]: each socket and the queue's slices, written straight from the outbound
-    /// buffer without waiting; `send` pushes what each socket took, or an error, in the
-    /// same order, and skips a write without slices), then accounted for as
-    /// [`Shard::wrote`] does. A socket that took less than all it was offered (full) or
-    /// failed goes to its writer task, which waits for room (or finishes the
-    /// connection). Returns whether connections are still waiting.
+    /// buffer without waiting, followed by its deferred deliveries encoded into `scratch`;
+    /// `send` pushes what each socket took, or an error, in the same order, and skips a
+    /// write without slices), then accounted for as [`Shard::wrote`] does. A socket that
+    /// took less than all it was offered (full) or failed goes to its writer task, which
+    /// waits for room (or finishes the connection). Returns whether connections are
+    /// still waiting.
     pub fn write_batch(
         &self,
         max: usize,
+        scratch: &mut bytes::BytesMut,
         send: impl FnOnce(&[Write<'_>], &mut Vec<std::io::Result<usize>>),
     ) -> bool {
         let mut st = self.state.borrow_mut();
@@ -404,17 +411,44 @@ impl Shard {
         }
         let mut results = Vec::with_capacity(batch.len());
         let mut offered: smallvec::SmallVec<[usize; 64]> = smallvec::SmallVec::new();
+        // Each connection's bytes offered from its buffer, and how many deferred
+        // deliveries it has encoded where in `scratch`.
+        let mut own: smallvec::SmallVec<[usize; 64]> = smallvec::SmallVec::new();
+        let mut encoded: smallvec::SmallVec<[(usize, usize, usize); 64]> =
+            smallvec::SmallVec::new();
+        scratch.clear();
         {
             let st: &super::State = &st;
+            // Deferred deliveries are encoded first (the scratch buffer may grow), for a
+            // connection whose queued bytes all fit this batch's slices with one to spare.
+            let mut at = 0;
+            for &conn in &batch {
+                let from = scratch.len();
+                let mut count = 0;
+                if let Some(c) = st.conn(conn) {
+                    let per = (WRITE_SLICES - at).min(WRITE_SLICES_PER_CONN);
+                    let slices = c.out.slice_count();
+                    let room = ENCODE_PER_BATCH.saturating_sub(from);
+                    if slices < per && room > 0 {
+                        count = c.out.encode_deferred(scratch, room.min(ENCODE_PER_CONN));
+                    }
+                    at += slices.min(per) + usize::from(count > 0);
+                }
+                encoded.push((count, from, scratch.len()));
+            }
+        }
+        {
+            let st: &super::State = &st;
+            let scratch: &[u8] = scratch;
             let mut slices = [std::io::IoSlice::new(&[]); WRITE_SLICES];
             let mut writes: smallvec::SmallVec<[Write<'_>; 64]> = smallvec::SmallVec::new();
             let mut at = 0;
             // Each connection's socket and its run of `slices`.
             let mut ranges: smallvec::SmallVec<[(std::os::fd::RawFd, usize, usize); 64]> =
                 smallvec::SmallVec::new();
-            for &conn in &batch {
+            for (&conn, &(count, from, to)) in batch.iter().zip(&encoded) {
                 // Every connection of the batch is there (same borrow) and plain.
-                let (socket, n) = match st.conn(conn) {
+                let (socket, mut n) = match st.conn(conn) {
                     Some(c) => {
                         let per = (WRITE_SLICES - at).min(WRITE_SLICES_PER_CONN);
                         (
@@ -424,8 +458,14 @@ impl Shard {
                     }
                     None => (-1, 0),
                 };
+                let from_buffer: usize = slices[at..at + n].iter().map(|s| s.len()).sum();
+                own.push(from_buffer);
+                if count > 0 {
+                    slices[at + n] = std::io::IoSlice::new(&scratch[from..to]);
+                    n += 1;
+                }
                 ranges.push((socket, at, n));
-                offered.push(slices[at..at + n].iter().map(|s| s.len()).sum());
+                offered.push(from_buffer + (to - from));
                 at += n;
             }
             let slices = &slices[..at];
@@ -438,7 +478,10 @@ impl Shard {
             send(&writes, &mut results);
         }
         let mut wrote_any = false;
-        for ((&conn, want), res) in batch.iter().zip(offered).zip(results) {
+        let per_conn = offered.into_iter().zip(own).zip(encoded);
+        for ((&conn, ((want, own), (count, from, to))), res) in
+            batch.iter().zip(per_conn).zip(results)
+        {
             let Some(c) = st.conn_mut(conn) else {
                 continue;
             };
@@ -465,7 +508,10 @@ impl Shard {
             if written == 0 {
                 continue;
             }
-            c.out.consume(written);
+            c.out.consume(written.min(own));
+            if count > 0 && written > own {
+                c.out.sent_encoded(count, &scratch[from..to], written - own);
+            }
             let drained = self.count_written(c, written);
             if !c.writer_owns && !c.out.is_empty() {
                 // More slices than one write takes: the rest later in the pass.

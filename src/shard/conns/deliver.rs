@@ -12,7 +12,7 @@ use std::borrow::Borrow;
 use smallvec::SmallVec;
 
 use crate::model::ids::{ConnId, QueueRef};
-use crate::model::message::Message;
+use crate::model::message::{LocalMessage, Message};
 use crate::session::channel::ChannelPhase;
 use crate::session::connection::WriteMark;
 use crate::session::consumer::{Credit, Window};
@@ -29,12 +29,32 @@ pub type Grants = SmallVec<[(QueueRef, u64, Credit); 4]>;
 const PREFETCH_CONN_AHEAD: usize = 8;
 const PREFETCH_CHANNEL_AHEAD: usize = 4;
 
+/// A delivery's message handle: one of this shard's (`LocalMessage`) is deferred when
+/// small, for the write pass to encode just before the `send`; one from another shard
+/// (`Message`) is encoded at once.
+pub trait DeliveredMessage: Borrow<Message> {
+    /// The handle, if it is this shard's.
+    fn local(&self) -> Option<&LocalMessage>;
+}
+
+impl DeliveredMessage for LocalMessage {
+    fn local(&self) -> Option<&LocalMessage> {
+        Some(self)
+    }
+}
+
+impl DeliveredMessage for Message {
+    fn local(&self) -> Option<&LocalMessage> {
+        None
+    }
+}
+
 impl ConnSide<'_> {
     /// Writes deliveries to consumers on this shard. Consecutive deliveries to the same
     /// consumer from the same queue (the common case: a queue dispatches a run to its
     /// consumer) look the connection, channel and consumer up once. A delivery for a
     /// consumer that is gone goes back to its queue.
-    pub fn deliver_local<M: Borrow<Message>>(
+    pub fn deliver_local<M: DeliveredMessage>(
         &mut self,
         shard: &Shard,
         batch: &mut Vec<Delivery<M>>,
@@ -101,16 +121,32 @@ impl ConnSide<'_> {
                 c.credit = c.credit.saturating_sub(run.len() as u32);
                 c.credit_bytes = c.credit_bytes.saturating_sub(bytes);
                 for (d, tag) in run.iter().zip(first_tag..) {
-                    out.deliver(target.channel, &c.tag, tag, d.redelivered, d.msg.borrow());
+                    let (channel, redelivered) = (target.channel, d.redelivered);
+                    match d.msg.local() {
+                        Some(msg) => out.deliver_later(channel, &c.tag, tag, redelivered, msg),
+                        None => out.deliver(channel, &c.tag, tag, redelivered, d.msg.borrow()),
+                    }
                 }
                 if c.no_ack {
-                    marks.push_back(WriteMark {
-                        end: out.total_queued(),
-                        queue,
-                        key: c.queue_key,
-                        count: run.len() as u32,
-                        bytes,
-                    });
+                    // Every mark waiting is for bytes not yet written: one for the same
+                    // consumer just before this run is extended (a wide fan-out gives
+                    // each subscriber a delivery per round), so a subscriber waiting
+                    // for the write pass holds one mark, not one per delivery.
+                    let end = out.total_queued();
+                    match marks.back_mut() {
+                        Some(last) if last.queue == queue && last.key == c.queue_key => {
+                            last.end = end;
+                            last.count += run.len() as u32;
+                            last.bytes += bytes;
+                        }
+                        _ => marks.push_back(WriteMark {
+                            end,
+                            queue,
+                            key: c.queue_key,
+                            count: run.len() as u32,
+                            bytes,
+                        }),
+                    }
                 }
                 if (c.no_ack || c.prefetch == 0) && flow_active {
                     if let Some(grant) = c.take_top_up(has_room, window, global) {

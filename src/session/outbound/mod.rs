@@ -5,17 +5,24 @@
 //! halving when little is written). A busy connection keeps reusing its arena (the
 //! allocation comes back to it once the writer dropped what it wrote); an idle one lets
 //! it go ([`Outbound::release_idle`], once per reclaim interval), so it holds no
-//! outbound memory.
+//! outbound memory. A small delivery to a consumer of this shard's queue is not encoded
+//! here at all but deferred ([`deferred`]): the write pass encodes it into the shard's
+//! scratch buffer just before the `send` ([`Outbound::encode_deferred`]), and only what
+//! the socket did not take is copied into the arena ([`Outbound::sent_encoded`]). Every
+//! other append encodes what is deferred first, so bytes go out in the order they were
+//! queued.
 //!
 //! Does not: write to the socket (the writer task does) or decide when to stop filling it
 //! (consumers stop getting credit above `write_high_water`).
+
+mod deferred;
 
 use std::collections::VecDeque;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::model::ledger;
-use crate::model::message::Message;
+use crate::model::message::{LocalMessage, Message};
 use crate::protocol::frame;
 use crate::protocol::method::FRAME_END;
 use crate::protocol::{Method, ShortStr};
@@ -48,6 +55,10 @@ pub struct Outbound {
     total_at_take: u64,
     /// `total` at the last [`Outbound::release_idle`].
     total_at_idle_check: u64,
+    /// Small deliveries queued after everything in `chunks` and `pending`, not yet
+    /// encoded (their size is in `queued` and `total`); boxed while a connection has had
+    /// some since it was last idle.
+    deferred: Option<Box<deferred::Deferred>>,
 }
 
 impl Outbound {
@@ -63,6 +74,7 @@ impl Outbound {
             arenas_this_cycle: 0,
             total_at_take: 0,
             total_at_idle_check: 0,
+            deferred: None,
         }
     }
 
@@ -138,6 +150,7 @@ impl Outbound {
 
     /// Appends a method frame.
     pub fn method(&mut self, channel: u16, method: &Method) {
+        self.encode_all_deferred();
         let arena = self.arena();
         let before = arena.len();
         frame::encode_method(arena, channel, method);
@@ -147,6 +160,7 @@ impl Outbound {
 
     /// Appends a heartbeat frame.
     pub fn heartbeat(&mut self) {
+        self.encode_all_deferred();
         let arena = self.arena();
         frame::encode_heartbeat(arena);
         self.count(8);
@@ -154,6 +168,7 @@ impl Outbound {
 
     /// Appends raw bytes (the protocol header answer to a wrong version).
     pub fn raw(&mut self, bytes: &[u8]) {
+        self.encode_all_deferred();
         self.arena().extend_from_slice(bytes);
         self.count(bytes.len());
     }
@@ -169,52 +184,33 @@ impl Outbound {
         redelivered: bool,
         msg: &Message,
     ) {
+        self.encode_all_deferred();
+        if let Some(size) = deferred::small_size(consumer_tag, msg, self.inline_max) {
+            if let Some(tail) = msg.wire_tail() {
+                let arena = self.arena();
+                deferred::SmallHead::new(channel, consumer_tag.as_bytes(), redelivered).write(
+                    arena,
+                    delivery_tag,
+                    tail,
+                );
+                self.count(size);
+                return;
+            }
+        }
         let tag = consumer_tag.as_bytes();
         let exchange = msg.exchange().as_bytes();
         let key = msg.routing_key().as_bytes();
         let size = 4 + 1 + tag.len() + 8 + 1 + 1 + exchange.len() + 1 + key.len();
-        let small = msg.body_size() <= self.inline_max as u64;
         let arena = self.arena();
         let before = arena.len();
-        // Frame header, class/method, consumer tag, delivery tag and redelivered flag are
-        // assembled on the stack and copied once (server-generated tags are ~20 bytes).
-        const SHORT_TAG: usize = 56;
-        if tag.len() <= SHORT_TAG {
-            let mut head = [0u8; 12 + SHORT_TAG + 9];
-            head[0] = 1;
-            head[1..3].copy_from_slice(&channel.to_be_bytes());
-            head[3..7].copy_from_slice(&(size as u32).to_be_bytes());
-            head[7..11].copy_from_slice(&[0, 60, 0, 60]);
-            head[11] = tag.len() as u8;
-            let at = 12 + tag.len();
-            head[12..at].copy_from_slice(tag);
-            head[at..at + 8].copy_from_slice(&delivery_tag.to_be_bytes());
-            head[at + 8] = u8::from(redelivered);
-            arena.extend_from_slice(&head[..at + 9]);
-        } else {
-            arena.put_u8(1);
-            arena.put_u16(channel);
-            arena.put_u32(size as u32);
-            arena.put_slice(&[0, 60, 0, 60]);
-            arena.put_u8(tag.len() as u8);
-            arena.put_slice(tag);
-            arena.put_u64(delivery_tag);
-            arena.put_u8(u8::from(redelivered));
-        }
-        if let Some(tail) = msg.wire_tail().filter(|_| small) {
-            let at = arena.len();
-            arena.extend_from_slice(&tail.bytes);
-            let ch = channel.to_be_bytes();
-            arena[at + tail.header_channel_at..at + tail.header_channel_at + 2]
-                .copy_from_slice(&ch);
-            if msg.body_size() > 0 {
-                arena[at + tail.body_channel_at..at + tail.body_channel_at + 2]
-                    .copy_from_slice(&ch);
-            }
-            let added = arena.len() - before;
-            self.count(added);
-            return;
-        }
+        arena.put_u8(1);
+        arena.put_u16(channel);
+        arena.put_u32(size as u32);
+        arena.put_slice(&[0, 60, 0, 60]);
+        arena.put_u8(tag.len() as u8);
+        arena.put_slice(tag);
+        arena.put_u64(delivery_tag);
+        arena.put_u8(u8::from(redelivered));
         arena.put_u8(exchange.len() as u8);
         arena.put_slice(exchange);
         arena.put_u8(key.len() as u8);
@@ -223,6 +219,47 @@ impl Outbound {
         let added = arena.len() - before;
         self.count(added);
         self.content(channel, msg);
+    }
+
+    /// [`Outbound::deliver`] for a message of this shard's: a small one is queued as it
+    /// is, to be encoded by the write pass (or by the next append) — a share of the
+    /// message and 24 bytes instead of its encoding.
+    pub fn deliver_later(
+        &mut self,
+        channel: u16,
+        consumer_tag: &ShortStr,
+        delivery_tag: u64,
+        redelivered: bool,
+        msg: &LocalMessage,
+    ) {
+        if let Some(size) = deferred::small_size(consumer_tag, msg, self.inline_max) {
+            let waiting = self.deferred.get_or_insert_with(Box::default);
+            if waiting.push(channel, consumer_tag, delivery_tag, redelivered, msg, size) {
+                self.count(size);
+                return;
+            }
+        }
+        self.deliver(channel, consumer_tag, delivery_tag, redelivered, msg);
+    }
+
+    /// Encodes every deferred delivery into the arena (before anything else is appended,
+    /// or before the writer task takes the buffers).
+    fn encode_all_deferred(&mut self) {
+        let Some(mut waiting) = self.deferred.take() else {
+            return;
+        };
+        if !waiting.is_empty() {
+            let bytes = waiting.bytes();
+            // One reservation for all of them (the arena's sizing is for appends as
+            // they come).
+            if self.pending.capacity() - self.pending.len() < bytes {
+                self.seal_pending();
+                self.pending.reserve(bytes.max(self.arena_size));
+            }
+            let count = waiting.encode_front(&mut self.pending, usize::MAX);
+            waiting.pop_front(count, bytes);
+        }
+        self.deferred = Some(waiting);
     }
 
     /// Appends a method that carries content (`get-ok`, `return`) plus the content.
@@ -261,6 +298,7 @@ impl Outbound {
     /// Takes up to `max_iov` buffers for one `writev`. The caller reports what was written
     /// with [`Outbound::written`].
     pub fn take(&mut self, max_iov: usize) -> Vec<Bytes> {
+        self.encode_all_deferred();
         self.seal_pending();
         let n = self.chunks.len().min(max_iov);
         let taken = self.chunks.drain(..n).collect();
@@ -285,6 +323,47 @@ impl Outbound {
             n += 1;
         }
         n
+    }
+
+    /// Bytes queued as bytes (not deferred): what [`Outbound::io_slices`] offers.
+    pub fn encoded_bytes(&self) -> usize {
+        self.queued - self.deferred_bytes()
+    }
+
+    /// The slices [`Outbound::io_slices`] would fill, given room.
+    pub fn slice_count(&self) -> usize {
+        self.chunks.len() + usize::from(!self.pending.is_empty())
+    }
+
+    fn deferred_bytes(&self) -> usize {
+        self.deferred.as_ref().map_or(0, |d| d.bytes())
+    }
+
+    /// Encodes deferred deliveries, first ones first, into `into` (the write pass's
+    /// scratch buffer) until about `budget` bytes; returns how many. They go out after
+    /// what [`Outbound::io_slices`] offers; report what the socket took of them with
+    /// [`Outbound::sent_encoded`].
+    pub fn encode_deferred(&self, into: &mut BytesMut, budget: usize) -> usize {
+        self.deferred
+            .as_ref()
+            .map_or(0, |d| d.encode_front(into, budget))
+    }
+
+    /// The socket took `sent` bytes of `encoded`, the encoding of the first `count`
+    /// deferred deliveries ([`Outbound::encode_deferred`]), after everything queued as
+    /// bytes: they are no longer deferred, the bytes count as written, and what the socket
+    /// did not take is queued as bytes, ahead of the deliveries still deferred.
+    pub fn sent_encoded(&mut self, count: usize, encoded: &[u8], sent: usize) {
+        let Some(waiting) = self.deferred.as_mut() else {
+            return;
+        };
+        waiting.pop_front(count, encoded.len());
+        let sent = sent.min(encoded.len());
+        self.written(sent);
+        if sent < encoded.len() {
+            // Counted when it was deferred.
+            self.arena().extend_from_slice(&encoded[sent..]);
+        }
     }
 
     /// Drops the first `n` queued bytes, written straight from the buffer
@@ -329,11 +408,15 @@ impl Outbound {
     pub fn release_idle(&mut self) -> bool {
         let idle = self.total == self.total_at_idle_check && self.queued == 0;
         self.total_at_idle_check = self.total;
-        if idle && self.chunks.is_empty() && self.pending.capacity() > 0 {
+        if !idle || !self.chunks.is_empty() {
+            return false;
+        }
+        let had_deferred = self.deferred.take().is_some();
+        if self.pending.capacity() > 0 {
             self.pending = BytesMut::new();
             return true;
         }
-        false
+        had_deferred
     }
 
     /// Accounts for bytes the writer has written.
@@ -347,6 +430,9 @@ impl Outbound {
     pub fn clear(&mut self) {
         self.chunks.clear();
         self.pending.clear();
+        if let Some(waiting) = self.deferred.as_mut() {
+            waiting.clear();
+        }
         ledger::outbound(-(self.queued as i64));
         self.queued = 0;
     }
@@ -359,171 +445,4 @@ impl Drop for Outbound {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::message::BodyChunks;
-    use crate::protocol::method::BasicDeliver;
-
-    fn message(body: &[u8]) -> Message {
-        let mut chunks = BodyChunks::new();
-        if !body.is_empty() {
-            chunks.push(Bytes::copy_from_slice(body));
-        }
-        let props = crate::protocol::BasicProperties {
-            content_type: Some("text/plain".into()),
-            delivery_mode: Some(2),
-            ..Default::default()
-        };
-        Message::new(
-            "amq.topic".into(),
-            "a.b.c".into(),
-            props.to_bytes(),
-            chunks,
-            body.len() as u64,
-        )
-    }
-
-    fn expected(channel: u16, msg: &Message, body: &[u8], frame_max: u32) -> Vec<u8> {
-        let mut want = BytesMut::new();
-        frame::encode_method(
-            &mut want,
-            channel,
-            &Method::BasicDeliver(BasicDeliver {
-                consumer_tag: "ctag".into(),
-                delivery_tag: 42,
-                redelivered: true,
-                exchange: "amq.topic".into(),
-                routing_key: "a.b.c".into(),
-            }),
-        );
-        frame::encode_content(
-            &mut want,
-            channel,
-            60,
-            msg.raw_properties(),
-            body,
-            frame_max,
-        );
-        want.to_vec()
-    }
-
-    fn written(out: &mut Outbound) -> Vec<u8> {
-        out.take(1024)
-            .iter()
-            .flat_map(|b| b.iter().copied())
-            .collect()
-    }
-
-    #[test]
-    fn prebuilt_tail_matches_the_generic_encoding() {
-        for body in [&b""[..], b"x", &[7u8; 300][..]] {
-            let msg = message(body);
-            assert!(msg.wire_tail().is_some());
-            let mut out = Outbound::new(512, 4096);
-            out.deliver(9, &"ctag".into(), 42, true, &msg);
-            assert_eq!(written(&mut out), expected(9, &msg, body, 4096));
-        }
-    }
-
-    #[test]
-    fn many_deliveries_span_arenas_intact() {
-        let msg = message(b"payload");
-        let mut out = Outbound::new(512, 4096);
-        let mut want = Vec::new();
-        for _ in 0..2000 {
-            out.deliver(1, &"ctag".into(), 42, true, &msg);
-            want.extend(expected(1, &msg, b"payload", 4096));
-        }
-        assert!(
-            out.chunks.len() >= 2,
-            "the arena is sealed as it fills, not regrown: {} chunks for {} bytes",
-            out.chunks.len(),
-            want.len()
-        );
-        assert_eq!(out.queued_bytes(), want.len());
-        assert_eq!(written(&mut out), want);
-    }
-
-    #[test]
-    fn large_bodies_are_split_to_frame_max_without_copy() {
-        let body = vec![5u8; 10_000];
-        let msg = message(&body);
-        assert!(msg.wire_tail().is_none());
-        let mut out = Outbound::new(512, 4096);
-        out.deliver(3, &"ctag".into(), 42, true, &msg);
-        let queued = out.queued_bytes();
-        let bytes = written(&mut out);
-        assert_eq!(bytes.len(), queued);
-        assert_eq!(bytes, expected(3, &msg, &body, 4096));
-    }
-
-    /// Writing straight from the buffer, a few bytes at a time, sends exactly what
-    /// `take` would have, and the arena goes on being filled in place.
-    #[test]
-    fn partial_writes_from_the_slices_keep_every_byte_in_order() {
-        let small = message(b"payload");
-        let big = message(&[9u8; 3000]);
-        let mut out = Outbound::new(512, 4096);
-        let mut want = Vec::new();
-        let mut got = Vec::new();
-        for round in 0..50u64 {
-            let msg = if round % 7 == 3 { &big } else { &small };
-            let body: &[u8] = if round % 7 == 3 {
-                &[9u8; 3000]
-            } else {
-                b"payload"
-            };
-            out.deliver(1, &"ctag".into(), 42, true, msg);
-            want.extend(expected(1, msg, body, 4096));
-            // Write at most 100 bytes of what is queued, as a full socket would.
-            let mut slices = [std::io::IoSlice::new(&[]); 8];
-            let n = out.io_slices(&mut slices);
-            let mut budget = 100;
-            for s in &slices[..n] {
-                let k = s.len().min(budget);
-                got.extend_from_slice(&s[..k]);
-                budget -= k;
-            }
-            let written = 100 - budget;
-            out.consume(written);
-        }
-        while !out.is_empty() {
-            let mut slices = [std::io::IoSlice::new(&[]); 8];
-            let n = out.io_slices(&mut slices);
-            let all: usize = slices[..n].iter().map(|s| s.len()).sum();
-            for s in &slices[..n] {
-                got.extend_from_slice(s);
-            }
-            out.consume(all);
-        }
-        assert_eq!(got, want);
-        assert_eq!(out.total_written(), want.len() as u64);
-        assert_eq!(out.queued_bytes(), 0);
-    }
-
-    #[test]
-    fn an_idle_connection_holds_no_arena_and_a_busy_one_grows_it() {
-        let msg = message(b"payload");
-        let mut out = Outbound::new(512, 4096);
-        out.deliver(1, &"ctag".into(), 1, false, &msg);
-        assert_eq!(out.pending.capacity(), ARENA_MIN);
-        let _ = out.take(1024);
-        out.written(out.queued_bytes());
-        assert!(!out.release_idle(), "just written to: kept");
-        assert!(out.release_idle(), "idle since the last check: let go");
-        assert_eq!(out.pending.capacity(), 0);
-        for tag in 0..2000 {
-            out.deliver(1, &"ctag".into(), tag, false, &msg);
-        }
-        assert_eq!(
-            out.arena_size, ARENA_MAX,
-            "one write's worth filled several arenas"
-        );
-        let _ = out.take(1024);
-        for _ in 0..8 {
-            out.deliver(1, &"ctag".into(), 1, false, &msg);
-            let _ = out.take(1024);
-        }
-        assert_eq!(out.arena_size, ARENA_MIN, "light traffic shrinks it back");
-    }
-}
+mod tests;

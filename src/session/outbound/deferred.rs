@@ -1,0 +1,251 @@
+//! Owns: a connection's small deliveries queued and not yet encoded ([`Deferred`]) —
+//! what each needs to be written (its message, channel, consumer tag, delivery tag and
+//! redelivered flag), in order, and its exact encoded size — and encoding a small
+//! delivery ([`SmallHead`]) from the message's prebuilt wire tail. Deliveries to one
+//! consumer with consecutive delivery tags (a subscriber's) are kept as one run: each
+//! is then a share of its message (8 bytes) in a list.
+//!
+//! At thousands of subscribers a connection waits for the write pass for a good part of
+//! a pass, and what waits was each delivery encoded in the connection's arena (~170
+//! bytes for 64 bytes of body, in an arena of its own per subscriber): tens of MiB of
+//! copies of the same few messages. Deferred, a delivery is a share of the message, and
+//! the write pass encodes it into one scratch buffer of the shard's just
+//! before the `send` (issue 23).
+//!
+//! Does not: decide what is deferred or when it is encoded (`Outbound` does), or count
+//! bytes (its sizes are counted by `Outbound` as bytes queued).
+
+use std::collections::VecDeque;
+
+use bytes::BytesMut;
+use smallvec::SmallVec;
+
+use crate::model::message::{LocalMessage, Message, WireTail};
+use crate::protocol::ShortStr;
+
+/// Consumer tags up to this long are assembled on the stack (server-generated ones are
+/// about 30 bytes); a delivery with a longer one is encoded at once, not deferred.
+pub const SHORT_TAG: usize = 56;
+
+/// Frame header (7), class and method (4), the tag's length octet (1), delivery tag (8)
+/// and redelivered flag (1): what a small delivery writes besides its tag and tail.
+const HEAD_FIXED: usize = 21;
+
+/// Distinct consumer tags one connection's deferred deliveries may name at once (an
+/// index octet each); past that a delivery is encoded at once.
+const TAGS_MAX: usize = 255;
+
+/// Small deliveries waiting to be encoded, in the order they were queued.
+///
+/// # Invariants
+/// The runs' counts add up to the number of messages; the first run's first delivery is
+/// the first message.
+#[derive(Default)]
+pub struct Deferred {
+    msgs: VecDeque<LocalMessage>,
+    runs: VecDeque<Run>,
+    /// The consumer tags the runs name (most connections: one).
+    tags: SmallVec<[ShortStr; 1]>,
+    /// The deliveries' encoded size.
+    bytes: usize,
+}
+
+/// Consecutive deliveries on one channel to one consumer, with consecutive delivery tags.
+#[derive(Clone, Copy)]
+struct Run {
+    first_delivery_tag: u64,
+    count: u32,
+    channel: u16,
+    /// Index into `Deferred::tags`.
+    tag: u8,
+    redelivered: bool,
+}
+
+/// The encoded size of a delivery of `msg` to consumer `tag`, when it can be encoded from
+/// the message's prebuilt tail (a small body and a short tag).
+pub fn small_size(tag: &ShortStr, msg: &Message, inline_max: usize) -> Option<usize> {
+    if tag.len() > SHORT_TAG || msg.body_size() > inline_max as u64 {
+        return None;
+    }
+    msg.wire_tail()
+        .map(|tail| HEAD_FIXED + tag.len() + tail.bytes.len())
+}
+
+/// The start of a small delivery to one consumer on one channel — `basic.deliver`'s frame
+/// header, consumer tag and redelivered flag — assembled once on the stack for a run of
+/// deliveries; [`SmallHead::write`] fills in each one's size and delivery tag.
+pub struct SmallHead {
+    bytes: [u8; HEAD_FIXED + SHORT_TAG],
+    /// Where the delivery tag goes; the head ends 9 bytes later.
+    tag_at: usize,
+}
+
+impl SmallHead {
+    /// `tag` is cut to [`SHORT_TAG`] bytes (longer ones are never deferred).
+    pub fn new(channel: u16, tag: &[u8], redelivered: bool) -> SmallHead {
+        let tag = &tag[..tag.len().min(SHORT_TAG)];
+        let mut bytes = [0u8; HEAD_FIXED + SHORT_TAG];
+        bytes[0] = 1;
+        bytes[1..3].copy_from_slice(&channel.to_be_bytes());
+        bytes[7..11].copy_from_slice(&[0, 60, 0, 60]);
+        bytes[11] = tag.len() as u8;
+        let tag_at = 12 + tag.len();
+        bytes[12..tag_at].copy_from_slice(tag);
+        bytes[tag_at + 8] = u8::from(redelivered);
+        SmallHead { bytes, tag_at }
+    }
+
+    /// Appends one delivery: the head with its size and delivery tag, then the message's
+    /// tail with its two channel numbers patched.
+    pub fn write(&mut self, into: &mut BytesMut, delivery_tag: u64, tail: &WireTail) {
+        let at = self.tag_at;
+        // The method payload: class, method, tag, delivery tag, redelivered, and the
+        // exchange and routing key with their length octets (the tail up to its frame end).
+        let size = at + 9 - 7 + tail.method_rest();
+        self.bytes[3..7].copy_from_slice(&(size as u32).to_be_bytes());
+        self.bytes[at..at + 8].copy_from_slice(&delivery_tag.to_be_bytes());
+        into.reserve(at + 9 + tail.bytes.len());
+        into.extend_from_slice(&self.bytes[..at + 9]);
+        let at = into.len();
+        into.extend_from_slice(&tail.bytes);
+        let channel = [self.bytes[1], self.bytes[2]];
+        into[at + tail.header_channel_at..at + tail.header_channel_at + 2]
+            .copy_from_slice(&channel);
+        if let Some(body) = tail.body_channel() {
+            into[at + body..at + body + 2].copy_from_slice(&channel);
+        }
+    }
+}
+
+fn same_bytes(a: &ShortStr, b: &ShortStr) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+}
+
+impl Deferred {
+    /// The encoded size of what waits.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.msgs.is_empty()
+    }
+
+    /// Queues a delivery of `size` encoded bytes ([`small_size`]); false (nothing queued)
+    /// when the connection's waiting deliveries already name [`TAGS_MAX`] consumer tags.
+    pub fn push(
+        &mut self,
+        channel: u16,
+        tag: &ShortStr,
+        delivery_tag: u64,
+        redelivered: bool,
+        msg: &LocalMessage,
+        size: usize,
+    ) -> bool {
+        // The last tag first: a run of deliveries names one consumer, and it is the same
+        // shared bytes each time (compared by address before by content).
+        let index = match self.tags.iter().rposition(|t| same_bytes(t, tag)) {
+            Some(i) => i,
+            None if self.tags.len() < TAGS_MAX => {
+                self.tags.push(tag.clone());
+                self.tags.len() - 1
+            }
+            None => return false,
+        };
+        let tag = index as u8;
+        match self.runs.back_mut() {
+            Some(run)
+                if run.channel == channel
+                    && run.tag == tag
+                    && run.redelivered == redelivered
+                    && run.count < u32::MAX
+                    && run.first_delivery_tag.wrapping_add(u64::from(run.count))
+                        == delivery_tag =>
+            {
+                run.count += 1;
+            }
+            _ => self.runs.push_back(Run {
+                first_delivery_tag: delivery_tag,
+                count: 1,
+                channel,
+                tag,
+                redelivered,
+            }),
+        }
+        self.msgs.push_back(msg.clone());
+        self.bytes += size;
+        true
+    }
+
+    /// Encodes the first deliveries into `into`, until `budget` bytes are reached (at
+    /// least one, if any wait); returns how many. They stay queued: once they are
+    /// written or copied elsewhere, [`Deferred::pop_front`] drops them.
+    pub fn encode_front(&self, into: &mut BytesMut, budget: usize) -> usize {
+        let start = into.len();
+        let mut msgs = self.msgs.iter();
+        let mut n = 0;
+        for run in &self.runs {
+            let tag = self
+                .tags
+                .get(run.tag as usize)
+                .map_or(&[][..], |t| t.as_bytes());
+            let mut head = SmallHead::new(run.channel, tag, run.redelivered);
+            for (k, msg) in (0..u64::from(run.count)).zip(msgs.by_ref()) {
+                if n > 0 && into.len() - start >= budget {
+                    return n;
+                }
+                // Every message was queued with its tail (`small_size`).
+                if let Some(tail) = msg.wire_tail() {
+                    head.write(into, run.first_delivery_tag.wrapping_add(k), tail);
+                }
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Drops the first `count` deliveries, encoded in `bytes` bytes.
+    pub fn pop_front(&mut self, count: usize, bytes: usize) {
+        let count = count.min(self.msgs.len());
+        if count == self.msgs.len() {
+            // All of them (the common case: the socket took everything).
+            self.msgs.clear();
+            self.runs.clear();
+        } else {
+            self.msgs.drain(..count);
+        }
+        let mut left = count as u64;
+        while left > 0 {
+            let Some(run) = self.runs.front_mut() else {
+                break;
+            };
+            if u64::from(run.count) <= left {
+                left -= u64::from(run.count);
+                self.runs.pop_front();
+            } else {
+                run.first_delivery_tag = run.first_delivery_tag.wrapping_add(left);
+                run.count -= left as u32;
+                left = 0;
+            }
+        }
+        self.bytes = self.bytes.saturating_sub(bytes);
+        if self.msgs.is_empty() {
+            self.runs.clear();
+            self.bytes = 0;
+            // A subscriber's one tag is kept for its next deliveries (no reference
+            // count round trip per write); several are let go.
+            if self.tags.len() > 1 {
+                self.tags.clear();
+            }
+        }
+    }
+
+    /// Drops everything (the connection is gone).
+    pub fn clear(&mut self) {
+        self.msgs.clear();
+        self.runs.clear();
+        self.tags.clear();
+        self.bytes = 0;
+    }
+}
