@@ -25,7 +25,7 @@ use crate::protocol::ShortStr;
 
 /// Consumer tags up to this long are assembled on the stack (server-generated ones are
 /// about 30 bytes); a delivery with a longer one is encoded at once, not deferred.
-pub const SHORT_TAG: usize = 56;
+const SHORT_TAG: usize = 56;
 
 /// Frame header (7), class and method (4), the tag's length octet (1), delivery tag (8)
 /// and redelivered flag (1): what a small delivery writes besides its tag and tail.
@@ -61,14 +61,18 @@ struct Run {
     redelivered: bool,
 }
 
-/// The encoded size of a delivery of `msg` to consumer `tag`, when it can be encoded from
-/// the message's prebuilt tail (a small body and a short tag).
-pub fn small_size(tag: &ShortStr, msg: &Message, inline_max: usize) -> Option<usize> {
+/// The prebuilt tail a delivery of `msg` to consumer `tag` is encoded from, with the
+/// delivery's encoded size, when it can be (a small body and a short tag).
+pub fn small_tail<'a>(
+    tag: &ShortStr,
+    msg: &'a Message,
+    inline_max: usize,
+) -> Option<(&'a WireTail, usize)> {
     if tag.len() > SHORT_TAG || msg.body_size() > inline_max as u64 {
         return None;
     }
     msg.wire_tail()
-        .map(|tail| HEAD_FIXED + tag.len() + tail.bytes.len())
+        .map(|tail| (tail, HEAD_FIXED + tag.len() + tail.bytes.len()))
 }
 
 /// The start of a small delivery to one consumer on one channel — `basic.deliver`'s frame
@@ -132,7 +136,7 @@ impl Deferred {
         self.msgs.is_empty()
     }
 
-    /// Queues a delivery of `size` encoded bytes ([`small_size`]); false (nothing queued)
+    /// Queues a delivery of `size` encoded bytes ([`small_tail`]); false (nothing queued)
     /// when the connection's waiting deliveries already name [`TAGS_MAX`] consumer tags.
     pub fn push(
         &mut self,
@@ -195,7 +199,7 @@ impl Deferred {
                 if n > 0 && into.len() - start >= budget {
                     return n;
                 }
-                // Every message was queued with its tail (`small_size`).
+                // Every message was queued with its tail (`small_tail`).
                 if let Some(tail) = msg.wire_tail() {
                     head.write(into, run.first_delivery_tag.wrapping_add(k), tail);
                 }

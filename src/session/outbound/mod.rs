@@ -185,17 +185,15 @@ impl Outbound {
         msg: &Message,
     ) {
         self.encode_all_deferred();
-        if let Some(size) = deferred::small_size(consumer_tag, msg, self.inline_max) {
-            if let Some(tail) = msg.wire_tail() {
-                let arena = self.arena();
-                deferred::SmallHead::new(channel, consumer_tag.as_bytes(), redelivered).write(
-                    arena,
-                    delivery_tag,
-                    tail,
-                );
-                self.count(size);
-                return;
-            }
+        if let Some((tail, size)) = deferred::small_tail(consumer_tag, msg, self.inline_max) {
+            let arena = self.arena();
+            deferred::SmallHead::new(channel, consumer_tag.as_bytes(), redelivered).write(
+                arena,
+                delivery_tag,
+                tail,
+            );
+            self.count(size);
+            return;
         }
         let tag = consumer_tag.as_bytes();
         let exchange = msg.exchange().as_bytes();
@@ -223,7 +221,7 @@ impl Outbound {
 
     /// [`Outbound::deliver`] for a message of this shard's: a small one is queued as it
     /// is, to be encoded by the write pass (or by the next append) — a share of the
-    /// message and 24 bytes instead of its encoding.
+    /// message (8 bytes) instead of its encoding.
     pub fn deliver_later(
         &mut self,
         channel: u16,
@@ -232,7 +230,7 @@ impl Outbound {
         redelivered: bool,
         msg: &LocalMessage,
     ) {
-        if let Some(size) = deferred::small_size(consumer_tag, msg, self.inline_max) {
+        if let Some((_, size)) = deferred::small_tail(consumer_tag, msg, self.inline_max) {
             let waiting = self.deferred.get_or_insert_with(Box::default);
             if waiting.push(channel, consumer_tag, delivery_tag, redelivered, msg, size) {
                 self.count(size);
@@ -325,18 +323,9 @@ impl Outbound {
         n
     }
 
-    /// Bytes queued as bytes (not deferred): what [`Outbound::io_slices`] offers.
-    pub fn encoded_bytes(&self) -> usize {
-        self.queued - self.deferred_bytes()
-    }
-
     /// The slices [`Outbound::io_slices`] would fill, given room.
     pub fn slice_count(&self) -> usize {
         self.chunks.len() + usize::from(!self.pending.is_empty())
-    }
-
-    fn deferred_bytes(&self) -> usize {
-        self.deferred.as_ref().map_or(0, |d| d.bytes())
     }
 
     /// Encodes deferred deliveries, first ones first, into `into` (the write pass's
