@@ -13,11 +13,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::model::ids::{ConnId, IdMap, QueueRef};
+use crate::model::ids::{ConnId, QueueRef};
 use crate::model::prefetch;
 use crate::model::routing::VhostIdx;
 use crate::protocol::{FieldTable, FieldValue, LongStr, ShortStr};
-use crate::session::channel::Channel;
+use crate::session::channel_table::ChannelTable;
 use crate::session::outbound::Outbound;
 use crate::session::signal::Signal;
 
@@ -88,7 +88,7 @@ pub struct Conn {
     pub capabilities: ClientCapabilities,
     /// Boxed: the map's buckets then hold a pointer, not a whole channel (a map of one
     /// channel has room for three more, issue 23).
-    pub channels: IdMap<u16, Box<Channel>>,
+    pub channels: ChannelTable,
     pub out: Outbound,
     /// Wakes the connection's writer task ([`Conn::wake_writer`]).
     pub writer: Rc<Signal>,
@@ -267,7 +267,7 @@ impl Conn {
             frame_max,
             heartbeat: 0,
             capabilities: ClientCapabilities::default(),
-            channels: IdMap::default(),
+            channels: ChannelTable::default(),
             out: Outbound::new(inline_max, frame_max),
             writer,
             start_writer: None,

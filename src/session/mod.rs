@@ -11,6 +11,7 @@
 
 pub mod channel;
 pub mod channel_consumers;
+pub mod channel_table;
 pub mod confirm;
 pub mod connection;
 pub mod consumer;

@@ -65,7 +65,6 @@ impl ConnSide<'_> {
         // written and the credit grants stay on the stack while they are few.
         let mut requeue = Vec::new();
         let mut grants = Grants::new();
-        let mut wrote: SmallVec<[ConnId; 4]> = SmallVec::new();
         let mut start = 0;
         let hint = batch.len() >= crate::shard::home::PREFETCH_FROM;
         while start < batch.len() {
@@ -91,7 +90,9 @@ impl ConnSide<'_> {
             }
             let run = &batch[start..end];
             start = end;
-            let Some(conn) = self.conns.get_mut(target.conn) else {
+            // Listed for the write pass at once (a run to a consumer that is gone leaves
+            // nothing new to write, which the pass skips).
+            let Some(conn) = self.conns.get_mut_to_write(target.conn) else {
                 requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
                 continue;
             };
@@ -154,14 +155,8 @@ impl ConnSide<'_> {
                     }
                 }
             }
-            if wrote.last() != Some(&target.conn) {
-                wrote.push(target.conn);
-            }
         }
         batch.clear();
-        for &conn in &wrote {
-            self.mark_writer(conn);
-        }
         self.send_grants(shard, &grants);
         for (queue, seq) in requeue {
             self.queues().settle_to(shard, queue, QueueOp::Requeue(seq));

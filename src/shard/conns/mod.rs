@@ -84,6 +84,20 @@ impl Connections {
             .map(|c| &mut **c)
     }
 
+    /// The connection, put on the write pass's list as [`Connections::mark_writer`]
+    /// does, for a caller about to queue bytes on it (one lookup for both).
+    pub fn get_mut_to_write(&mut self, id: ConnId) -> Option<&mut Conn> {
+        let c = self
+            .slab
+            .get_mut(id.slot as usize)
+            .filter(|c| c.id.generation == id.generation)?;
+        if !c.writer_marked {
+            c.writer_marked = true;
+            self.dirty.push_back(id);
+        }
+        Some(&mut **c)
+    }
+
     /// Hints the connection in `slot` for a delivery a few deliveries ahead, without
     /// reading it (its generation is not checked: a hint for a slot reused meanwhile
     /// only warms the wrong lines).

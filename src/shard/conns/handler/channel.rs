@@ -300,7 +300,6 @@ impl ConnSide<'_> {
     ) -> Result<&mut crate::session::channel::Channel, MethodError> {
         self.conn_mut(conn)
             .and_then(|c| c.channels.get_mut(&number))
-            .map(|ch| &mut **ch)
             .ok_or_else(|| MethodError::Channel(ChannelError::Internal("channel gone".into())))
     }
 }
