@@ -86,8 +86,7 @@ pub struct Conn {
     pub frame_max: u32,
     pub heartbeat: u16,
     pub capabilities: ClientCapabilities,
-    /// Boxed: the map's buckets then hold a pointer, not a whole channel (a map of one
-    /// channel has room for three more, issue 23).
+    /// By number, the first one inline (`session::channel_table`).
     pub channels: ChannelTable,
     pub out: Outbound,
     /// Wakes the connection's writer task ([`Conn::wake_writer`]).

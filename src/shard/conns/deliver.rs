@@ -90,9 +90,7 @@ impl ConnSide<'_> {
             }
             let run = &batch[start..end];
             start = end;
-            // Listed for the write pass at once (a run to a consumer that is gone leaves
-            // nothing new to write, which the pass skips).
-            let Some(conn) = self.conns.get_mut_to_write(target.conn) else {
+            let Some((conn, mut writes)) = self.conns.get_mut_with_writes(target.conn) else {
                 requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
                 continue;
             };
@@ -155,6 +153,7 @@ impl ConnSide<'_> {
                     }
                 }
             }
+            writes.mark(conn);
         }
         batch.clear();
         self.send_grants(shard, &grants);
