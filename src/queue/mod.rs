@@ -157,11 +157,18 @@ pub struct Queue {
 
 impl Queue {
     /// Hints the fields an enqueue and a dispatch touch (`model::prefetch`), for a queue
-    /// a few queues ahead in a loop; computes field addresses only.
+    /// a few queues ahead in a loop; computes field addresses only. The settings and
+    /// limits an enqueue checks are hinted field by field: they are larger than a line,
+    /// and a profile at 10,000 subscribers had `enqueue` waiting on the lines of
+    /// `message_ttl`, `max_length`, `capacity` and `dead_letter` that hinting the
+    /// structs' first lines missed.
     #[inline(always)]
     pub fn prefetch_hot(&self) {
         use crate::model::prefetch::line;
         line(&self.settings);
+        line(&self.settings.message_ttl);
+        line(&self.settings.stored);
+        line(&self.settings.dead_letter);
         line(&self.ready);
         line(&self.ready_bytes);
         line(&self.inflight);
@@ -170,6 +177,9 @@ impl Queue {
         line(&self.last_used);
         line(&self.counters);
         line(&self.limits);
+        line(&self.limits.max_length);
+        line(&self.limits.capacity);
+        line(&self.limits.slow);
         line(&self.condemned);
     }
 
