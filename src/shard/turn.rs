@@ -410,9 +410,8 @@ impl Shard {
             return st.conns.has_writes();
         }
         let mut results = Vec::with_capacity(batch.len());
-        let mut offered: smallvec::SmallVec<[usize; 64]> = smallvec::SmallVec::new();
         // Each connection's bytes offered from its buffer, and how many deferred
-        // deliveries it has encoded where in `scratch`.
+        // deliveries it has encoded where in `scratch` (offered after those bytes).
         let mut own: smallvec::SmallVec<[usize; 64]> = smallvec::SmallVec::new();
         let mut encoded: smallvec::SmallVec<[(usize, usize, usize); 64]> =
             smallvec::SmallVec::new();
@@ -465,7 +464,6 @@ impl Shard {
                     n += 1;
                 }
                 ranges.push((socket, at, n));
-                offered.push(from_buffer + (to - from));
                 at += n;
             }
             let slices = &slices[..at];
@@ -478,13 +476,12 @@ impl Shard {
             send(&writes, &mut results);
         }
         let mut wrote_any = false;
-        let per_conn = offered.into_iter().zip(own).zip(encoded);
-        for ((&conn, ((want, own), (count, from, to))), res) in
-            batch.iter().zip(per_conn).zip(results)
-        {
+        let per_conn = own.into_iter().zip(encoded);
+        for ((&conn, (own, (count, from, to))), res) in batch.iter().zip(per_conn).zip(results) {
             let Some(c) = st.conn_mut(conn) else {
                 continue;
             };
+            let want = own + (to - from);
             if want == 0 {
                 // No slice left in this batch for it: the next one.
                 st.conns.mark_writer(conn);

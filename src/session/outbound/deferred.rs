@@ -212,12 +212,17 @@ impl Deferred {
     /// Drops the first `count` deliveries, encoded in `bytes` bytes.
     pub fn pop_front(&mut self, count: usize, bytes: usize) {
         let count = count.min(self.msgs.len());
-        if count == self.msgs.len() {
+        self.msgs.drain(..count);
+        if self.msgs.is_empty() {
             // All of them (the common case: the socket took everything).
-            self.msgs.clear();
             self.runs.clear();
-        } else {
-            self.msgs.drain(..count);
+            self.bytes = 0;
+            // A subscriber's one tag is kept for its next deliveries (no reference
+            // count round trip per write); several are let go.
+            if self.tags.len() > 1 {
+                self.tags.clear();
+            }
+            return;
         }
         let mut left = count as u64;
         while left > 0 {
@@ -234,15 +239,6 @@ impl Deferred {
             }
         }
         self.bytes = self.bytes.saturating_sub(bytes);
-        if self.msgs.is_empty() {
-            self.runs.clear();
-            self.bytes = 0;
-            // A subscriber's one tag is kept for its next deliveries (no reference
-            // count round trip per write); several are let go.
-            if self.tags.len() > 1 {
-                self.tags.clear();
-            }
-        }
     }
 
     /// Drops everything (the connection is gone).

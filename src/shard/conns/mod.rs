@@ -24,13 +24,13 @@ use crate::session::connection::Conn;
 use super::home::{HomeQueues, QueueSide};
 use super::Common;
 
-/// The connections of one shard and what the shard applied to their publishers.
 /// The write pass's list of connections with bytes, lent with one connection
 /// ([`Connections::get_mut_with_writes`]).
 pub struct WriteList<'a>(&'a mut VecDeque<ConnId>);
 
 impl WriteList<'_> {
-    /// Lists `c` as [`Connections::mark_writer`] does.
+    /// Puts `c` on the list once (it carries a flag, so it is listed once however often
+    /// it is marked).
     pub fn mark(&mut self, c: &mut Conn) {
         if !c.writer_marked {
             c.writer_marked = true;
@@ -39,6 +39,7 @@ impl WriteList<'_> {
     }
 }
 
+/// The connections of one shard and what the shard applied to their publishers.
 pub struct Connections {
     /// Boxed: a slab grows by doubling, so its spare slots would each hold a whole
     /// `Conn` (600 bytes; up to 60 % more memory per connection at 10,000, issue 23).
@@ -154,11 +155,8 @@ impl Connections {
     /// Puts a connection with bytes to write on the write pass's list (O(1): the
     /// connection carries a flag, so it is listed once however often it is marked).
     pub fn mark_writer(&mut self, id: ConnId) {
-        if let Some(c) = self.get_mut(id) {
-            if !c.writer_marked {
-                c.writer_marked = true;
-                self.dirty.push_back(id);
-            }
+        if let Some((c, mut writes)) = self.get_mut_with_writes(id) {
+            writes.mark(c);
         }
     }
 
