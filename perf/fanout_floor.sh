@@ -17,7 +17,9 @@
 #   minimal=target/release/minimal-fanout   (--shards $MINIMAL_SHARDS, default 1)
 #   sluice=target/release/sluice            (--shards 2)
 # Several sluice binaries can be compared side by side (A/B): SERVERS="minimal=… a=… b=…";
-# every server whose name is not "minimal" gets --shards $SLUICE_SHARDS (default 2).
+# every server whose name is not "minimal" gets --shards $SLUICE_SHARDS (default 2), unless
+# its name ends in @N: "one@1=target/release/sluice two@2=target/release/sluice" runs the
+# same binary on one and on two shards side by side.
 # Rounds (ROUNDS, default 2) alternate the order of the servers; the table gives the
 # median of the rounds and each sluice's ratio to the minimal server.
 #
@@ -83,6 +85,7 @@ run_one() {
   [ "$rest" != "$bin" ] && extra="${rest#*:}"
   local shards="$SLUICE_SHARDS"
   [ "$name" = minimal ] && shards="$MINIMAL_SHARDS"
+  [[ "$name" == *@* ]] && shards="${name##*@}"
   local flags=()
   if [ -n "$extra" ]; then
     IFS=, read -r -a xs <<< "$extra"

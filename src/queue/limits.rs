@@ -21,14 +21,16 @@ use crate::policy::rate::{RateEstimator, WindowMeter};
 use crate::policy::set::Policy;
 use crate::policy::slow_consumer::{Prediction, SlowConsumerPolicy, SlowConsumerSettings};
 
-/// A queue's limits and policy state.
+/// A queue's limits and policy state. In declaration order (`repr(C)`): what every
+/// enqueue checks first (see `Queue`).
 #[derive(Debug)]
+#[repr(C)]
 pub struct QueueLimits {
     pub max_length: Option<MaxLength>,
     pub capacity: Option<Capacity>,
+    pub slow: SlowState,
     /// Publishing channels told to stop because of this queue (while it is overfull).
     pub blocked_publishers: HashSet<ChannelRef, BuildHasherDefault<IdHasher>>,
-    pub slow: SlowState,
     /// Allocated at the first alert (most queues never have one: issue 23).
     alerts: Option<Box<Alerts>>,
     /// The periodic policy check is armed on the shard's wheel.
@@ -72,19 +74,21 @@ impl QueueLimits {
     }
 }
 
-/// Slow-consumer state of one queue (seed 000).
+/// Slow-consumer state of one queue (seed 000). In declaration order (`repr(C)`): what
+/// [`SlowState::active`] reads first.
 #[derive(Debug)]
+#[repr(C)]
 pub struct SlowState {
-    /// The declared and configured levels the policy was resolved from; `None` while
-    /// both are unset (most queues: issue 23).
-    levels: Option<Box<SlowLevels>>,
+    /// Bindings to topic exchanges; the policy applies while this is above zero.
+    pub topic_bindings: u32,
     /// Whether the settings below came from a `[[topic]]` entry (more specific than the
     /// vhost default, so a later binding does not replace them).
     pub from_topic_entry: bool,
     /// The resolved policy, once the queue has been bound to a topic exchange.
     pub policy: Option<SlowConsumerPolicy>,
-    /// Bindings to topic exchanges; the policy applies while this is above zero.
-    pub topic_bindings: u32,
+    /// The declared and configured levels the policy was resolved from; `None` while
+    /// both are unset (most queues: issue 23).
+    levels: Option<Box<SlowLevels>>,
     /// Messages arriving per second (EWMA).
     pub arrival: RateEstimator,
     /// Messages consumed per second (EWMA): acks, or deliveries written for no-ack.
@@ -152,7 +156,11 @@ impl SlowState {
 
     /// The policy in force: resolved and the queue bound to a topic exchange.
     pub fn active(&self) -> Option<&SlowConsumerPolicy> {
-        self.policy.as_ref().filter(|_| self.topic_bindings > 0)
+        // The binding count first: it is in the line an enqueue reads anyway.
+        if self.topic_bindings == 0 {
+            return None;
+        }
+        self.policy.as_ref()
     }
 }
 
