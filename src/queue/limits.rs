@@ -89,6 +89,16 @@ pub struct SlowState {
     /// The declared and configured levels the policy was resolved from; `None` while
     /// both are unset (most queues: issue 23).
     levels: Option<Box<SlowLevels>>,
+    /// The judging window, for the meters.
+    rate_window: Duration,
+    /// The rates the periodic check measures, made at the queue's first check (most
+    /// queues never have one: issue 23).
+    meters: Option<Box<SlowMeters>>,
+}
+
+/// What the slow-consumer check measures of one queue.
+#[derive(Debug)]
+pub struct SlowMeters {
     /// Messages arriving per second (EWMA).
     pub arrival: RateEstimator,
     /// Messages consumed per second (EWMA): acks, or deliveries written for no-ack.
@@ -109,15 +119,47 @@ impl SlowState {
             from_topic_entry: false,
             policy: None,
             topic_bindings: 0,
-            // The EWMA's memory: half the judging window, so it follows a change
-            // within about one window.
-            arrival: RateEstimator::new(rate_window / 2),
-            consume: RateEstimator::new(rate_window / 2),
-            window: WindowMeter::new(rate_window),
-            seen_enqueued: 0,
-            seen_consumed: 0,
-            prediction: None,
+            rate_window,
+            meters: None,
         }
+    }
+
+    /// The meters, made at the first check. The EWMAs' memory is half the judging
+    /// window, so they follow a change within about one window.
+    pub fn meters_mut(&mut self) -> &mut SlowMeters {
+        let window = self.rate_window;
+        self.meters.get_or_insert_with(|| {
+            Box::new(SlowMeters {
+                arrival: RateEstimator::new(window / 2),
+                consume: RateEstimator::new(window / 2),
+                window: WindowMeter::new(window),
+                seen_enqueued: 0,
+                seen_consumed: 0,
+                prediction: None,
+            })
+        })
+    }
+
+    /// Messages arriving per second (0 before the first check).
+    pub fn arrival_rate(&self) -> f64 {
+        self.meters.as_ref().map_or(0.0, |m| m.arrival.rate())
+    }
+
+    /// Messages consumed per second (0 before the first check).
+    pub fn consume_rate(&self) -> f64 {
+        self.meters.as_ref().map_or(0.0, |m| m.consume.rate())
+    }
+
+    /// The rate judged over the last whole window, else the consumption EWMA.
+    pub fn judged_rate(&self) -> f64 {
+        self.meters
+            .as_ref()
+            .map_or(0.0, |m| m.window.last().unwrap_or_else(|| m.consume.rate()))
+    }
+
+    /// The latest prediction of a breach.
+    pub fn prediction(&self) -> Option<Prediction> {
+        self.meters.as_ref().and_then(|m| m.prediction)
     }
 
     /// The `x-slow-consumer-*` declare arguments, with the run-time policy's

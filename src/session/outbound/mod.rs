@@ -5,7 +5,7 @@
 //! halving when little is written). A busy connection keeps reusing its arena (the
 //! allocation comes back to it once the writer dropped what it wrote); an idle one lets
 //! it go ([`Outbound::release_idle`], once per reclaim interval), so it holds no
-//! outbound memory. A small delivery to a consumer of this shard's queue is not encoded
+//! outbound memory; a minimum-sized arena is let go as soon as everything is written. A small delivery to a consumer of this shard's queue is not encoded
 //! here at all but deferred ([`deferred`]): the write pass encodes it into the shard's
 //! scratch buffer just before the `send` ([`Outbound::encode_deferred`]), and only what
 //! the socket did not take is copied into the arena ([`Outbound::sent_encoded`]). Every
@@ -353,6 +353,7 @@ impl Outbound {
             // Counted when it was deferred.
             self.arena().extend_from_slice(&encoded[sent..]);
         }
+        self.release_drained_arena();
     }
 
     /// Drops the first `n` queued bytes, written straight from the buffer
@@ -380,6 +381,17 @@ impl Outbound {
             }
         }
         self.end_cycle();
+        self.release_drained_arena();
+    }
+
+    /// Everything is written: an arena of the minimum size is let go. A subscriber's
+    /// bytes are mostly deferred deliveries, encoded into the shard's scratch buffer, so
+    /// its arena held only the handshake's replies, and 10,000 subscribers kept 5 MiB
+    /// of them; a connection whose writes fill its arena has grown it and keeps it.
+    fn release_drained_arena(&mut self) {
+        if self.queued == 0 && self.arena_size == ARENA_MIN {
+            self.pending = BytesMut::new();
+        }
     }
 
     /// One write's cycle is over: light traffic halves the next arena.

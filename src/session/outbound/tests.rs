@@ -295,6 +295,51 @@ fn a_deferred_delivery_holds_no_arena_until_it_is_encoded() {
     assert!(out.deferred.is_none());
 }
 
+/// A subscriber's arena holds only its handshake's replies, its deliveries being deferred:
+/// once the write pass has written everything, the minimum-sized arena is let go at
+/// once (not a reclaim interval later); a leftover the socket did not take brings one
+/// back, and an arena grown by a busy connection is kept.
+#[test]
+fn a_drained_minimum_arena_is_let_go_after_the_write() {
+    let msg = LocalMessage::new(message(b"payload"));
+    let mut out = Outbound::new(512, 4096);
+    out.method(
+        1,
+        &Method::BasicQosOk(crate::protocol::method::BasicQosOk {}),
+    );
+    out.deliver_later(1, &"ctag".into(), 1, false, &msg);
+    assert_eq!(out.pending.capacity(), ARENA_MIN);
+    let size = out.queued_bytes();
+    // The socket takes all but the last 3 bytes: they wait in the arena.
+    let sent = write_pass_turn(&mut out, size - 3, usize::MAX);
+    assert_eq!(sent.len(), size - 3);
+    assert_eq!(out.queued_bytes(), 3);
+    assert!(out.pending.capacity() > 0, "the leftover is in the arena");
+    let rest = write_pass_turn(&mut out, usize::MAX, usize::MAX);
+    assert_eq!(rest.len(), 3);
+    assert_eq!(out.pending.capacity(), 0, "drained: let go");
+    out.deliver_later(1, &"ctag".into(), 2, false, &msg);
+    let _ = write_pass_turn(&mut out, usize::MAX, usize::MAX);
+    assert_eq!(
+        out.pending.capacity(),
+        0,
+        "deferred deliveries need no arena"
+    );
+    // Deliveries encoded at once (as another shard's are) fill more than one arena in
+    // one write's worth, which grows the next.
+    for tag in 3..40 {
+        out.deliver(1, &"ctag".into(), tag, false, &msg);
+    }
+    assert!(out.arena_size > ARENA_MIN);
+    assert!(out.slice_count() <= 8);
+    let _ = write_pass_turn(&mut out, usize::MAX, usize::MAX);
+    assert_eq!(out.queued_bytes(), 0);
+    assert!(
+        out.pending.capacity() > 0,
+        "a grown arena is kept for the next write"
+    );
+}
+
 /// A subscriber's deliveries (consecutive delivery tags on one channel) are kept as runs;
 /// a turn that writes part of a run, a redelivered one, a gap in the tags and another
 /// consumer's delivery in the middle all go out as encoded when queued.

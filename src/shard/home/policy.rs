@@ -445,17 +445,17 @@ fn measure(q: &mut Queue, interval: Duration, now: Instant) -> Option<f64> {
     let consumed = q.counters.consumed;
     let eligible =
         q.ready_count() > 0 && (q.has_consumers() || q.has_recent_getter(now, interval * 2));
-    let slow = &mut q.limits.slow;
-    let arrived = enqueued - slow.seen_enqueued;
-    let done = consumed - slow.seen_consumed;
-    slow.seen_enqueued = enqueued;
-    slow.seen_consumed = consumed;
-    slow.arrival.record(arrived);
-    slow.arrival.tick(now);
-    slow.consume.record(done);
-    slow.consume.tick(now);
-    slow.window.record(done);
-    slow.window.observe(now, eligible)
+    let meters = q.limits.slow.meters_mut();
+    let arrived = enqueued - meters.seen_enqueued;
+    let done = consumed - meters.seen_consumed;
+    meters.seen_enqueued = enqueued;
+    meters.seen_consumed = consumed;
+    meters.arrival.record(arrived);
+    meters.arrival.tick(now);
+    meters.consume.record(done);
+    meters.consume.tick(now);
+    meters.window.record(done);
+    meters.window.observe(now, eligible)
 }
 
 /// A cycle ring makes room: discards the oldest ready messages while the holdings are
@@ -484,11 +484,11 @@ fn predict(
 ) {
     let held = q.holdings(now);
     let trend = Trend {
-        arrival_rate: q.limits.slow.arrival.rate(),
-        consume_rate: q.limits.slow.consume.rate(),
+        arrival_rate: q.limits.slow.arrival_rate(),
+        consume_rate: q.limits.slow.consume_rate(),
     };
     let prediction = policy.predict(&held, &trend);
-    q.limits.slow.prediction = prediction;
+    q.limits.slow.meters_mut().prediction = prediction;
     let Some(p) = prediction else {
         return;
     };
@@ -569,8 +569,8 @@ fn report(
         count: held.count,
         bytes: held.bytes,
         age_ms: held.oldest_age.map(|a| a.as_millis() as u64),
-        rate: slow.window.last().unwrap_or_else(|| slow.consume.rate()),
-        arrival: slow.arrival.rate(),
+        rate: slow.judged_rate(),
+        arrival: slow.arrival_rate(),
         in_seconds: None,
         exempt: None,
     }
