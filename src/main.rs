@@ -7,6 +7,9 @@ use clap::Parser;
 use sluice::cli::Args;
 use sluice::config::Config;
 
+/// mimalloc, except in a `system-alloc` build: heap profilers (heaptrack, valgrind's
+/// massif) see the C allocator's calls only (`perf/heap_fanout.sh`).
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
