@@ -32,6 +32,8 @@ TRACK=$!
 LOAD=""
 cleanup() {
   [ -n "$LOAD" ] && kill "$LOAD" 2>/dev/null || true
+  # The broker is heaptrack's child: killing the wrapper alone would leave it running.
+  pkill -P "$TRACK" 2>/dev/null || true
   kill "$TRACK" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$DATA"
@@ -44,7 +46,7 @@ target/release/sluice-bench fanout --url "amqp://guest:guest@127.0.0.1:$PORT/" \
 LOAD=$!
 sleep "$RUN"
 # The broker itself (heaptrack's wrapper is its parent): killed, so that nothing is freed.
-BROKER="$(pgrep -P "$TRACK" -f "^$BIN" || pgrep -f "^$BIN --listen 127.0.0.1:$PORT" | head -1)"
+BROKER="$(pgrep -P "$TRACK" -f "^$BIN")"
 kill -9 "$BROKER"
 sleep 1
 kill "$LOAD" 2>/dev/null || true

@@ -90,7 +90,7 @@ fn bench_queue(arguments: FieldTable, now: Instant) -> Queue {
         "/".into(),
         "q".into(),
         settings,
-        QueueLimits::new(Duration::from_secs(5)),
+        QueueLimits::default(),
         now,
     )
 }

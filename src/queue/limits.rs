@@ -22,8 +22,8 @@ use crate::policy::set::Policy;
 use crate::policy::slow_consumer::{Prediction, SlowConsumerPolicy, SlowConsumerSettings};
 
 /// A queue's limits and policy state. In declaration order (`repr(C)`): what every
-/// enqueue checks first (see `Queue`).
-#[derive(Debug)]
+/// enqueue checks first (see `Queue`). `Default`: no limit, no policy.
+#[derive(Debug, Default)]
 #[repr(C)]
 pub struct QueueLimits {
     pub max_length: Option<MaxLength>,
@@ -41,18 +41,6 @@ pub struct QueueLimits {
 }
 
 impl QueueLimits {
-    pub fn new(rate_window: Duration) -> QueueLimits {
-        QueueLimits {
-            max_length: None,
-            capacity: None,
-            blocked_publishers: HashSet::default(),
-            slow: SlowState::new(rate_window),
-            alerts: None,
-            timer_armed: false,
-            policy: None,
-        }
-    }
-
     /// Whether the queue needs the periodic policy check.
     pub fn needs_checks(&self) -> bool {
         self.slow.active().is_some()
@@ -76,7 +64,7 @@ impl QueueLimits {
 
 /// Slow-consumer state of one queue (seed 000). In declaration order (`repr(C)`): what
 /// [`SlowState::active`] reads first.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 #[repr(C)]
 pub struct SlowState {
     /// Bindings to topic exchanges; the policy applies while this is above zero.
@@ -89,8 +77,6 @@ pub struct SlowState {
     /// The declared and configured levels the policy was resolved from; `None` while
     /// both are unset (most queues: issue 23).
     levels: Option<Box<SlowLevels>>,
-    /// The judging window, for the meters.
-    rate_window: Duration,
     /// The rates the periodic check measures, made at the queue's first check (most
     /// queues never have one: issue 23).
     meters: Option<Box<SlowMeters>>,
@@ -113,21 +99,10 @@ pub struct SlowMeters {
 }
 
 impl SlowState {
-    fn new(rate_window: Duration) -> SlowState {
-        SlowState {
-            levels: None,
-            from_topic_entry: false,
-            policy: None,
-            topic_bindings: 0,
-            rate_window,
-            meters: None,
-        }
-    }
-
-    /// The meters, made at the first check. The EWMAs' memory is half the judging
-    /// window, so they follow a change within about one window.
-    pub fn meters_mut(&mut self) -> &mut SlowMeters {
-        let window = self.rate_window;
+    /// The meters, made at the first check with the judging window in force then
+    /// (`policy.rate_window_ms`). The EWMAs' memory is half the window, so they follow a
+    /// change within about one window.
+    pub fn meters_mut(&mut self, window: Duration) -> &mut SlowMeters {
         self.meters.get_or_insert_with(|| {
             Box::new(SlowMeters {
                 arrival: RateEstimator::new(window / 2),
@@ -138,6 +113,14 @@ impl SlowState {
                 prediction: None,
             })
         })
+    }
+
+    /// Keeps the latest prediction with the meters it came from (none before the first
+    /// check, which makes them).
+    pub fn set_prediction(&mut self, prediction: Option<Prediction>) {
+        if let Some(m) = self.meters.as_mut() {
+            m.prediction = prediction;
+        }
     }
 
     /// Messages arriving per second (0 before the first check).

@@ -53,7 +53,7 @@ fn queue(ttl_ms: Option<u64>, now: Instant) -> Queue {
         "/".into(),
         "q".into(),
         settings(ttl_ms),
-        QueueLimits::new(Duration::from_secs(5)),
+        QueueLimits::default(),
         now,
     )
 }
@@ -335,7 +335,7 @@ fn prio_queue(max: u8, ttl_ms: Option<u64>, now: Instant) -> Queue {
         "/".into(),
         "q".into(),
         s,
-        QueueLimits::new(Duration::from_secs(5)),
+        QueueLimits::default(),
         now,
     )
 }
@@ -466,7 +466,7 @@ fn single_active_consumer_fails_over_in_registration_order() {
         "/".into(),
         "q".into(),
         s,
-        QueueLimits::new(Duration::from_secs(5)),
+        QueueLimits::default(),
         now,
     );
     assert_eq!(
@@ -510,7 +510,7 @@ fn an_evicted_entry_behind_expired_ones_is_never_handed_out() {
         "/".into(),
         "q".into(),
         s,
-        QueueLimits::new(Duration::from_secs(5)),
+        QueueLimits::default(),
         t0,
     );
     q.enqueue(persistent_msg(b"a"), t0);

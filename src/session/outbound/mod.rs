@@ -5,12 +5,12 @@
 //! halving when little is written). A busy connection keeps reusing its arena (the
 //! allocation comes back to it once the writer dropped what it wrote); an idle one lets
 //! it go ([`Outbound::release_idle`], once per reclaim interval), so it holds no
-//! outbound memory; a minimum-sized arena is let go as soon as everything is written. A small delivery to a consumer of this shard's queue is not encoded
-//! here at all but deferred ([`deferred`]): the write pass encodes it into the shard's
-//! scratch buffer just before the `send` ([`Outbound::encode_deferred`]), and only what
-//! the socket did not take is copied into the arena ([`Outbound::sent_encoded`]). Every
-//! other append encodes what is deferred first, so bytes go out in the order they were
-//! queued.
+//! outbound memory; a minimum-sized arena is let go as soon as everything is written.
+//! A small delivery to a consumer of this shard's queue is not encoded here at all but
+//! deferred ([`deferred`]): the write pass encodes it into the shard's scratch buffer
+//! just before the `send` ([`Outbound::encode_deferred`]), and only what the socket did
+//! not take is copied into the arena ([`Outbound::sent_encoded`]). Every other append
+//! encodes what is deferred first, so bytes go out in the order they were queued.
 //!
 //! Does not: write to the socket (the writer task does) or decide when to stop filling it
 //! (consumers stop getting credit above `write_high_water`).

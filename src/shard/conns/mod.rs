@@ -93,10 +93,7 @@ impl Connections {
 
     /// The connection with this id, if it is still the same connection.
     pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
-        self.slab
-            .get_mut(id.slot as usize)
-            .filter(|c| c.id.generation == id.generation)
-            .map(|c| &mut **c)
+        self.get_mut_with_writes(id).map(|(c, _)| c)
     }
 
     /// The connection with the write pass's list, for a caller that may queue bytes on

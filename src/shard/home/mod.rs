@@ -284,7 +284,7 @@ mod tests {
                     dead_letter: None,
                     stored: false,
                 },
-                QueueLimits::new(std::time::Duration::from_secs(5)),
+                QueueLimits::default(),
                 now,
             );
             home.queues.insert(QueueId(i), Box::new(q));

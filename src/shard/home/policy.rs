@@ -31,7 +31,7 @@ use crate::shard::{Shard, TimerKey};
 /// were validated by the coordinator; a value that slipped through is ignored.
 pub fn queue_limits(config: &Config, vhost: &str, queue: &str, args: &FieldTable) -> QueueLimits {
     let policies = &config.policies;
-    let mut limits = QueueLimits::new(policies.tuning.rate_window);
+    let mut limits = QueueLimits::default();
     limits.max_length = MaxLength::from_arguments(args).ok().flatten();
     let declared = CapacitySettings::from_arguments(args).unwrap_or_default();
     limits.capacity = declared
@@ -286,7 +286,7 @@ impl QueueSide<'_> {
         let mut fire = None;
         let mut shrunk = false;
         if let Some(policy) = q.limits.slow.active().cloned() {
-            let judged = measure(q, tuning.housekeeping_interval, now);
+            let judged = measure(q, tuning.housekeeping_interval, tuning.rate_window, now);
             let held = q.holdings(now);
             match policy.action {
                 Action::Delete => {
@@ -439,13 +439,13 @@ impl QueueSide<'_> {
 }
 
 /// Feeds the rate meters with what happened since the last check; returns the rate
-/// judged over the last full window with a backlog and a consumer.
-fn measure(q: &mut Queue, interval: Duration, now: Instant) -> Option<f64> {
+/// judged over the last full window (`window`) with a backlog and a consumer.
+fn measure(q: &mut Queue, interval: Duration, window: Duration, now: Instant) -> Option<f64> {
     let enqueued = q.counters.enqueued;
     let consumed = q.counters.consumed;
     let eligible =
         q.ready_count() > 0 && (q.has_consumers() || q.has_recent_getter(now, interval * 2));
-    let meters = q.limits.slow.meters_mut();
+    let meters = q.limits.slow.meters_mut(window);
     let arrived = enqueued - meters.seen_enqueued;
     let done = consumed - meters.seen_consumed;
     meters.seen_enqueued = enqueued;
@@ -488,7 +488,7 @@ fn predict(
         consume_rate: q.limits.slow.consume_rate(),
     };
     let prediction = policy.predict(&held, &trend);
-    q.limits.slow.meters_mut().prediction = prediction;
+    q.limits.slow.set_prediction(prediction);
     let Some(p) = prediction else {
         return;
     };
