@@ -14,7 +14,10 @@
 //! - `declare_race`: a queue.declare racing mandatory confirmed publishes to that queue
 //!   from a connection on the other shard: every publish is returned or in the queue;
 //! - `bindings`: 10,000 distinct topic patterns on one exchange route exactly as a
-//!   reference matcher says, also after an unbind and a queue deletion.
+//!   reference matcher says, also after an unbind and a queue deletion;
+//! - `bursts`: bursts of thousands of small and 1 KiB messages to a few no-ack
+//!   subscribers (sluice client, amqprs) reach each whole and in order, on 1 and 2
+//!   shards, with queues dispatched at the write and per turn.
 //!
 //! The heavy sections take [`HEAVY`] so that they do not share the two cores with each
 //! other.
@@ -28,6 +31,8 @@ mod support;
 
 #[path = "fanout_scale/bindings.rs"]
 mod bindings;
+#[path = "fanout_scale/bursts.rs"]
+mod bursts;
 #[path = "fanout_scale/declare_race.rs"]
 mod declare_race;
 #[path = "fanout_scale/emfile.rs"]

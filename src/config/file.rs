@@ -242,6 +242,7 @@ struct ShardSection {
     inbox_capacity: Option<usize>,
     inbox_bytes: Option<u64>,
     dispatch_budget: Option<usize>,
+    dispatch_at_write: Option<bool>,
     no_ack_window: Option<u32>,
     no_ack_window_bytes: Option<u64>,
     tick_ms: Option<u64>,
@@ -384,6 +385,7 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
     if let Some(s) = file.shard {
         set(&mut config.shard.inbox_capacity, s.inbox_capacity);
         set(&mut config.shard.dispatch_budget, s.dispatch_budget);
+        set(&mut config.shard.dispatch_at_write, s.dispatch_at_write);
         set(&mut config.shard.no_ack_window, s.no_ack_window);
         set(&mut config.shard.inbox_bytes, s.inbox_bytes);
         set(&mut config.shard.no_ack_window_bytes, s.no_ack_window_bytes);

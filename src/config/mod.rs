@@ -164,6 +164,10 @@ pub struct ShardTuning {
     pub inbox_bytes: u64,
     /// Messages one queue dispatches per turn before others get a go.
     pub dispatch_budget: usize,
+    /// A queue whose only consumer is a no-ack one on the queue's own shard is
+    /// dispatched when the write pass reaches the consumer's connection (once per
+    /// write), not at the end of every turn that gave it a message.
+    pub dispatch_at_write: bool,
     /// Messages in flight to a no-ack (or unlimited-prefetch) consumer before the queue
     /// waits for the consumer's socket to drain.
     pub no_ack_window: u32,
@@ -379,6 +383,7 @@ impl Default for Config {
                 inbox_capacity: 256,
                 inbox_bytes: 4 * 1024 * 1024,
                 dispatch_budget: 256,
+                dispatch_at_write: true,
                 no_ack_window: 2000,
                 no_ack_window_bytes: 1024 * 1024,
                 tick: Duration::from_millis(10),

@@ -28,7 +28,7 @@
 
 use std::time::Instant;
 
-use crate::model::ids::ConsumerTarget;
+use crate::model::ids::{ConnId, ConsumerTarget, ShardId};
 use crate::model::message::LocalMessage;
 
 use super::ready::{self, Head};
@@ -190,6 +190,21 @@ impl Queue {
         } else {
             Pick::Rotation
         };
+    }
+
+    /// Works out whether the write pass dispatches this queue (see `pull_conn`): when its
+    /// only consumer is a no-ack one on shard `here` and `enabled`
+    /// (`shard.dispatch_at_write`). Call after every change of consumers.
+    pub fn refresh_pull(&mut self, here: ShardId, enabled: bool) {
+        self.pull_conn = match self.consumers.as_slice() {
+            [only] if enabled && only.no_ack && only.target.shard == here => Some(only.target.conn),
+            _ => None,
+        };
+    }
+
+    /// The connection whose write pass dispatches this queue, if any.
+    pub fn pull_conn(&self) -> Option<ConnId> {
+        self.pull_conn
     }
 
     /// The consumer that receives on a single-active-consumer queue.

@@ -39,7 +39,7 @@ use smallvec::SmallVec;
 
 pub use crate::model::dead_letter::DeadLetterTarget;
 use crate::model::dead_letter::Reason;
-use crate::model::ids::{ChannelRef, QueueId};
+use crate::model::ids::{ChannelRef, ConnId, QueueId};
 use crate::model::ledger;
 use crate::model::message::LocalMessage;
 use crate::policy::slow_consumer::Holdings;
@@ -145,7 +145,8 @@ pub struct Queue {
     last_used: Instant,
     /// The slow-consumer policy deleted this queue; it accepts nothing more.
     pub condemned: bool,
-    /// The queue is on its shard's list of queues to dispatch this turn.
+    /// The queue waits for dispatch: on its shard's list of queues to dispatch this
+    /// turn, or (with `pull_conn`) asked of its consumer's connection for the write pass.
     pub in_dirty_list: bool,
     /// Dispatch stopped at an evicted head: the shard should read bodies back.
     pub page_in_wanted: bool,
@@ -153,6 +154,10 @@ pub struct Queue {
     had_consumer: bool,
     /// How dispatch picks a consumer (kept up to date as consumers come and go).
     pick: consumers::Pick,
+    /// The connection whose turn in the write pass dispatches this queue (its only
+    /// consumer is a no-ack one on this shard: [`Queue::refresh_pull`]); `None`: the
+    /// queue is dispatched at the end of the turn that made it dirty.
+    pull_conn: Option<ConnId>,
     pub settings: QueueSettings,
     /// Messages that died here, for the shard to dead-letter. Only filled when the queue
     /// has a dead-letter exchange.
@@ -226,6 +231,7 @@ impl Queue {
             limits,
             condemned: false,
             in_dirty_list: false,
+            pull_conn: None,
             dead: Vec::new(),
             evicted: 0,
             page_in_wanted: false,

@@ -567,6 +567,7 @@ fn hot_fields_share_a_few_lines() {
         offset_of!(Queue, in_dirty_list),
         offset_of!(Queue, page_in_wanted),
         offset_of!(Queue, pick),
+        offset_of!(Queue, pull_conn),
         offset_of!(Queue, settings.message_ttl),
         offset_of!(Queue, settings.stored),
     ] {
@@ -596,4 +597,37 @@ fn hot_fields_share_a_few_lines() {
     ] {
         assert!(line(offset) <= max_length + 1, "offset {offset}");
     }
+}
+
+/// The write pass dispatches a queue only while its one consumer is a no-ack one on the
+/// queue's own shard (and the option is on); any other set of consumers is dispatched
+/// per turn.
+#[test]
+fn only_a_lone_local_no_ack_consumer_pulls_its_queue() {
+    let now = Instant::now();
+    let mut q = queue(None, now);
+    let conn = target(1).conn;
+    assert_eq!(q.pull_conn(), None);
+    let first = q
+        .add_consumer(target(1), true, false, 0, now)
+        .expect("consume");
+    q.refresh_pull(0, true);
+    assert_eq!(q.pull_conn(), Some(conn));
+    q.refresh_pull(0, false);
+    assert_eq!(q.pull_conn(), None, "the option is off");
+    q.refresh_pull(1, true);
+    assert_eq!(q.pull_conn(), None, "the consumer is on another shard");
+    let second = q
+        .add_consumer(target(2), true, false, 0, now)
+        .expect("consume");
+    q.refresh_pull(0, true);
+    assert_eq!(q.pull_conn(), None, "two consumers");
+    q.remove_consumer(first, now);
+    q.refresh_pull(0, true);
+    assert_eq!(q.pull_conn(), Some(conn));
+    q.remove_consumer(second, now);
+    q.add_consumer(target(3), false, false, 0, now)
+        .expect("consume");
+    q.refresh_pull(0, true);
+    assert_eq!(q.pull_conn(), None, "a consumer that acks");
 }

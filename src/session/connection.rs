@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::model::ids::{ConnId, QueueRef};
+use crate::model::ids::{ConnId, QueueId, QueueRef};
 use crate::model::prefetch;
 use crate::model::routing::VhostIdx;
 use crate::protocol::{FieldTable, FieldValue, LongStr, ShortStr};
@@ -119,6 +119,10 @@ pub struct Conn {
     /// On the shard's list of connections to write (so marking one is O(1) however
     /// many connections a turn touches).
     pub writer_marked: bool,
+    /// Home queues of this shard whose only consumer is a no-ack one on this
+    /// connection, with messages for it: the write pass dispatches them when it
+    /// reaches the connection, just before writing (`shard::State::pull`).
+    pub pulls: smallvec::SmallVec<[QueueId; 1]>,
     /// The socket of a plain connection, written straight from the outbound buffer by
     /// the shard's write pass while `writer_owns` is false (`None` on TLS).
     pub socket: Option<std::os::fd::RawFd>,
@@ -281,6 +285,7 @@ impl Conn {
             resume: Rc::new(Signal::new()),
             close_logged: false,
             writer_marked: false,
+            pulls: smallvec::SmallVec::new(),
             socket: None,
             writer_owns: false,
             progress: Rc::new(Signal::new()),

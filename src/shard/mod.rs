@@ -88,6 +88,10 @@ pub struct State {
 /// `shard.dispatch_budget` to it).
 const DELIVER_BATCH: usize = 1024;
 
+/// How far ahead of the write pass a connection is hinted, and the queue it pulls.
+const PREFETCH_WRITE_AHEAD: usize = 8;
+const PREFETCH_PULL_AHEAD: usize = 4;
+
 impl State {
     /// The connection side, with the queue side it may call.
     pub fn conn_side(&mut self) -> conns::ConnSide<'_> {
@@ -132,6 +136,89 @@ impl State {
             }
         }
         self.home.give_back_deliveries(local);
+    }
+
+    /// Hands the queues that wait for their consumer's connection's write to those
+    /// connections (each is listed for the write pass); one whose connection is gone
+    /// is dispatched this turn instead.
+    fn hand_over_pulls(&mut self) {
+        if !self.home.has_pulls() {
+            return;
+        }
+        let mut pulls = self.home.take_pulls();
+        for &(conn, queue) in &pulls {
+            if !self.conns.request_pull(conn, queue) {
+                self.home.dispatch_this_turn(queue);
+            }
+        }
+        pulls.clear();
+        self.home.give_back_pulls(pulls);
+    }
+
+    /// The connection the write pass writes next, its waiting queues dispatched first
+    /// ([`State::pull`]), and whether any were; `None` when the list is empty or its
+    /// next connection is one of `batch` (listed again by a pull since it was taken: a
+    /// connection is written once per batch, its bytes offered once).
+    pub fn next_write(
+        &mut self,
+        shard: &Shard,
+        now: Instant,
+        batch: &[ConnId],
+    ) -> Option<(ConnId, bool)> {
+        self.prefetch_pulls_ahead();
+        let conn = self.conns.peek_write()?;
+        if batch.contains(&conn) {
+            return None;
+        }
+        let pulled = self.pull(shard, conn, now);
+        // Still at the front: a pull lists other connections behind it, not before.
+        let next = self.conns.next_write()?;
+        if self.conns.has_pulls(next) {
+            // A queue with more than a dispatch's worth asked again: later in the pass.
+            self.conns.mark_writer(next);
+        }
+        Some((next, pulled))
+    }
+
+    /// At thousands of subscribers every connection the write pass takes, its queue and
+    /// its channel are cold: a long list hints the connection 8 places ahead and, 4
+    /// ahead (its lines then loaded), the queue it pulls and its channel.
+    fn prefetch_pulls_ahead(&self) {
+        let (conn, len) = self.conns.write_ahead(PREFETCH_WRITE_AHEAD);
+        if len < home::PREFETCH_FROM {
+            return;
+        }
+        if let Some(conn) = conn {
+            self.conns.prefetch(conn);
+        }
+        let (conn, _) = self.conns.write_ahead(PREFETCH_PULL_AHEAD);
+        if let Some(queue) = conn.and_then(|c| self.conns.prefetch_pull(c)) {
+            self.home.prefetch(queue);
+        }
+    }
+
+    /// Dispatches the queues that wait for connection `conn`'s write (their only
+    /// consumer is a no-ack one there) into its outbound buffer, as a turn's dispatch
+    /// would, but once per write instead of once per turn: a subscriber the write pass
+    /// reaches every few turns gets the messages of all of them in one visit of its
+    /// queue, connection and channel (issue 23). Returns whether there were any.
+    fn pull(&mut self, shard: &Shard, conn: ConnId, now: Instant) -> bool {
+        let queues = self.conns.take_pulls(conn);
+        if queues.is_empty() {
+            return false;
+        }
+        let mut local = self.home.take_deliveries();
+        for &queue in &queues {
+            self.queue_side()
+                .dispatch_queue(shard, queue, now, &mut local);
+        }
+        if !local.is_empty() {
+            self.conn_side().deliver_local(shard, &mut local);
+        }
+        self.home.give_back_deliveries(local);
+        // A queue with more than one dispatch's worth asks again.
+        self.hand_over_pulls();
+        true
     }
 
     /// Gives what the queue side has for this shard's connections to the connection side.
@@ -317,6 +404,7 @@ impl Shard {
             }
             st.dispatch(self, now);
             st.hand_to_connections(self);
+            st.hand_over_pulls();
             // Dispatch may find expired messages to dead-letter.
             if !st.home.has_dead_letters() && !st.home.has_dirty() {
                 break;

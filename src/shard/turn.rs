@@ -392,10 +392,13 @@ impl Shard {
     ) -> bool {
         let mut st = self.state.borrow_mut();
         let mut batch: smallvec::SmallVec<[ConnId; 64]> = smallvec::SmallVec::new();
+        let now = self.clock.now();
+        let mut pulled_any = false;
         while batch.len() < max {
-            let Some(conn) = st.conns.next_write() else {
+            let Some((conn, pulled)) = st.next_write(self, now, &batch) else {
                 break;
             };
+            pulled_any |= pulled;
             let Some(c) = st.conn_mut(conn) else {
                 continue;
             };
@@ -405,6 +408,11 @@ impl Shard {
             } else if !c.out.is_empty() {
                 batch.push(conn);
             }
+        }
+        if pulled_any {
+            // What the pulls left for the end of a turn: settlements to other shards,
+            // dead letters, a queue dispatched the usual way.
+            self.flush_soon();
         }
         if batch.is_empty() {
             return st.conns.has_writes();

@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use amqprs::channel::{BasicAckArguments, BasicQosArguments, QueueBindArguments};
-use sluice::client::{Channel, ConsumeOptions, Consumer, NO_PROPERTIES};
+use amqprs::channel::BasicAckArguments;
+use sluice::client::{Channel, Consumer, NO_PROPERTIES};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::common::{bounded_for, Broker, Chan, Conn, RawConn};
+use crate::common::{bounded_for, Broker, Chan, RawConn};
 use crate::support::*;
 
 /// The routing key every message is published with.
@@ -29,15 +29,6 @@ const PATTERNS: [&str; 8] = [
     "fan.eu.#",
     "*.*.*",
 ];
-
-/// How a subscriber acknowledges.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Ack {
-    /// no-ack consumer.
-    None,
-    /// manual ack, prefetch 50, acking every 10th delivery with `multiple`.
-    Manual,
-}
 
 /// What one subscriber saw.
 struct Outcome {
@@ -56,11 +47,7 @@ async fn drain_sluice(
 ) -> Result<Vec<u32>, String> {
     let mut seqs = Vec::new();
     loop {
-        let d = match tokio::time::timeout_at(deadline, consumer.recv()).await {
-            Err(_) => return Err(format!("timed out after {} messages", seqs.len())),
-            Ok(Err(e)) => return Err(format!("consumer ended after {} messages: {e}", seqs.len())),
-            Ok(Ok(d)) => d,
-        };
+        let d = next_sluice(consumer, deadline, seqs.len()).await?;
         if d.redelivered {
             return Err(format!("redelivered flag on {}", show(&d.body)));
         }
@@ -87,70 +74,6 @@ async fn drain_sluice(
     }
 }
 
-/// Sets up one sluice-client subscriber: connection, channel, exclusive server-named
-/// queue bound to amq.topic with `pattern`, consumer.
-async fn sluice_subscriber(
-    broker: &Broker,
-    pattern: &str,
-    ack: Ack,
-) -> (sluice::client::Connection, Channel, Consumer, String) {
-    let conn = connect(broker).await;
-    let ch = conn.open_channel().await.expect("open channel");
-    let q = ch
-        .queue_declare("", exclusive())
-        .await
-        .expect("declare server-named queue")
-        .name
-        .to_string();
-    ch.queue_bind(&q, "amq.topic", pattern, Default::default())
-        .await
-        .expect("queue.bind");
-    if ack == Ack::Manual {
-        ch.basic_qos(50, false).await.expect("basic.qos");
-    }
-    let consumer = ch
-        .basic_consume(
-            &q,
-            ConsumeOptions {
-                no_ack: ack == Ack::None,
-                buffer: 512,
-                ..ConsumeOptions::default()
-            },
-        )
-        .await
-        .expect("basic.consume");
-    (conn, ch, consumer, q)
-}
-
-/// Sets up one amqprs subscriber, as [`sluice_subscriber`].
-async fn amqprs_subscriber(
-    broker: &Broker,
-    pattern: &str,
-    ack: Ack,
-) -> (
-    Conn,
-    Chan,
-    mpsc::UnboundedReceiver<amqprs::channel::ConsumerMessage>,
-    String,
-) {
-    let conn = broker.connect().await;
-    let ch = conn.channel().await;
-    let q = ch.declare_server_named().await;
-    ch.queue_bind(QueueBindArguments::new(&q, "amq.topic", pattern))
-        .await
-        .expect("queue.bind");
-    let rx = match ack {
-        Ack::None => ch.consume_auto(&q).await.1,
-        Ack::Manual => {
-            ch.basic_qos(BasicQosArguments::new(0, 50, false))
-                .await
-                .expect("basic.qos");
-            ch.consume_manual(&q).await.1
-        }
-    };
-    (conn, ch, rx, q)
-}
-
 /// As [`drain_sluice`], for amqprs.
 async fn drain_amqprs(
     ch: &Chan,
@@ -160,11 +83,7 @@ async fn drain_amqprs(
 ) -> Result<Vec<u32>, String> {
     let mut seqs = Vec::new();
     loop {
-        let mut m = match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Err(_) => return Err(format!("timed out after {} messages", seqs.len())),
-            Ok(None) => return Err(format!("consumer ended after {} messages", seqs.len())),
-            Ok(Some(m)) => m,
-        };
+        let mut m = next_amqprs(rx, deadline, seqs.len()).await?;
         let deliver = m.deliver.take().expect("deliver");
         let body = m.content.take().expect("content");
         if deliver.redelivered() {

@@ -1,14 +1,20 @@
 //! Helpers shared by the fan-out-at-scale sections: the open-files limit, numbered
 //! bodies, sluice's own client, queue placement on shards (re-derived here so the suite
 //! does not share a bug with src/shard/placement.rs), the reference topic matcher, and
-//! "this queue is gone" as another connection sees it.
+//! "this queue is gone" as another connection sees it, and subscribers (sluice client and
+//! amqprs) on a server-named queue bound to amq.topic.
 
 use std::time::Duration;
 
+use amqprs::channel::{BasicQosArguments, QueueBindArguments};
 use bytes::Bytes;
-use sluice::client::{ClientError, Connection, ConnectionOptions, QueueDeclareOptions};
+use sluice::client::{
+    Channel, ClientError, Connection, ConnectionOptions, ConsumeOptions, Consumer,
+    QueueDeclareOptions,
+};
+use tokio::sync::mpsc;
 
-use crate::common::Broker;
+use crate::common::{Broker, Chan, Conn};
 
 /// Size of every numbered body (the workloads use 64-byte messages).
 pub const BODY: usize = 64;
@@ -207,4 +213,108 @@ pub fn topic_matches(pattern: &str, key: &str) -> bool {
 pub fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v[v.len() / 2]
+}
+
+// ---------------------------------------------------------------------------------------
+// subscribers
+// ---------------------------------------------------------------------------------------
+
+/// How a subscriber acknowledges.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Ack {
+    /// no-ack consumer.
+    None,
+    /// manual ack, prefetch 50, acking every 10th delivery with `multiple`.
+    Manual,
+}
+
+/// Sets up one sluice-client subscriber: connection, channel, exclusive server-named
+/// queue bound to amq.topic with `pattern`, consumer.
+pub async fn sluice_subscriber(
+    broker: &Broker,
+    pattern: &str,
+    ack: Ack,
+) -> (sluice::client::Connection, Channel, Consumer, String) {
+    let conn = connect(broker).await;
+    let ch = conn.open_channel().await.expect("open channel");
+    let q = ch
+        .queue_declare("", exclusive())
+        .await
+        .expect("declare server-named queue")
+        .name
+        .to_string();
+    ch.queue_bind(&q, "amq.topic", pattern, Default::default())
+        .await
+        .expect("queue.bind");
+    if ack == Ack::Manual {
+        ch.basic_qos(50, false).await.expect("basic.qos");
+    }
+    let consumer = ch
+        .basic_consume(
+            &q,
+            ConsumeOptions {
+                no_ack: ack == Ack::None,
+                buffer: 512,
+                ..ConsumeOptions::default()
+            },
+        )
+        .await
+        .expect("basic.consume");
+    (conn, ch, consumer, q)
+}
+
+/// Sets up one amqprs subscriber, as [`sluice_subscriber`].
+pub async fn amqprs_subscriber(
+    broker: &Broker,
+    pattern: &str,
+    ack: Ack,
+) -> (
+    Conn,
+    Chan,
+    mpsc::UnboundedReceiver<amqprs::channel::ConsumerMessage>,
+    String,
+) {
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let q = ch.declare_server_named().await;
+    ch.queue_bind(QueueBindArguments::new(&q, "amq.topic", pattern))
+        .await
+        .expect("queue.bind");
+    let rx = match ack {
+        Ack::None => ch.consume_auto(&q).await.1,
+        Ack::Manual => {
+            ch.basic_qos(BasicQosArguments::new(0, 50, false))
+                .await
+                .expect("basic.qos");
+            ch.consume_manual(&q).await.1
+        }
+    };
+    (conn, ch, rx, q)
+}
+
+/// The next delivery of a sluice-client consumer by `deadline`; an error says how many
+/// (`so_far`) came before.
+pub async fn next_sluice(
+    consumer: &mut Consumer,
+    deadline: tokio::time::Instant,
+    so_far: usize,
+) -> Result<sluice::client::Delivery, String> {
+    match tokio::time::timeout_at(deadline, consumer.recv()).await {
+        Err(_) => Err(format!("timed out after {so_far} messages")),
+        Ok(Err(e)) => Err(format!("consumer ended after {so_far} messages: {e}")),
+        Ok(Ok(d)) => Ok(d),
+    }
+}
+
+/// [`next_sluice`] for an amqprs consumer.
+pub async fn next_amqprs(
+    rx: &mut mpsc::UnboundedReceiver<amqprs::channel::ConsumerMessage>,
+    deadline: tokio::time::Instant,
+    so_far: usize,
+) -> Result<amqprs::channel::ConsumerMessage, String> {
+    match tokio::time::timeout_at(deadline, rx.recv()).await {
+        Err(_) => Err(format!("timed out after {so_far} messages")),
+        Ok(None) => Err(format!("consumer ended after {so_far} messages")),
+        Ok(Some(m)) => Ok(m),
+    }
 }

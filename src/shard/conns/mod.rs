@@ -1,9 +1,10 @@
 //! Owns: the connection side of a shard — the connections this shard accepted (a slab;
 //! ids carry a generation), their channels, consumers, delivery tags, confirms and
-//! publisher flow state, their outbound buffers and the list of connections with bytes
-//! to write (taken by the shard's write pass, `net::write_pass`). `handler` turns frames
-//! into actions, `deliver` writes deliveries into outbound buffers, `flow` holds and
-//! releases publishers.
+//! publisher flow state, their outbound buffers, the list of connections with bytes to
+//! write (taken by the shard's write pass, `net::write_pass`) and the queues each
+//! connection's write dispatches (`Conn::pulls`, noted for the queue side). `handler`
+//! turns frames into actions, `deliver` writes deliveries into outbound buffers, `flow`
+//! holds and releases publishers.
 //!
 //! Does not: touch a home queue's state. It reaches the queue side only through
 //! [`QueueSide`]'s methods (enqueue, settle, queue requests), and other shards through
@@ -17,8 +18,9 @@ pub mod queue_notices;
 use std::collections::VecDeque;
 
 use slab::Slab;
+use smallvec::SmallVec;
 
-use crate::model::ids::{ConnId, ShardId};
+use crate::model::ids::{ConnId, QueueId, ShardId};
 use crate::session::connection::Conn;
 
 use super::home::{HomeQueues, QueueSide};
@@ -160,6 +162,62 @@ impl Connections {
     /// Whether the write pass has connections to write.
     pub fn has_writes(&self) -> bool {
         !self.dirty.is_empty()
+    }
+
+    /// Asks the write pass to dispatch `queue` when it reaches connection `id` (the
+    /// queue's only consumer is a no-ack one here) and lists the connection. False when
+    /// the connection is gone: the caller dispatches the queue otherwise.
+    pub fn request_pull(&mut self, id: ConnId, queue: QueueId) -> bool {
+        let Some((c, mut writes)) = self.get_mut_with_writes(id) else {
+            return false;
+        };
+        c.pulls.push(queue);
+        writes.mark(c);
+        true
+    }
+
+    /// The connection `n` places behind the next one on the write pass's list, and how
+    /// long the list is (for hints ahead of the pass).
+    pub fn write_ahead(&self, n: usize) -> (Option<ConnId>, usize) {
+        (self.dirty.get(n).copied(), self.dirty.len())
+    }
+
+    /// Hints what a pull of connection `id`'s first waiting queue touches on the
+    /// connection side (its first channel, whose consumer the deliveries go to) and
+    /// returns that queue, for the caller to hint the queue side. The connection itself
+    /// should have been hinted a few steps before ([`Connections::prefetch`]).
+    pub fn prefetch_pull(&self, id: ConnId) -> Option<QueueId> {
+        let c = self.slab.get(id.slot as usize)?;
+        let queue = c.pulls.first().copied()?;
+        if let Some(ch) = c.channels.values().next() {
+            ch.prefetch_for_delivery();
+        }
+        Some(queue)
+    }
+
+    /// The queues waiting for connection `id`'s write, taken (none when it is gone).
+    pub fn take_pulls(&mut self, id: ConnId) -> SmallVec<[QueueId; 1]> {
+        self.get_mut(id)
+            .map(|c| std::mem::take(&mut c.pulls))
+            .unwrap_or_default()
+    }
+
+    /// Whether queues wait for connection `id`'s write.
+    pub fn has_pulls(&self, id: ConnId) -> bool {
+        self.get(id).is_some_and(|c| !c.pulls.is_empty())
+    }
+
+    /// The connection the write pass takes next, left on the list (and marked: a
+    /// delivery to it meanwhile does not list it again); `None` when the list is empty.
+    /// Connections gone meanwhile are dropped from the front.
+    pub fn peek_write(&mut self) -> Option<ConnId> {
+        while let Some(&id) = self.dirty.front() {
+            if self.get(id).is_some() {
+                return Some(id);
+            }
+            self.dirty.pop_front();
+        }
+        None
     }
 
     /// The next connection for the write pass (marked again if it gets more bytes

@@ -8,7 +8,8 @@
 //!
 //! Does not: touch connections. What the queue side has for connections on this shard is
 //! handed over as data: deliveries for local consumers (the `Vec<Delivery>` of
-//! [`QueueSide::dispatch_queue`]), consumers whose queue is gone and slow-consumer
+//! [`QueueSide::dispatch_queue`]), queues waiting for their consumer's connection's
+//! write ([`HomeQueues::take_pulls`]), consumers whose queue is gone and slow-consumer
 //! verdicts ([`ForConnections`]), flow notices and confirm outcomes through the
 //! [`super::Outbox`] slot of its own shard. Fields are private to this room.
 
@@ -64,6 +65,10 @@ pub struct HomeQueues {
     queues: IdMap<QueueId, Box<Queue>>,
     /// Queues with something to dispatch this turn.
     dirty: Vec<QueueId>,
+    /// Queues with something to dispatch when the write pass reaches their consumer's
+    /// connection (`Queue::pull_conn`), for the connection side to note
+    /// ([`HomeQueues::take_pulls`]).
+    pulls: Vec<(ConnId, QueueId)>,
     rotation: Rotation,
     scratch: Vec<Dispatch>,
     /// Deliveries for consumers on this shard, gathered by a round of dispatch for the
@@ -190,18 +195,56 @@ impl HomeQueues {
         }
     }
 
+    /// Takes the queues to dispatch when their consumer's connection is written, each
+    /// with that connection; give the list back, empty, with
+    /// [`HomeQueues::give_back_pulls`].
+    pub fn take_pulls(&mut self) -> Vec<(ConnId, QueueId)> {
+        std::mem::take(&mut self.pulls)
+    }
+
+    pub fn give_back_pulls(&mut self, mut list: Vec<(ConnId, QueueId)>) {
+        list.clear();
+        self.pulls = list;
+    }
+
+    /// Whether queues wait to be handed to their connections ([`HomeQueues::take_pulls`]).
+    pub fn has_pulls(&self) -> bool {
+        !self.pulls.is_empty()
+    }
+
+    /// A queue asked of a connection that is gone (or going) is dispatched this turn
+    /// instead; it is still marked as waiting for dispatch.
+    pub fn dispatch_this_turn(&mut self, queue: QueueId) {
+        if let Some(q) = self.queues.get_mut(&queue) {
+            q.in_dirty_list = true;
+            self.dirty.push(queue);
+        }
+    }
+
     /// Takes what connections on this shard must be told.
     pub fn take_for_connections(&mut self) -> ForConnections {
         std::mem::take(&mut self.for_connections)
     }
 
-    /// Marks a queue as having something to dispatch this turn (O(1): the queue carries
-    /// a flag, so a turn with many dirty queues does not scan the list).
+    /// Marks a queue as having something to dispatch (O(1): the queue carries a flag,
+    /// so a turn with many dirty queues does not scan the list): this turn, or, for a
+    /// queue its consumer's connection pulls, when the write pass reaches that
+    /// connection — then only if it has messages (credit granted to an empty queue
+    /// needs no visit).
     pub fn mark_dirty(&mut self, queue: QueueId) {
         if let Some(q) = self.queues.get_mut(&queue) {
             if !q.in_dirty_list {
-                q.in_dirty_list = true;
-                self.dirty.push(queue);
+                match q.pull_conn() {
+                    Some(conn) if q.ready_count() > 0 => {
+                        q.in_dirty_list = true;
+                        self.pulls.push((conn, queue));
+                    }
+                    Some(_) => {}
+                    None => {
+                        q.in_dirty_list = true;
+                        self.dirty.push(queue);
+                    }
+                }
             }
         } else if let Some(s) = self.streams.get_mut(&queue) {
             if !s.in_dirty_list {
@@ -223,6 +266,9 @@ impl HomeQueues {
         }
         if self.dirty.is_empty() && self.dirty.capacity() > 64 {
             self.dirty = Vec::new();
+        }
+        if self.pulls.is_empty() && self.pulls.capacity() > 64 {
+            self.pulls = Vec::new();
         }
         if self.scratch.is_empty() && self.scratch.capacity() > 64 {
             self.scratch = Vec::new();
@@ -246,6 +292,12 @@ impl<'a> QueueSide<'a> {
         QueueSide { home, common }
     }
 
+    /// [`HomeQueues::dispatch_this_turn`], for a connection that goes with queues
+    /// waiting for its write.
+    pub fn dispatch_this_turn(&mut self, queue: QueueId) {
+        self.home.dispatch_this_turn(queue);
+    }
+
     /// [`HomeQueues::prefetch_ahead`] for a loop on the connection side.
     pub fn prefetch_ahead<T>(
         &self,
@@ -262,32 +314,36 @@ mod tests {
     use super::*;
     use crate::queue::{QueueLimits, QueueSettings};
 
+    fn plain_queue(i: u64, now: Instant) -> Queue {
+        Queue::new(
+            QueueId(i),
+            0,
+            "/".into(),
+            format!("q{i}").into(),
+            QueueSettings {
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments: Default::default(),
+                message_ttl: None,
+                expires: None,
+                max_priority: None,
+                single_active_consumer: false,
+                dead_letter: None,
+                stored: false,
+            },
+            QueueLimits::default(),
+            now,
+        )
+    }
+
     #[test]
     fn a_queue_marked_dirty_many_times_is_listed_once() {
         let mut home = HomeQueues::default();
         let now = Instant::now();
         for i in 1..=100 {
-            let q = Queue::new(
-                QueueId(i),
-                0,
-                "/".into(),
-                format!("q{i}").into(),
-                QueueSettings {
-                    durable: false,
-                    exclusive: false,
-                    auto_delete: false,
-                    arguments: Default::default(),
-                    message_ttl: None,
-                    expires: None,
-                    max_priority: None,
-                    single_active_consumer: false,
-                    dead_letter: None,
-                    stored: false,
-                },
-                QueueLimits::default(),
-                now,
-            );
-            home.queues.insert(QueueId(i), Box::new(q));
+            home.queues
+                .insert(QueueId(i), Box::new(plain_queue(i, now)));
         }
         for _ in 0..10 {
             for i in 1..=100 {
@@ -300,5 +356,54 @@ mod tests {
         let round = home.take_round();
         assert_eq!(round.len(), 100);
         assert!(!home.has_dirty());
+    }
+
+    /// A queue its consumer's connection pulls is asked of that connection once however
+    /// often it is marked, only while it has messages (credit for an empty queue needs
+    /// no visit), and never put on the turn's list; asked of a connection that is gone,
+    /// it goes on the turn's list still marked.
+    #[test]
+    fn a_pulled_queue_is_asked_of_its_connection_once_and_only_with_messages() {
+        use crate::model::message::{BodyChunks, Message};
+        let mut home = HomeQueues::default();
+        let now = Instant::now();
+        let conn = ConnId {
+            slot: 3,
+            generation: 7,
+        };
+        let mut q = plain_queue(1, now);
+        let target = ConsumerTarget {
+            shard: 0,
+            conn,
+            channel: 1,
+            consumer: 1,
+        };
+        q.add_consumer(target, true, false, 0, now)
+            .expect("consume");
+        q.refresh_pull(0, true);
+        home.queues.insert(QueueId(1), Box::new(q));
+        home.mark_dirty(QueueId(1));
+        assert!(
+            !home.has_pulls() && !home.has_dirty(),
+            "an empty queue is not asked"
+        );
+        let msg = LocalMessage::new(Message::new(
+            "".into(),
+            "q1".into(),
+            bytes::Bytes::from_static(&[0, 0]),
+            BodyChunks::new(),
+            0,
+        ));
+        if let Some(q) = home.queues.get_mut(&QueueId(1)) {
+            q.enqueue(msg, now);
+        }
+        for _ in 0..5 {
+            home.mark_dirty(QueueId(1));
+        }
+        assert_eq!(home.take_pulls(), vec![(conn, QueueId(1))]);
+        assert!(!home.has_dirty());
+        assert!(home.get(QueueId(1)).is_some_and(|q| q.in_dirty_list));
+        home.dispatch_this_turn(QueueId(1));
+        assert_eq!(home.take_round(), vec![QueueId(1)]);
     }
 }

@@ -72,7 +72,10 @@ impl QueueSide<'_> {
         let dead_letters = checks && q.settings.dead_letter.is_some();
         if q.has_consumers() && !q.in_dirty_list {
             q.in_dirty_list = true;
-            self.home.dirty.push(queue);
+            match q.pull_conn() {
+                Some(conn) => self.home.pulls.push((conn, queue)),
+                None => self.home.dirty.push(queue),
+            }
         }
         if new_head {
             self.ensure_queue_timer(queue);
@@ -207,6 +210,7 @@ impl QueueSide<'_> {
             QueueOp::StreamAck { .. } => {}
             QueueOp::Cancel { key } => {
                 q.remove_consumer(key, now);
+                q.refresh_pull(shard.id, shard.config.shard.dispatch_at_write);
                 if q.auto_delete_due() {
                     self.common
                         .outbox
@@ -264,9 +268,14 @@ impl QueueSide<'_> {
                 exclusive,
                 priority,
                 ..
-            } => QueueReply::Consumed(q.add_consumer(target, no_ack, exclusive, priority, now)),
+            } => {
+                let added = q.add_consumer(target, no_ack, exclusive, priority, now);
+                q.refresh_pull(shard.id, shard.config.shard.dispatch_at_write);
+                QueueReply::Consumed(added)
+            }
             QueueRequest::Cancel { key, .. } => {
                 q.remove_consumer(key, now);
+                q.refresh_pull(shard.id, shard.config.shard.dispatch_at_write);
                 if q.auto_delete_due() {
                     self.common
                         .outbox

@@ -605,6 +605,11 @@ impl ConnSide<'_> {
         for name in removed.exclusive_queues {
             self.common.outbox.queue_deletes.push((removed.vhost, name));
         }
+        // Queues that waited for this connection's write are dispatched this turn (its
+        // consumers are cancelled above: whatever they hold goes elsewhere or stays).
+        for queue in removed.pulls {
+            self.queues().dispatch_this_turn(queue);
+        }
         // Ends a writer task waiting for work; one never started is dropped with the
         // connection (the reader, which is ending, closes the socket).
         removed.writer.notify();
