@@ -195,6 +195,18 @@ impl Queue {
         line(&self.limits.slow);
     }
 
+    /// Hints what a dispatch loads after the lines [`Queue::prefetch_hot`] hints: the
+    /// ready list's head entry and the first consumer's slot, each in an allocation of
+    /// its own. Reads the queue's first two lines, so call it a step after
+    /// `prefetch_hot`.
+    #[inline(always)]
+    pub fn prefetch_dispatch(&self) {
+        self.ready.prefetch_head();
+        if let Some(first) = self.consumers.first() {
+            crate::model::prefetch::line(first);
+        }
+    }
+
     pub fn new(
         id: QueueId,
         vhost_idx: usize,

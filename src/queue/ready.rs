@@ -168,6 +168,18 @@ impl ReadyList {
         self.len() == 0
     }
 
+    /// Hints the head entry of a plain FIFO (`model::prefetch`): a dispatch's first load
+    /// after the queue's own lines. Reads the list's header, which the caller should
+    /// have hinted a step before.
+    #[inline(always)]
+    pub fn prefetch_head(&self) {
+        if self.levels.is_none() {
+            if let Some(head) = self.fifo.front() {
+                crate::model::prefetch::line(head);
+            }
+        }
+    }
+
     /// The entry delivered next.
     #[inline]
     pub fn front(&self) -> Option<&Entry> {

@@ -195,6 +195,12 @@ impl Connections {
         Some(queue)
     }
 
+    /// The first queue waiting for connection `id`'s write (for hints; the slot's
+    /// generation is not checked).
+    pub fn first_pull(&self, id: ConnId) -> Option<QueueId> {
+        self.slab.get(id.slot as usize)?.pulls.first().copied()
+    }
+
     /// The queues waiting for connection `id`'s write, taken (none when it is gone).
     pub fn take_pulls(&mut self, id: ConnId) -> SmallVec<[QueueId; 1]> {
         self.get_mut(id)

@@ -178,6 +178,14 @@ impl HomeQueues {
         }
     }
 
+    /// Hints the head entry and first consumer of a home queue hinted a step before
+    /// ([`HomeQueues::prefetch`], then this): what a dispatch of it waits on next.
+    pub fn prefetch_dispatch(&self, queue: QueueId) {
+        if let Some(q) = self.queues.get(&queue) {
+            q.prefetch_dispatch();
+        }
+    }
+
     /// Hints the queue a loop over `items` reaches [`PREFETCH_QUEUE_AHEAD`] after the one
     /// at `at`, when `home` finds one of this shard's queues there; nothing for a list
     /// shorter than [`PREFETCH_FROM`].
