@@ -194,10 +194,16 @@ impl Queue {
 
     /// Works out whether the write pass dispatches this queue (see `pull_conn`): when its
     /// only consumer is a no-ack one on shard `here` and `enabled`
-    /// (`shard.dispatch_at_write`). Call after every change of consumers.
+    /// (`shard.dispatch_at_write`), and the queue has no limit that counts ready
+    /// messages (`x-max-length`, `x-max-length-bytes`) and no queue TTL: waiting for the
+    /// write pass, messages a turn's dispatch would have handed over could be dropped
+    /// from the head or expire. Call after every change of consumers, limits or TTL.
     pub fn refresh_pull(&mut self, here: ShardId, enabled: bool) {
+        let acts_on_ready = self.limits.max_length.is_some() || self.settings.message_ttl.is_some();
         self.pull_conn = match self.consumers.as_slice() {
-            [only] if enabled && only.no_ack && only.target.shard == here => Some(only.target.conn),
+            [only] if enabled && !acts_on_ready && only.no_ack && only.target.shard == here => {
+                Some(only.target.conn)
+            }
             _ => None,
         };
     }
@@ -241,6 +247,8 @@ impl Queue {
             .into_iter()
             .partition(|c| pred(&c.target));
         self.consumers = kept;
+        // Dispatched per turn until the caller refreshes it (`refresh_pull`).
+        self.pull_conn = None;
         for slot in &gone {
             self.forget_slot(slot);
         }

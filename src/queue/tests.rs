@@ -631,3 +631,31 @@ fn only_a_lone_local_no_ack_consumer_pulls_its_queue() {
     q.refresh_pull(0, true);
     assert_eq!(q.pull_conn(), None, "a consumer that acks");
 }
+
+/// A queue whose limits or TTL act on ready messages (drop-head, reject-publish, expiry)
+/// is dispatched per turn: waiting for the write pass, messages a turn would have handed
+/// to the consumer could be dropped or expire.
+#[test]
+fn a_length_limit_or_a_queue_ttl_keeps_dispatch_per_turn() {
+    let now = Instant::now();
+    let mut with_ttl = queue(Some(60_000), now);
+    with_ttl
+        .add_consumer(target(1), true, false, 0, now)
+        .expect("consume");
+    with_ttl.refresh_pull(0, true);
+    assert_eq!(with_ttl.pull_conn(), None, "x-message-ttl");
+
+    let mut limited = queue(None, now);
+    limited
+        .add_consumer(target(1), true, false, 0, now)
+        .expect("consume");
+    limited.refresh_pull(0, true);
+    assert!(limited.pull_conn().is_some());
+    limited.limits.max_length = Some(crate::policy::max_length::MaxLength {
+        count: Some(10),
+        bytes: None,
+        overflow: crate::policy::max_length::Overflow::DropHead,
+    });
+    limited.refresh_pull(0, true);
+    assert_eq!(limited.pull_conn(), None, "x-max-length");
+}

@@ -73,8 +73,11 @@ impl QueueSide<'_> {
         if q.has_consumers() && !q.in_dirty_list {
             q.in_dirty_list = true;
             match q.pull_conn() {
-                Some(conn) => self.home.pulls.push((conn, queue)),
-                None => self.home.dirty.push(queue),
+                // A message with a TTL of its own is dispatched this turn, as it was
+                // before dispatch at the write (waiting for the pass, it could expire);
+                // one that finds its queue already waiting for the pass waits with it.
+                Some(conn) if !has_ttl => self.home.pulls.push((conn, queue)),
+                _ => self.home.dirty.push(queue),
             }
         }
         if new_head {
