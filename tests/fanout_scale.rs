@@ -17,7 +17,8 @@
 //!   reference matcher says, also after an unbind and a queue deletion;
 //! - `bursts`: bursts of thousands of small and 1 KiB messages to a few no-ack
 //!   subscribers (sluice client, amqprs) reach each whole and in order, on 1 and 2
-//!   shards, with queues dispatched at the write and per turn.
+//!   shards, with queues dispatched at the write and per turn; a no-ack consumer
+//!   cancelled mid-burst loses nothing to the next one.
 //!
 //! The heavy sections take [`HEAVY`] so that they do not share the two cores with each
 //! other.
