@@ -230,13 +230,12 @@ impl Connections {
     /// after this); `None` when the list is empty. A connection gone meanwhile is
     /// skipped.
     pub fn next_write(&mut self) -> Option<ConnId> {
-        while let Some(id) = self.dirty.pop_front() {
-            if let Some(c) = self.get_mut(id) {
-                c.writer_marked = false;
-                return Some(id);
-            }
+        let id = self.peek_write()?;
+        self.dirty.pop_front();
+        if let Some(c) = self.get_mut(id) {
+            c.writer_marked = false;
         }
-        None
+        Some(id)
     }
 
     /// Gives back memory that bursts left behind (`reclaim`, between turns): idle

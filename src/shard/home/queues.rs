@@ -19,6 +19,13 @@ use crate::policy::max_length::Overflow;
 use crate::queue::{dispatch_args, Queue, QueueSettings};
 
 use super::QueueSide;
+
+/// Whether the write pass dispatches `q` follows its consumers, limits and TTL
+/// ([`Queue::refresh_pull`]), on this shard and with `shard.dispatch_at_write`: call it
+/// after changing any of them.
+pub fn refresh_pull(shard: &Shard, q: &mut Queue) {
+    q.refresh_pull(shard.id, shard.config.shard.dispatch_at_write);
+}
 use crate::shard::inbox::{
     AddressedQueueOp, DeleteRefused, Delivery, GotMessage, QueueOp, QueueReply, QueueRequest,
     RemoteDelivery,
@@ -213,7 +220,7 @@ impl QueueSide<'_> {
             QueueOp::StreamAck { .. } => {}
             QueueOp::Cancel { key } => {
                 q.remove_consumer(key, now);
-                q.refresh_pull(shard.id, shard.config.shard.dispatch_at_write);
+                refresh_pull(shard, q);
                 if q.auto_delete_due() {
                     self.common
                         .outbox
@@ -273,12 +280,12 @@ impl QueueSide<'_> {
                 ..
             } => {
                 let added = q.add_consumer(target, no_ack, exclusive, priority, now);
-                q.refresh_pull(shard.id, shard.config.shard.dispatch_at_write);
+                refresh_pull(shard, q);
                 QueueReply::Consumed(added)
             }
             QueueRequest::Cancel { key, .. } => {
                 q.remove_consumer(key, now);
-                q.refresh_pull(shard.id, shard.config.shard.dispatch_at_write);
+                refresh_pull(shard, q);
                 if q.auto_delete_due() {
                     self.common
                         .outbox

@@ -121,7 +121,7 @@ impl QueueSide<'_> {
             limits.slow.policy = limits.slow.declared().over(limits.slow.base()).resolve();
         }
         // A length limit or a TTL ends dispatch at the write (`Queue::refresh_pull`).
-        q.refresh_pull(shard.id, shard.config.shard.dispatch_at_write);
+        super::queues::refresh_pull(shard, q);
         // The discards are reported by the periodic check the timer below arms.
         super::policy::drop_head_to_limit(q);
         if had_capacity && q.limits.capacity.is_none() {
