@@ -1,7 +1,8 @@
 //! Owns: a queue's consumers as the queue sees them — credit in messages and in bytes,
 //! rotation, exclusivity, consumer priorities (`x-priority`) and the single active
 //! consumer (`x-single-active-consumer`) — the dispatch pass that hands ready messages
-//! to consumers with credit, and the accounting of no-ack deliveries until their
+//! to consumers with credit (and its short form for a queue the write pass pulls,
+//! [`Queue::dispatch_pulled`]), and the accounting of no-ack deliveries until their
 //! connection reports them written.
 //!
 //! Does not: know where a consumer lives beyond its [`ConsumerTarget`]; the shard
@@ -60,6 +61,16 @@ pub struct Dispatch {
     pub redelivered: bool,
     /// No-ack consumers settle on dispatch; the entry is already gone from the queue.
     pub no_ack: bool,
+}
+
+/// What [`Queue::dispatch_pulled`] handed its one consumer: the messages themselves are
+/// moved to the caller's list, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PulledRun {
+    pub target: ConsumerTarget,
+    pub count: u32,
+    /// Their sizes as the queue counts them (what the consumer's byte credit spent).
+    pub bytes: u64,
 }
 
 /// Why a consumer could not be added.
@@ -307,6 +318,67 @@ impl Queue {
                 Pick::Single => self.consumers.first().is_some_and(has_credit),
                 Pick::Rotation | Pick::Priority => self.consumers.iter().any(has_credit),
             }
+    }
+
+    /// [`Queue::dispatch`] for a queue the write pass pulls (`pull_conn`: its only
+    /// consumer a no-ack one on this shard, no length limit or queue TTL) and whose ready
+    /// list is a plain FIFO: moves up to `budget` head messages straight to `msgs` and
+    /// settles the consumer's credit, the in-flight counts and the counters once for all
+    /// of them, with no [`Dispatch`] record per message. Stops at an entry the general
+    /// loop must see — evicted, with an expiry of its own, or redelivered — so a
+    /// dispatch after it finds that entry at the head. `None` (nothing taken) when the
+    /// queue is not such a queue.
+    pub fn dispatch_pulled(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        msgs: &mut Vec<LocalMessage>,
+    ) -> Option<PulledRun> {
+        if self.condemned || self.pull_conn.is_none() || !self.ready.is_plain() {
+            return None;
+        }
+        let (target, mut credit, mut credit_bytes) = match self.consumers.as_slice() {
+            [only] if only.no_ack => (only.target, only.credit, only.credit_bytes),
+            _ => return None,
+        };
+        let (mut count, mut bytes) = (0u32, 0u64);
+        while credit > 0 && credit_bytes > 0 && (count as usize) < budget {
+            let plain = self
+                .ready
+                .front()
+                .is_some_and(|e| !e.evicted && !e.redelivered && e.expires_at.is_none());
+            if !plain {
+                break;
+            }
+            let Some(entry) = self.take_head_by::<ready::Fifo>() else {
+                break;
+            };
+            let size = entry.size();
+            credit -= 1;
+            credit_bytes = credit_bytes.saturating_sub(size);
+            count += 1;
+            bytes += size;
+            self.finished(&entry);
+            msgs.push(entry.msg);
+        }
+        if let Some(only) = self.consumers.first_mut() {
+            only.credit = credit;
+            only.credit_bytes = credit_bytes;
+            only.inflight += u64::from(count);
+            only.inflight_bytes += bytes;
+        }
+        self.inflight += u64::from(count);
+        self.inflight_bytes += bytes;
+        self.counters.delivered += u64::from(count);
+        self.counters.delivered_no_ack += u64::from(count);
+        if count > 0 {
+            self.last_used = now;
+        }
+        Some(PulledRun {
+            target,
+            count,
+            bytes,
+        })
     }
 
     /// Hands up to `budget` ready messages to consumers with credit, as [`Pick`] says.

@@ -45,7 +45,7 @@ use crate::model::message::LocalMessage;
 use crate::policy::slow_consumer::Holdings;
 use crate::protocol::{FieldTable, ShortStr};
 
-pub use consumers::{ConsumeRefused, ConsumerSlot, Dispatch};
+pub use consumers::{ConsumeRefused, ConsumerSlot, Dispatch, PulledRun};
 pub use entry::Entry;
 pub use limits::QueueLimits;
 pub use ready::ReadyList;

@@ -659,3 +659,140 @@ fn a_length_limit_or_a_queue_ttl_keeps_dispatch_per_turn() {
     limited.refresh_pull(0, true);
     assert_eq!(limited.pull_conn(), None, "x-max-length");
 }
+
+fn ttl_msg(body: &'static [u8], ttl_ms: u64) -> LocalMessage {
+    let mut chunks = BodyChunks::new();
+    chunks.push(Bytes::from_static(body));
+    LocalMessage::new(Message::with_ttl(
+        "ex".into(),
+        "rk".into(),
+        Bytes::from_static(&[0, 0]),
+        crate::model::message::ReceivedBody::owned(chunks),
+        body.len() as u64,
+        Some(ttl_ms),
+    ))
+}
+
+/// What a consumer slot, the queue's in-flight counts and its counters say after a
+/// dispatch: a pulled run must leave them as the general dispatch does.
+fn dispatch_state(q: &Queue) -> (u32, u64, u64, u64, u64, u64, QueueCounters, QueueStats) {
+    let c = &q.consumers[0];
+    (
+        c.credit,
+        c.credit_bytes,
+        c.inflight,
+        c.inflight_bytes,
+        q.inflight,
+        q.inflight_bytes,
+        q.counters,
+        q.stats(),
+    )
+}
+
+/// A pulled queue's run (`dispatch_pulled`) hands its consumer what the general dispatch
+/// would — the same messages in the same order — and leaves the consumer's credit, the
+/// in-flight counts and the counters as it does, within message credit, byte credit and
+/// the budget.
+#[test]
+fn a_pulled_run_hands_out_what_the_general_dispatch_would() {
+    let now = Instant::now();
+    let bodies: [&'static [u8]; 7] = [b"a", b"bb", b"ccc", b"dddd", b"eeeee", b"ff", b"g"];
+    let mut general = queue(None, now);
+    let mut pulled = queue(None, now);
+    for body in bodies {
+        let m = msg(body);
+        general.enqueue(LocalMessage::clone(&m), now);
+        pulled.enqueue(m, now);
+    }
+    let mut keys = Vec::new();
+    for q in [&mut general, &mut pulled] {
+        keys.push(
+            q.add_consumer(target(1), true, false, 0, now)
+                .expect("consume"),
+        );
+        q.refresh_pull(0, true);
+    }
+    // Message credit, then byte credit, then the budget ends a run.
+    for (credit, bytes, budget) in [
+        (2, u64::MAX, 10),
+        (10, 1, 10),
+        (10, u64::MAX, 2),
+        (0, 0, 10),
+    ] {
+        general.grant(keys[0], credit, bytes);
+        pulled.grant(keys[1], credit, bytes);
+        let mut out = Vec::new();
+        let n = general.dispatch(now, budget, &mut out);
+        let mut msgs = Vec::new();
+        let run = pulled
+            .dispatch_pulled(now, budget, &mut msgs)
+            .expect("a pulled queue");
+        assert_eq!(run.count as usize, n);
+        assert_eq!(run.target, target(1));
+        assert_eq!(msgs.len(), n);
+        assert!(out
+            .iter()
+            .zip(&msgs)
+            .all(|(d, m)| std::ptr::eq(&*d.msg, &**m) && d.no_ack && !d.redelivered));
+        assert_eq!(dispatch_state(&general), dispatch_state(&pulled));
+        assert_eq!(general.can_dispatch(), pulled.can_dispatch());
+    }
+    assert_eq!(pulled.counters.delivered, 7);
+    assert_eq!(pulled.stats().messages, 0);
+}
+
+/// A pulled run stops where the general loop must take over — at a message with an
+/// expiry of its own and at a redelivered one — and a queue that is not pulled gives no
+/// run at all.
+#[test]
+fn a_pulled_run_stops_where_the_general_dispatch_must_see_the_head() {
+    let now = Instant::now();
+    let mut q = queue(None, now);
+    q.enqueue(msg(b"1"), now);
+    q.enqueue(ttl_msg(b"2", 60_000), now);
+    q.enqueue(msg(b"3"), now);
+    let key = q
+        .add_consumer(target(1), true, false, 0, now)
+        .expect("consume");
+    q.grant(key, 100, u64::MAX);
+    let mut msgs = Vec::new();
+    assert_eq!(
+        q.dispatch_pulled(now, 10, &mut msgs),
+        None,
+        "not pulled yet"
+    );
+    q.refresh_pull(0, true);
+    let run = q.dispatch_pulled(now, 10, &mut msgs).expect("pulled");
+    assert_eq!((run.count, msgs.len()), (1, 1));
+    assert!(q.can_dispatch(), "the message with a TTL waits at the head");
+    let mut out = Vec::new();
+    assert_eq!(
+        q.dispatch(now, 10, &mut out),
+        2,
+        "the general loop takes it"
+    );
+
+    // A message given back by a consumer that acks is redelivered: the run stops there.
+    let mut q = queue(None, now);
+    q.enqueue(msg(b"1"), now);
+    q.enqueue(msg(b"2"), now);
+    let acks = q
+        .add_consumer(target(2), false, false, 0, now)
+        .expect("consume");
+    q.grant(acks, 1, u64::MAX);
+    out.clear();
+    assert_eq!(q.dispatch(now, 10, &mut out), 1);
+    assert!(q.requeue(out[0].seq));
+    q.remove_consumer(acks, now);
+    let key = q
+        .add_consumer(target(1), true, false, 0, now)
+        .expect("consume");
+    q.grant(key, 100, u64::MAX);
+    q.refresh_pull(0, true);
+    msgs.clear();
+    let run = q.dispatch_pulled(now, 10, &mut msgs).expect("pulled");
+    assert_eq!(run.count, 0, "a redelivered head is the general loop's");
+    out.clear();
+    assert_eq!(q.dispatch(now, 10, &mut out), 2);
+    assert!(out[0].redelivered && !out[1].redelivered);
+}

@@ -315,6 +315,16 @@ impl Channel {
         self
     }
 
+    /// Assigns `count` consecutive delivery tags to no-ack deliveries to one of the
+    /// channel's consumers (none redelivered) and counts them, as `count` calls of
+    /// [`Channel::record_delivery`] would; returns the first tag.
+    pub fn record_no_ack_deliveries(&mut self, count: u64) -> u64 {
+        let first = self.next_tag;
+        self.next_tag += count;
+        self.stats.deliver_no_ack += count;
+        first
+    }
+
     /// Assigns the next delivery tag and, unless `no_ack`, remembers the delivery;
     /// counts it in `stats` (a consumer's delivery or a get, with or without ack).
     pub fn record_delivery(

@@ -210,17 +210,27 @@ impl State {
     /// consumer is a no-ack one there) into its outbound buffer, as a turn's dispatch
     /// would, but once per write instead of once per turn: a subscriber the write pass
     /// reaches every few turns gets the messages of all of them in one visit of its
-    /// queue, connection and channel (issue 23). Returns whether there were any.
+    /// queue, connection and channel (issue 23). Each queue's plain head run goes over
+    /// as one run of messages ([`home::QueueSide::pull_queue`], then
+    /// [`conns::ConnSide::deliver_pulled`]), not a record per message; what it stopped
+    /// at goes the general way, after it. Returns whether there were any.
     fn pull(&mut self, shard: &Shard, conn: ConnId, now: Instant) -> bool {
         let queues = self.conns.take_pulls(conn);
         if queues.is_empty() {
             return false;
         }
         let mut local = self.home.take_deliveries();
+        let mut msgs = self.home.take_pulled();
         for &queue in &queues {
-            self.queue_side()
-                .dispatch_queue(shard, queue, now, &mut local);
+            let run = self
+                .queue_side()
+                .pull_queue(shard, queue, now, &mut msgs, &mut local);
+            if let Some((queue, run)) = run {
+                self.conn_side()
+                    .deliver_pulled(shard, queue, run, &mut msgs);
+            }
         }
+        self.home.give_back_pulled(msgs);
         if !local.is_empty() {
             self.conn_side().deliver_local(shard, &mut local);
         }

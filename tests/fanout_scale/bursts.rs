@@ -6,8 +6,12 @@
 //! each turn. With few connections the write pass meets a connection again within one
 //! batch of sends when a pull left more to dispatch; its bytes must be offered once (a
 //! connection offered twice in one batch sent them twice: a corrupted stream that
-//! amqprs closes the connection over). And a consumer cancelled mid-burst got only what
-//! came before cancel-ok; the rest stays for the next consumer, nothing lost or twice.
+//! amqprs closes the connection over). Every fifth message carries an `expiration` of its
+//! own (far away): a queue pulled by the write pass hands its plain messages over as one
+//! run and stops at such a message, which the general dispatch takes, so the stream
+//! switches between the two paths many times per run. And a consumer cancelled
+//! mid-burst got only what came before cancel-ok; the rest stays for the next consumer,
+//! nothing lost or twice.
 
 use std::time::Duration;
 
@@ -24,6 +28,19 @@ const KEY: &str = "burst.tick";
 const MESSAGES: u32 = 3_000;
 /// Every third message carries this many bytes (above `inline_body_max`).
 const LARGE: usize = 1024;
+
+/// Message `seq`'s properties: every fifth one an `expiration` of ten minutes (none
+/// expires during the test), the others none.
+fn burst_properties(seq: u32) -> Bytes {
+    if seq % 5 != 2 {
+        return NO_PROPERTIES;
+    }
+    sluice::protocol::BasicProperties {
+        expiration: Some("600000".into()),
+        ..Default::default()
+    }
+    .to_bytes()
+}
 
 /// Message `seq`'s body: [`body`] (64 bytes), or every third one padded to [`LARGE`].
 fn burst_body(seq: u32) -> Bytes {
@@ -91,9 +108,15 @@ async fn bursts_reach_every_subscriber_whole_and_in_order(shards: usize, at_writ
     let pch = publisher.open_channel().await.expect("open channel");
     pch.confirm_select().await.expect("confirm.select");
     for seq in 1..=MESSAGES {
-        pch.basic_publish("amq.topic", KEY, false, NO_PROPERTIES, burst_body(seq))
-            .await
-            .expect("basic.publish");
+        pch.basic_publish(
+            "amq.topic",
+            KEY,
+            false,
+            burst_properties(seq),
+            burst_body(seq),
+        )
+        .await
+        .expect("basic.publish");
     }
     let end = pch
         .basic_publish_confirmed(
@@ -161,7 +184,7 @@ async fn cancel_mid_burst_loses_nothing(shards: usize, at_write: bool) {
                     "amq.topic",
                     KEY,
                     false,
-                    NO_PROPERTIES,
+                    burst_properties(seq),
                     burst_body(seq),
                 )
                 .await

@@ -147,39 +147,89 @@ impl Deferred {
         msg: &LocalMessage,
         size: usize,
     ) -> bool {
-        // The last tag first: a run of deliveries names one consumer, and it is the same
-        // shared bytes each time (compared by address before by content).
+        let Some(tag) = self.tag_index(tag) else {
+            return false;
+        };
+        self.extend_runs(channel, tag, delivery_tag, redelivered, 1);
+        self.msgs.push_back(msg.clone());
+        self.bytes += size;
+        true
+    }
+
+    /// Queues deliveries of `msgs` to one consumer, not redelivered, with consecutive
+    /// delivery tags from `first_delivery_tag`, `size` encoded bytes in all (each
+    /// message small, [`small_tail`]): what as many [`Deferred::push`] calls would
+    /// queue, with the tag found and the run extended once; `msgs` is left empty. False
+    /// (nothing queued, `msgs` untouched) as [`Deferred::push`].
+    pub fn push_run(
+        &mut self,
+        channel: u16,
+        tag: &ShortStr,
+        first_delivery_tag: u64,
+        msgs: &mut Vec<LocalMessage>,
+        size: usize,
+    ) -> bool {
+        let count = msgs.len();
+        if count == 0 {
+            return true;
+        }
+        let Some(tag) = self.tag_index(tag) else {
+            return false;
+        };
+        let Ok(count) = u32::try_from(count) else {
+            return false;
+        };
+        self.extend_runs(channel, tag, first_delivery_tag, false, count);
+        self.msgs.extend(msgs.drain(..));
+        self.bytes += size;
+        true
+    }
+
+    /// The index of consumer tag `tag` in `tags`, added if new; `None` when
+    /// [`TAGS_MAX`] are named already. The last tag first: a run of deliveries names one
+    /// consumer, and it is the same shared bytes each time (compared by address before
+    /// by content).
+    fn tag_index(&mut self, tag: &ShortStr) -> Option<u8> {
         let index = match self.tags.iter().rposition(|t| same_bytes(t, tag)) {
             Some(i) => i,
             None if self.tags.len() < TAGS_MAX => {
                 self.tags.push(tag.clone());
                 self.tags.len() - 1
             }
-            None => return false,
+            None => return None,
         };
-        let tag = index as u8;
+        Some(index as u8)
+    }
+
+    /// Adds `count` deliveries from `delivery_tag` on to the last run when they continue
+    /// it, else as a run of their own.
+    fn extend_runs(
+        &mut self,
+        channel: u16,
+        tag: u8,
+        delivery_tag: u64,
+        redelivered: bool,
+        count: u32,
+    ) {
         match self.runs.back_mut() {
             Some(run)
                 if run.channel == channel
                     && run.tag == tag
                     && run.redelivered == redelivered
-                    && run.count < u32::MAX
+                    && run.count.checked_add(count).is_some()
                     && run.first_delivery_tag.wrapping_add(u64::from(run.count))
                         == delivery_tag =>
             {
-                run.count += 1;
+                run.count += count;
             }
             _ => self.runs.push_back(Run {
                 first_delivery_tag: delivery_tag,
-                count: 1,
+                count,
                 channel,
                 tag,
                 redelivered,
             }),
         }
-        self.msgs.push_back(msg.clone());
-        self.bytes += size;
-        true
     }
 
     /// Encodes the first deliveries into `into`, until `budget` bytes are reached (at

@@ -240,6 +240,35 @@ impl Outbound {
         self.deliver(channel, consumer_tag, delivery_tag, redelivered, msg);
     }
 
+    /// [`Outbound::deliver_later`] for a run of this shard's messages to one consumer,
+    /// not redelivered, with consecutive delivery tags from `first_tag` (a pulled
+    /// queue's run): when every one is small they are queued as one run, their handles
+    /// moved, with one size sum; otherwise one by one. Leaves `msgs` empty.
+    pub fn deliver_run_later(
+        &mut self,
+        channel: u16,
+        consumer_tag: &ShortStr,
+        first_tag: u64,
+        msgs: &mut Vec<LocalMessage>,
+    ) {
+        let mut size = 0;
+        let all_small = msgs.iter().all(|msg| {
+            deferred::small_tail(consumer_tag, msg, self.inline_max)
+                .map(|(_, bytes)| size += bytes)
+                .is_some()
+        });
+        if all_small {
+            let waiting = self.deferred.get_or_insert_with(Box::default);
+            if waiting.push_run(channel, consumer_tag, first_tag, msgs, size) {
+                self.count(size);
+                return;
+            }
+        }
+        for (msg, tag) in msgs.drain(..).zip(first_tag..) {
+            self.deliver_later(channel, consumer_tag, tag, false, &msg);
+        }
+    }
+
     /// Encodes every deferred delivery into the arena (before anything else is appended,
     /// or before the writer task takes the buffers).
     fn encode_all_deferred(&mut self) {

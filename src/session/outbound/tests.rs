@@ -382,3 +382,58 @@ fn runs_of_deferred_deliveries_split_anywhere() {
     assert!(got == want, "the bytes differ from the eager encoding");
     assert!(msgs.iter().all(|m| Rc::strong_count(m) == 1));
 }
+
+/// A pulled queue's run (`deliver_run_later`) goes out byte for byte as the same
+/// deliveries queued one by one would, continuing the run before it, with every message
+/// handed over and none kept: small ones as one run, a run holding a large body one by
+/// one (encoded at once where the large one is), interleaved with other deliveries and
+/// write-pass turns.
+#[test]
+fn a_pulled_run_goes_out_as_its_deliveries_one_by_one_would() {
+    let small: Vec<LocalMessage> = (0..5u8)
+        .map(|i| LocalMessage::new(message(&vec![i; usize::from(i) * 7])))
+        .collect();
+    let big = LocalMessage::new(message(&[9u8; 3000]));
+    let mut out = Outbound::new(512, 4096);
+    let mut want = Vec::new();
+    let mut got = Vec::new();
+    let mut delivery_tag = 1u64;
+    for round in 0..120usize {
+        let mut run: Vec<LocalMessage> = (0..1 + round % 6)
+            .map(|k| LocalMessage::clone(&small[(round + k) % small.len()]))
+            .collect();
+        if round % 9 == 4 {
+            run.insert(run.len() / 2, LocalMessage::clone(&big));
+        }
+        for (k, msg) in run.iter().enumerate() {
+            want.extend(deliver_expected(1, "ctag", delivery_tag + k as u64, msg));
+        }
+        let count = run.len() as u64;
+        out.deliver_run_later(1, &"ctag".into(), delivery_tag, &mut run);
+        assert!(run.is_empty(), "every message is handed over");
+        delivery_tag += count;
+        if round % 7 == 3 {
+            let msg = &small[1];
+            out.deliver_later(2, &"other".into(), delivery_tag, false, msg);
+            want.extend(deliver_expected(2, "other", delivery_tag, msg));
+            delivery_tag += 1;
+        }
+        assert_eq!(
+            out.queued_bytes() as u64,
+            want.len() as u64 - out.total_written()
+        );
+        if round % 5 == 4 {
+            got.extend(write_pass_turn(&mut out, 100 + (round * 53) % 900, 700));
+        }
+    }
+    while !out.is_empty() {
+        got.extend(write_pass_turn(&mut out, 555, 900));
+    }
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got == want,
+        "the bytes differ from the deliveries one by one"
+    );
+    assert!(small.iter().all(|m| Rc::strong_count(m) == 1));
+    assert_eq!(Rc::strong_count(&big), 1);
+}

@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 
 use crate::model::ids::{ConnId, QueueRef};
 use crate::model::message::{LocalMessage, Message};
+use crate::queue::PulledRun;
 use crate::session::channel::ChannelPhase;
 use crate::session::connection::WriteMark;
 use crate::session::consumer::{Credit, Window};
@@ -127,25 +128,14 @@ impl ConnSide<'_> {
                     }
                 }
                 if c.no_ack {
-                    // Every mark waiting is for bytes not yet written: one for the same
-                    // consumer just before this run is extended (a wide fan-out gives
-                    // each subscriber a delivery per round), so a subscriber waiting
-                    // for the write pass holds one mark, not one per delivery.
-                    let end = out.total_queued();
-                    match marks.back_mut() {
-                        Some(last) if last.queue == queue && last.key == c.queue_key => {
-                            last.end = end;
-                            last.count += run.len() as u32;
-                            last.bytes += bytes;
-                        }
-                        _ => marks.push_back(WriteMark {
-                            end,
-                            queue,
-                            key: c.queue_key,
-                            count: run.len() as u32,
-                            bytes,
-                        }),
-                    }
+                    let mark = WriteMark {
+                        end: out.total_queued(),
+                        queue,
+                        key: c.queue_key,
+                        count: run.len() as u32,
+                        bytes,
+                    };
+                    mark_no_ack_run(marks, mark);
                 }
                 if (c.no_ack || c.prefetch == 0) && flow_active {
                     if let Some(grant) = c.take_top_up(has_room, window, global) {
@@ -160,6 +150,60 @@ impl ConnSide<'_> {
         for (queue, seq) in requeue {
             self.queues().settle_to(shard, queue, QueueOp::Requeue(seq));
         }
+    }
+
+    /// Writes a pulled queue's run ([`QueueSide::pull_queue`]: `run.count` no-ack
+    /// deliveries of `msgs`, in order, to the queue's one consumer) as `deliver_local`
+    /// would write the same deliveries, with the connection, channel and consumer looked
+    /// up once and the channel's tags and counts, the consumer's credit and the write
+    /// mark settled once for the run. A consumer gone meanwhile loses them (no-ack:
+    /// nothing goes back, as in `deliver_local`). Leaves `msgs` empty.
+    ///
+    /// [`QueueSide::pull_queue`]: crate::shard::home::QueueSide::pull_queue
+    pub fn deliver_pulled(
+        &mut self,
+        shard: &Shard,
+        queue: QueueRef,
+        run: PulledRun,
+        msgs: &mut Vec<LocalMessage>,
+    ) {
+        let target = run.target;
+        let mut grants = Grants::new();
+        if let Some((conn, mut writes)) = self.conns.get_mut_with_writes(target.conn) {
+            let has_room = conn.out.queued_bytes() < shard.config.net.write_high_water;
+            let out = &mut conn.out;
+            let marks = &mut conn.write_marks;
+            let ch = conn
+                .channels
+                .get_mut(&target.channel)
+                .filter(|ch| ch.phase == ChannelPhase::Open);
+            if let Some(ch) = ch.filter(|ch| ch.consumers.contains_key(&target.consumer)) {
+                let first_tag = ch.record_no_ack_deliveries(u64::from(run.count));
+                let global = ch.global_room();
+                let flow_active = ch.flow_active;
+                if let Some(c) = ch.consumers.get_mut(&target.consumer) {
+                    c.credit = c.credit.saturating_sub(run.count);
+                    c.credit_bytes = c.credit_bytes.saturating_sub(run.bytes);
+                    out.deliver_run_later(target.channel, &c.tag, first_tag, msgs);
+                    let mark = WriteMark {
+                        end: out.total_queued(),
+                        queue,
+                        key: c.queue_key,
+                        count: run.count,
+                        bytes: run.bytes,
+                    };
+                    mark_no_ack_run(marks, mark);
+                    if flow_active {
+                        if let Some(grant) = c.take_top_up(has_room, no_ack_window(shard), global) {
+                            grants.push(grant);
+                        }
+                    }
+                }
+                writes.mark(conn);
+            }
+        }
+        msgs.clear();
+        self.send_grants(shard, &grants);
     }
 
     /// Gives queues the credit their consumers here were granted.
@@ -213,6 +257,22 @@ impl ConnSide<'_> {
                 },
             );
         }
+    }
+}
+
+/// Notes that a no-ack run's queue learns it is written once the connection's bytes up
+/// to `mark.end` are: every mark waiting is for bytes not yet written, so one for the
+/// same consumer just before it is extended (a wide fan-out gives each subscriber a
+/// delivery per round) and a subscriber waiting for the write pass holds one mark, not
+/// one per delivery.
+fn mark_no_ack_run(marks: &mut std::collections::VecDeque<WriteMark>, mark: WriteMark) {
+    match marks.back_mut() {
+        Some(last) if last.queue == mark.queue && last.key == mark.key => {
+            last.end = mark.end;
+            last.count += mark.count;
+            last.bytes += mark.bytes;
+        }
+        _ => marks.push_back(mark),
     }
 }
 

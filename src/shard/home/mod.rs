@@ -8,7 +8,8 @@
 //!
 //! Does not: touch connections. What the queue side has for connections on this shard is
 //! handed over as data: deliveries for local consumers (the `Vec<Delivery>` of
-//! [`QueueSide::dispatch_queue`]), queues waiting for their consumer's connection's
+//! [`QueueSide::dispatch_queue`], and a pulled queue's run of messages from
+//! [`QueueSide::pull_queue`]), queues waiting for their consumer's connection's
 //! write ([`HomeQueues::take_pulls`]), consumers whose queue is gone and slow-consumer
 //! verdicts ([`ForConnections`]), flow notices and confirm outcomes through the
 //! [`super::Outbox`] slot of its own shard. Fields are private to this room.
@@ -75,6 +76,10 @@ pub struct HomeQueues {
     /// connection side (kept between turns so that its room is not grown again each
     /// turn; [`HomeQueues::take_deliveries`]).
     deliveries: Vec<Delivery<LocalMessage>>,
+    /// The messages of a pulled queue's run ([`QueueSide::pull_queue`]) for the
+    /// connection side, kept between writes like `deliveries`
+    /// ([`HomeQueues::take_pulled`]).
+    pulled: Vec<LocalMessage>,
     /// Housekeeping timer armed per queue, with its deadline.
     timers: IdMap<QueueId, (TimerId, Instant)>,
     /// Confirms of publishes that entered durable queues this turn: they go out once
@@ -166,6 +171,17 @@ impl HomeQueues {
     pub fn give_back_deliveries(&mut self, mut list: Vec<Delivery<LocalMessage>>) {
         list.clear();
         self.deliveries = list;
+    }
+
+    /// Takes the (empty) list a pulled queue's run is moved to; give it back with
+    /// [`HomeQueues::give_back_pulled`].
+    pub fn take_pulled(&mut self) -> Vec<LocalMessage> {
+        std::mem::take(&mut self.pulled)
+    }
+
+    pub fn give_back_pulled(&mut self, mut list: Vec<LocalMessage>) {
+        list.clear();
+        self.pulled = list;
     }
 
     /// Hints a home queue a few queues ahead of a loop over queues (`model::prefetch`).

@@ -16,7 +16,7 @@ use crate::model::message::{LocalMessage, Message};
 use crate::model::routing::{QueueMeta, VhostIdx};
 use crate::ops::event::OpsEvent;
 use crate::policy::max_length::Overflow;
-use crate::queue::{dispatch_args, Queue, QueueSettings};
+use crate::queue::{dispatch_args, PulledRun, Queue, QueueSettings};
 
 use super::QueueSide;
 
@@ -112,6 +112,57 @@ impl QueueSide<'_> {
         local: &mut Vec<Delivery<LocalMessage>>,
     ) {
         let budget = shard.config.shard.dispatch_budget;
+        self.dispatch_within(shard, qid, now, budget, local);
+    }
+
+    /// Dispatches a queue the write pass pulls, for its consumer's connection: the
+    /// plain run at its head moved to `msgs` ([`Queue::dispatch_pulled`]: no record per
+    /// message) and returned with the queue for the connection side to deliver; what the
+    /// run stopped at (an entry with an expiry of its own, evicted or redelivered) is
+    /// dispatched the general way into `local`, after the run and within what is left
+    /// of the budget. A queue that is not pulled (any more) is dispatched the general
+    /// way. A queue left with more to give asks for another pull.
+    pub fn pull_queue(
+        &mut self,
+        shard: &Shard,
+        qid: QueueId,
+        now: Instant,
+        msgs: &mut Vec<LocalMessage>,
+        local: &mut Vec<Delivery<LocalMessage>>,
+    ) -> Option<(QueueRef, PulledRun)> {
+        let budget = shard.config.shard.dispatch_budget;
+        let pulled = self.home.queues.get_mut(&qid).and_then(|q| {
+            let run = q.dispatch_pulled(now, budget, msgs)?;
+            q.in_dirty_list = false;
+            Some((run, q.can_dispatch()))
+        });
+        let Some((run, more)) = pulled else {
+            self.dispatch_queue(shard, qid, now, local);
+            return None;
+        };
+        let left = budget.saturating_sub(run.count as usize);
+        if more && left > 0 {
+            // Stopped at an entry the general loop must see.
+            self.dispatch_within(shard, qid, now, left, local);
+        } else if more {
+            self.home.mark_dirty(qid);
+        }
+        let queue = QueueRef {
+            id: qid,
+            home: shard.id,
+        };
+        (run.count > 0).then_some((queue, run))
+    }
+
+    /// [`QueueSide::dispatch_queue`] with `budget` messages at most.
+    fn dispatch_within(
+        &mut self,
+        shard: &Shard,
+        qid: QueueId,
+        now: Instant,
+        budget: usize,
+        local: &mut Vec<Delivery<LocalMessage>>,
+    ) {
         let mut out = std::mem::take(&mut self.home.scratch);
         let (more, dead) = match self.home.queues.get_mut(&qid) {
             Some(q) => {
