@@ -13,6 +13,17 @@ use sluice::config::Config;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Transparent huge pages off before the first allocation (a 2 MiB page stays resident
+/// whole); `memory.huge_pages` may turn them on again (`sluice::server::set_huge_pages`).
+#[used]
+#[link_section = ".init_array"]
+static HUGE_PAGES_OFF_AT_LOAD: extern "C" fn() = huge_pages_off_at_load;
+
+extern "C" fn huge_pages_off_at_load() {
+    // SAFETY: takes integers, allocates nothing, sets a flag on this process only.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 fn main() -> std::process::ExitCode {
     let Args {
         broker: cli,

@@ -100,6 +100,7 @@ struct MemorySection {
     low_watermark: Option<LimitValue>,
     report_interval_ms: Option<u64>,
     return_interval_ms: Option<u64>,
+    huge_pages: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -453,6 +454,7 @@ fn apply_policies(config: &mut Config, file: PolicyFile) -> Result<(), String> {
         }
         set(&mut p.memory.report_interval, ms(m.report_interval_ms));
         set(&mut p.memory.return_interval, ms(m.return_interval_ms));
+        set(&mut p.memory.huge_pages, m.huge_pages);
     }
     for (name, v) in file.vhost.unwrap_or_default() {
         let key = format!("vhost.\"{name}\"");

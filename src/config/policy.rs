@@ -48,6 +48,9 @@ pub struct MemoryConfig {
     pub report_interval: Duration,
     /// How often each shard gives freed memory back to the operating system; zero: never.
     pub return_interval: Duration,
+    /// Whether the heap may be backed by transparent huge pages (2 MiB): fewer TLB
+    /// misses at very high message rates, for about twice the RSS per heap byte in use.
+    pub huge_pages: bool,
 }
 
 /// Defaults for every queue of one virtual host.
@@ -109,6 +112,7 @@ impl Default for Policies {
                 low_watermark: None,
                 report_interval: Duration::ZERO,
                 return_interval: Duration::from_secs(1),
+                huge_pages: false,
             },
             vhosts: Vec::new(),
             topics: Vec::new(),

@@ -79,6 +79,12 @@ pub enum OpsEvent {
     },
     /// BRK-1011: the open-files limit at start (the soft limit raised to the hard one).
     FileLimit { soft_was: u64, soft: u64, hard: u64 },
+    /// BRK-1028: at start, whether the heap may use transparent huge pages
+    /// (`memory.huge_pages`), and why the kernel's setting stays when it refused.
+    HugePages {
+        allowed: bool,
+        error: Option<String>,
+    },
     /// BRK-1012: a panic; the process aborts (a half-alive broker is worse than none).
     Panic { thread: String, message: String },
     /// BRK-1013: a systemd notification (`$NOTIFY_SOCKET`) could not be sent; logged
@@ -260,6 +266,7 @@ impl OpsEvent {
             OpsEvent::MemoryWatermarks { .. } => "BRK-1009",
             OpsEvent::MemoryReport { .. } => "BRK-1010",
             OpsEvent::FileLimit { .. } => "BRK-1011",
+            OpsEvent::HugePages { .. } => "BRK-1028",
             OpsEvent::Panic { .. } => "BRK-1012",
             OpsEvent::NotifyFailed { .. } => "BRK-1013",
             OpsEvent::SendRingUnavailable { .. } => "BRK-1027",
@@ -475,6 +482,14 @@ impl fmt::Display for OpsEvent {
                     write!(f, ", raised from {soft_was}")?;
                 }
                 write!(f, ")")
+            }
+            OpsEvent::HugePages { allowed, error } => {
+                let state = if *allowed { "allowed" } else { "off" };
+                write!(f, "{code} : Transparent huge pages : {state}")?;
+                match error {
+                    Some(error) => write!(f, " : not set : {error}"),
+                    None => Ok(()),
+                }
             }
             OpsEvent::Panic { thread, message } => {
                 write!(f, "{code} : Panic in thread {thread} : {message} : aborting")

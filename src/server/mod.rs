@@ -144,6 +144,28 @@ pub fn raise_file_limit() {
     }
 }
 
+/// Keeps the heap on 4 KiB pages unless `memory.huge_pages` (BRK-1028): mimalloc
+/// advises its arenas for transparent huge pages, and a 2 MiB page partly in use is
+/// resident whole — at 10,000 subscribers 111 MiB of RSS at peak instead of 77, for an
+/// idle broker 18 MiB instead of 9. Set for the whole process (`PR_SET_THP_DISABLE`)
+/// before the shards allocate their state (the `sluice` binary already turned them off
+/// when it was loaded); pages already faulted in stay as they are.
+pub fn set_huge_pages(allowed: bool) {
+    // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integer arguments and only sets
+    // or clears a flag on this process's memory descriptor.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_THP_DISABLE,
+            libc::c_ulong::from(!allowed),
+            0,
+            0,
+            0,
+        )
+    };
+    let error = (rc != 0).then(|| std::io::Error::last_os_error().to_string());
+    OpsEvent::HugePages { allowed, error }.emit();
+}
+
 /// Makes any panic, on any thread, log BRK-1012 and abort the process. A shard whose
 /// task panicked would otherwise be silently gone (its connections and queues with it)
 /// while the rest of the broker goes on; a supervisor (systemd `Restart=on-failure`)
@@ -207,6 +229,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     }
     .emit();
     raise_file_limit();
+    set_huge_pages(config.policies.memory.huge_pages);
     let tls = crate::net::tls::load(&config.tls).map_err(StartError::Config)?;
     let (listeners, addresses) =
         crate::net::listener::bind_all(&config.listen, config.shards).map_err(StartError::Bind)?;

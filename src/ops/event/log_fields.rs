@@ -28,6 +28,7 @@ impl LogFields for OpsEvent {
             | OpsEvent::NotifyFailed { .. }
             | OpsEvent::AcceptFailed { .. }
             | OpsEvent::SendRingUnavailable { .. }
+            | OpsEvent::HugePages { error: Some(_), .. }
             | OpsEvent::TlsHandshakeFailed { .. } => Level::WARN,
             OpsEvent::Panic { .. } => Level::ERROR,
             _ => Level::INFO,
@@ -46,6 +47,7 @@ impl LogFields for OpsEvent {
             | OpsEvent::MemoryAlarmCleared { .. }
             | OpsEvent::MemoryWatermarks { .. }
             | OpsEvent::FileLimit { .. }
+            | OpsEvent::HugePages { .. }
             | OpsEvent::Panic { .. }
             | OpsEvent::NotifyFailed { .. }
             | OpsEvent::ManagementListening { .. }
