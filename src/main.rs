@@ -1,6 +1,7 @@
 //! The `sluice` command: parse flags (`sluice::cli`), run a tool or load the
 //! configuration, start the shards, wait for SIGINT/SIGTERM, shut down cleanly; reload
-//! the configuration file on SIGHUP.
+//! the configuration file on SIGHUP. Process-wide settings the library leaves to its
+//! host are made here: the allocator, transparent huge pages (off at load).
 
 use clap::Parser;
 
@@ -13,16 +14,11 @@ use sluice::config::Config;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Transparent huge pages off before the first allocation (a 2 MiB page stays resident
-/// whole); `memory.huge_pages` may turn them on again (`sluice::server::set_huge_pages`).
+/// Transparent huge pages off when the binary is loaded, before the first allocation
+/// (`sluice::server::huge_pages_off_at_load`; `memory.huge_pages` may turn them on).
 #[used]
 #[link_section = ".init_array"]
-static HUGE_PAGES_OFF_AT_LOAD: extern "C" fn() = huge_pages_off_at_load;
-
-extern "C" fn huge_pages_off_at_load() {
-    // SAFETY: takes integers, allocates nothing, sets a flag on this process only.
-    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-}
+static HUGE_PAGES_OFF_AT_LOAD: extern "C" fn() = sluice::server::huge_pages_off_at_load;
 
 fn main() -> std::process::ExitCode {
     let Args {
@@ -43,6 +39,7 @@ fn main() -> std::process::ExitCode {
     sluice::config::auth::announce(&config);
     sluice::server::abort_on_panic();
     sluice::server::block_signals();
+    sluice::server::set_huge_pages(config.policies.memory.huge_pages);
     let mut broker = match sluice::server::start(config) {
         Ok(broker) => broker,
         Err(e) => {

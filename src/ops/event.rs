@@ -485,10 +485,12 @@ impl fmt::Display for OpsEvent {
             }
             OpsEvent::HugePages { allowed, error } => {
                 let state = if *allowed { "allowed" } else { "off" };
-                write!(f, "{code} : Transparent huge pages : {state}")?;
                 match error {
-                    Some(error) => write!(f, " : not set : {error}"),
-                    None => Ok(()),
+                    None => write!(f, "{code} : Transparent huge pages : {state}"),
+                    Some(error) => write!(
+                        f,
+                        "{code} : Transparent huge pages : could not set {state} : {error} : the kernel's setting stays"
+                    ),
                 }
             }
             OpsEvent::Panic { thread, message } => {

@@ -71,6 +71,9 @@ pub struct PulledRun {
     pub count: u32,
     /// Their sizes as the queue counts them (what the consumer's byte credit spent).
     pub bytes: u64,
+    /// The run stopped, with credit and budget left, at an entry only [`Queue::dispatch`]
+    /// may take (evicted, with an expiry of its own, or redelivered).
+    pub general_next: bool,
 }
 
 /// Why a consumer could not be added.
@@ -325,9 +328,10 @@ impl Queue {
     /// list is a plain FIFO: moves up to `budget` head messages straight to `msgs` and
     /// settles the consumer's credit, the in-flight counts and the counters once for all
     /// of them, with no [`Dispatch`] record per message. Stops at an entry the general
-    /// loop must see — evicted, with an expiry of its own, or redelivered — so a
-    /// dispatch after it finds that entry at the head. `None` (nothing taken) when the
-    /// queue is not such a queue.
+    /// loop must see — evicted (to be read back, or dropped if expired), with an expiry
+    /// of its own, or redelivered — and says so (`general_next`): [`Queue::dispatch`]
+    /// then finds it at the head. `None` (nothing taken) when the queue is not such a
+    /// queue.
     pub fn dispatch_pulled(
         &mut self,
         now: Instant,
@@ -341,13 +345,13 @@ impl Queue {
             [only] if only.no_ack => (only.target, only.credit, only.credit_bytes),
             _ => return None,
         };
-        let (mut count, mut bytes) = (0u32, 0u64);
+        let (mut count, mut bytes, mut general_next) = (0u32, 0u64, false);
         while credit > 0 && credit_bytes > 0 && (count as usize) < budget {
-            let plain = self
-                .ready
-                .front()
-                .is_some_and(|e| !e.evicted && !e.redelivered && e.expires_at.is_none());
-            if !plain {
+            let Some(head) = self.ready.front() else {
+                break;
+            };
+            if head.evicted || head.redelivered || head.expires_at.is_some() {
+                general_next = true;
                 break;
             }
             let Some(entry) = self.take_head_by::<ready::Fifo>() else {
@@ -378,6 +382,7 @@ impl Queue {
             target,
             count,
             bytes,
+            general_next,
         })
     }
 

@@ -147,23 +147,44 @@ pub fn raise_file_limit() {
 /// Keeps the heap on 4 KiB pages unless `memory.huge_pages` (BRK-1028): mimalloc
 /// advises its arenas for transparent huge pages, and a 2 MiB page partly in use is
 /// resident whole — at 10,000 subscribers 111 MiB of RSS at peak instead of 77, for an
-/// idle broker 18 MiB instead of 9. Set for the whole process (`PR_SET_THP_DISABLE`)
-/// before the shards allocate their state (the `sluice` binary already turned them off
-/// when it was loaded); pages already faulted in stay as they are.
+/// idle broker 18 MiB instead of 9. Sets it for the whole process (`PR_SET_THP_DISABLE`,
+/// future page faults), so the `sluice` binary calls it before starting the broker
+/// (after [`huge_pages_off_at_load`]); a program that embeds the broker decides for
+/// itself.
 pub fn set_huge_pages(allowed: bool) {
-    // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integer arguments and only sets
-    // or clears a flag on this process's memory descriptor.
+    let error = thp_disable(!allowed).err().map(|e| e.to_string());
+    OpsEvent::HugePages { allowed, error }.emit();
+}
+
+/// Turns transparent huge pages off before the runtime's first allocation: the `sluice`
+/// binary runs it as a load-time constructor (`.init_array`), since pages the allocator
+/// touched before the configuration is read would otherwise be 2 MiB ones (about 5 MiB
+/// more for an idle broker). Allocates nothing; a failure is reported by
+/// [`set_huge_pages`], which sets the flag again.
+pub extern "C" fn huge_pages_off_at_load() {
+    let _ = thp_disable(true);
+}
+
+/// `prctl(PR_SET_THP_DISABLE, disable)`.
+fn thp_disable(disable: bool) -> std::io::Result<()> {
+    let zero: libc::c_ulong = 0;
+    // SAFETY: prctl takes its arguments as unsigned longs (passed as such: the kernel
+    // refuses PR_SET_THP_DISABLE unless arguments 3 to 5 are zero), allocates nothing
+    // and only sets or clears a flag on this process's memory descriptor.
     let rc = unsafe {
         libc::prctl(
             libc::PR_SET_THP_DISABLE,
-            libc::c_ulong::from(!allowed),
-            0,
-            0,
-            0,
+            libc::c_ulong::from(disable),
+            zero,
+            zero,
+            zero,
         )
     };
-    let error = (rc != 0).then(|| std::io::Error::last_os_error().to_string());
-    OpsEvent::HugePages { allowed, error }.emit();
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Makes any panic, on any thread, log BRK-1012 and abort the process. A shard whose
@@ -229,7 +250,6 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     }
     .emit();
     raise_file_limit();
-    set_huge_pages(config.policies.memory.huge_pages);
     let tls = crate::net::tls::load(&config.tls).map_err(StartError::Config)?;
     let (listeners, addresses) =
         crate::net::listener::bind_all(&config.listen, config.shards).map_err(StartError::Bind)?;

@@ -20,7 +20,7 @@ use sluice::client::{Consumer, NO_PROPERTIES};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::common::Broker;
+use crate::common::{http, Broker};
 use crate::support::*;
 
 const KEY: &str = "burst.tick";
@@ -146,6 +146,34 @@ async fn bursts_reach_every_subscriber_whole_and_in_order(shards: usize, at_writ
             panic!("{who}: {e}");
         }
     }
+    let queues = sluice_subs
+        .iter()
+        .map(|s| &s.3)
+        .chain(amqprs_subs.iter().map(|s| &s.3));
+    for queue in queues {
+        counted_and_released(&broker, queue, mode).await;
+    }
+}
+
+/// Once its subscriber has everything, a queue counts every delivery once (the
+/// management API's `deliver_no_ack`: the end marker too) and holds nothing: every
+/// no-ack delivery was reported written (`message_bytes` 0), so a run handed over at
+/// the write settles as the same deliveries one by one do.
+async fn counted_and_released(broker: &Broker, queue: &str, mode: &str) {
+    let path = format!("/api/queues/%2F/{queue}");
+    let want = u64::from(MESSAGES) + 1;
+    let settled = |q: &serde_json::Value| {
+        q["message_stats"]["deliver_no_ack"].as_u64() == Some(want)
+            && q["messages"].as_u64() == Some(0)
+            && q["message_bytes"].as_u64() == Some(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut q = http::get(broker.http_port(), &path).json();
+    while !settled(&q) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        q = http::get(broker.http_port(), &path).json();
+    }
+    assert!(settled(&q), "{queue} (dispatch {mode}): {q}");
 }
 
 #[tokio::test]

@@ -29,6 +29,19 @@ fn renders_with_code() {
         e.to_string(),
         "BRK-1027 : Send ring unavailable : shard 0 : Operation not permitted (os error 1) : one send per connection"
     );
+    let e = OpsEvent::HugePages {
+        allowed: false,
+        error: None,
+    };
+    assert_eq!(e.to_string(), "BRK-1028 : Transparent huge pages : off");
+    let e = OpsEvent::HugePages {
+        allowed: false,
+        error: Some("Invalid argument (os error 22)".into()),
+    };
+    assert_eq!(
+        e.to_string(),
+        "BRK-1028 : Transparent huge pages : could not set off : Invalid argument (os error 22) : the kernel's setting stays"
+    );
 }
 
 #[test]

@@ -169,14 +169,13 @@ impl Deferred {
         msgs: &mut Vec<LocalMessage>,
         size: usize,
     ) -> bool {
-        let count = msgs.len();
-        if count == 0 {
+        if msgs.is_empty() {
             return true;
         }
-        let Some(tag) = self.tag_index(tag) else {
+        let Ok(count) = u32::try_from(msgs.len()) else {
             return false;
         };
-        let Ok(count) = u32::try_from(count) else {
+        let Some(tag) = self.tag_index(tag) else {
             return false;
         };
         self.extend_runs(channel, tag, first_delivery_tag, false, count);

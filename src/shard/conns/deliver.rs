@@ -157,7 +157,10 @@ impl ConnSide<'_> {
     /// would write the same deliveries, with the connection, channel and consumer looked
     /// up once and the channel's tags and counts, the consumer's credit and the write
     /// mark settled once for the run. A consumer gone meanwhile loses them (no-ack:
-    /// nothing goes back, as in `deliver_local`). Leaves `msgs` empty.
+    /// nothing goes back, as in `deliver_local`). Leaves `msgs` empty. The consumer's
+    /// credit is topped up right after the run; a remainder of the same pull that went
+    /// the general way (`deliver_local`, after this) may top it up again — the queue's
+    /// and the channel's view of the credit stay equal either way.
     ///
     /// [`QueueSide::pull_queue`]: crate::shard::home::QueueSide::pull_queue
     pub fn deliver_pulled(

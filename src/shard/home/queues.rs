@@ -119,9 +119,10 @@ impl QueueSide<'_> {
     /// plain run at its head moved to `msgs` ([`Queue::dispatch_pulled`]: no record per
     /// message) and returned with the queue for the connection side to deliver; what the
     /// run stopped at (an entry with an expiry of its own, evicted or redelivered) is
-    /// dispatched the general way into `local`, after the run and within what is left
-    /// of the budget. A queue that is not pulled (any more) is dispatched the general
-    /// way. A queue left with more to give asks for another pull.
+    /// dispatched the general way into `local` ([`QueueSide::dispatch_within`], which
+    /// reads an evicted head back or drops an expired one), after the run and within
+    /// what is left of the budget. A queue that is not pulled (any more) is dispatched
+    /// the general way. A queue left with more to give asks for another pull.
     pub fn pull_queue(
         &mut self,
         shard: &Shard,
@@ -141,8 +142,7 @@ impl QueueSide<'_> {
             return None;
         };
         let left = budget.saturating_sub(run.count as usize);
-        if more && left > 0 {
-            // Stopped at an entry the general loop must see.
+        if run.general_next && left > 0 {
             self.dispatch_within(shard, qid, now, left, local);
         } else if more {
             self.home.mark_dirty(qid);
