@@ -350,7 +350,7 @@ impl Queue {
             let Some(head) = self.ready.front() else {
                 break;
             };
-            if head.evicted || head.redelivered || head.expires_at.is_some() {
+            if head.evicted || head.redelivered || head.has_expiry() {
                 general_next = true;
                 break;
             }

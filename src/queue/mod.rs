@@ -35,8 +35,6 @@ pub mod ready;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use smallvec::SmallVec;
-
 pub use crate::model::dead_letter::DeadLetterTarget;
 use crate::model::dead_letter::Reason;
 use crate::model::ids::{ChannelRef, ConnId, QueueId};
@@ -46,7 +44,7 @@ use crate::policy::slow_consumer::Holdings;
 use crate::protocol::{FieldTable, ShortStr};
 
 pub use consumers::{ConsumeRefused, ConsumerSlot, Dispatch, PulledRun};
-pub use entry::Entry;
+pub use entry::{Entry, Stamp};
 pub use limits::QueueLimits;
 pub use ready::ReadyList;
 
@@ -170,7 +168,9 @@ pub struct Queue {
     /// The highest consumer priority (`x-priority`) among the consumers.
     top_consumer_priority: i64,
     /// Channels that recently took messages with `basic.get`, with when.
-    getters: SmallVec<[(ChannelRef, Instant); 2]>,
+    getters: Vec<(ChannelRef, Instant)>,
+    /// When the queue was made: its entries' times are [`Stamp`]s since then.
+    base: Instant,
     pub id: QueueId,
     pub vhost_idx: usize,
     pub vhost: String,
@@ -178,6 +178,12 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// `t` as a time in this queue's life (entries keep their times so).
+    #[inline]
+    fn stamp(&self, t: Instant) -> Stamp {
+        Stamp::of(t, self.base)
+    }
+
     /// Hints the lines an enqueue and a dispatch touch (`model::prefetch`), for a queue a
     /// few queues ahead in a loop; computes field addresses only. With the queue's layout
     /// (see [`Queue`]) those are its first three lines, the one of `dead`, the counters',
@@ -238,7 +244,8 @@ impl Queue {
             top_consumer_priority: 0,
             had_consumer: false,
             last_used: now,
-            getters: SmallVec::new(),
+            getters: Vec::new(),
+            base: now,
             counters: QueueCounters::default(),
             limits,
             condemned: false,
@@ -252,17 +259,33 @@ impl Queue {
 
     /// Appends a published message. Returns its sequence number.
     pub fn enqueue(&mut self, msg: LocalMessage, now: Instant) -> u64 {
+        let at = self.stamp(now);
+        self.enqueue_at(msg, now, at)
+    }
+
+    /// [`Queue::enqueue`] with `now` already converted to a stamp from the queue's base
+    /// (the shard's clock gives it once per turn: [`Queue::with_base`]).
+    pub fn enqueue_at(&mut self, msg: LocalMessage, now: Instant, at: Stamp) -> u64 {
         if self.ready.is_plain() {
-            self.enqueue_by::<ready::Fifo>(msg, now)
+            self.enqueue_by::<ready::Fifo>(msg, now, at)
         } else {
-            self.enqueue_by::<ready::Any>(msg, now)
+            self.enqueue_by::<ready::Any>(msg, now, at)
         }
+    }
+
+    /// The queue with `base` as the start of its entries' stamps instead of its
+    /// creation time: the shard's clock's start, so that the clock's stamp of the turn
+    /// is this queue's too. Only for a queue that holds nothing yet.
+    pub fn with_base(mut self, base: Instant) -> Queue {
+        debug_assert!(self.ready.is_empty() && self.unacked.is_empty());
+        self.base = base;
+        self
     }
 
     /// [`Queue::enqueue`], compiled once for a plain queue's FIFO (the entry is built in
     /// its slot, no check per message) and once for any queue.
     #[inline(always)]
-    fn enqueue_by<H: Head>(&mut self, msg: LocalMessage, now: Instant) -> u64 {
+    fn enqueue_by<H: Head>(&mut self, msg: LocalMessage, now: Instant, at: Stamp) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         let queue_ttl = self.settings.message_ttl;
@@ -271,7 +294,12 @@ impl Queue {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let entry = Entry::new(seq, msg, now, ttl.map(|ttl| now + ttl));
+        let entry = Entry::new(
+            seq,
+            msg,
+            at,
+            ttl.map_or(Stamp::NEVER, |ttl| self.stamp(now + ttl)),
+        );
         self.ready_bytes += entry.size();
         if entry.persistent {
             self.persistent += 1;
@@ -291,7 +319,12 @@ impl Queue {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let mut entry = Entry::new(seq, msg, now, ttl.map(|ttl| now + ttl));
+        let mut entry = Entry::new(
+            seq,
+            msg,
+            self.stamp(now),
+            ttl.map_or(Stamp::NEVER, |ttl| self.stamp(now + ttl)),
+        );
         entry.redelivered = redelivered;
         self.ready_bytes += entry.size();
         if entry.persistent {
@@ -375,7 +408,7 @@ impl Queue {
     pub fn oldest_age(&self, now: Instant) -> Option<Duration> {
         self.ready
             .oldest_enqueued()
-            .map(|at| now.saturating_duration_since(at))
+            .map(|at| now.saturating_duration_since(at.instant(self.base)))
     }
 
     /// What the queue holds, without the oldest age (the O(1) figures the count and depth
@@ -399,7 +432,7 @@ impl Queue {
         Holdings {
             count: self.held_count(),
             bytes: self.held_bytes(),
-            oldest_age: oldest.map(|t| now.saturating_duration_since(t)),
+            oldest_age: oldest.map(|t| now.saturating_duration_since(t.instant(self.base))),
         }
     }
 
@@ -433,7 +466,10 @@ impl Queue {
 
     /// When the head message expires, if it has a TTL.
     pub fn head_expiry(&self) -> Option<Instant> {
-        self.ready.front().and_then(|e| e.expires_at)
+        self.ready
+            .front()
+            .filter(|e| e.has_expiry())
+            .map(|e| e.expires_at.instant(self.base))
     }
 
     /// Removes the head of the ready list, keeping the accounting.
@@ -466,6 +502,7 @@ impl Queue {
     /// Returns how many were dropped.
     pub fn expire_head(&mut self, now: Instant) -> usize {
         let mut dropped = 0;
+        let now = self.stamp(now);
         while self.ready.front().is_some_and(|e| e.is_expired(now)) {
             if let Some(entry) = self.take_head() {
                 self.died(entry, Reason::Expired);
@@ -535,6 +572,7 @@ impl Queue {
     pub fn discard_older_than(&mut self, cutoff: Instant) -> u64 {
         let mut n = 0;
         let dead_letter = self.dead_letters_cycle();
+        let cutoff = self.stamp(cutoff);
         while let Some(entry) = self.ready.pop_older_than(cutoff) {
             self.took_ready(&entry);
             self.counters.discarded += 1;
@@ -619,6 +657,7 @@ impl Queue {
     /// Takes the head, dropping expired messages on the way.
     #[inline(always)]
     fn pop_ready_by<H: Head>(&mut self, now: Instant) -> Option<Entry> {
+        let now = self.stamp(now);
         loop {
             if self.evicted > 0
                 && self

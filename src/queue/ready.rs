@@ -19,12 +19,11 @@
 //!   the level array of a priority queue), and is given back on drop.
 
 use std::collections::VecDeque;
-use std::time::Instant;
 
 use crate::model::ledger;
 use crate::protocol::properties::raw_priority;
 
-use super::entry::Entry;
+use super::entry::{Entry, Stamp};
 
 /// A drained list whose allocation is above this many entries (56 KiB) gives it back:
 /// a subscription that caught up after a burst holds no more than that.
@@ -250,7 +249,7 @@ impl ReadyList {
 
     /// When the oldest ready entry was enqueued (in a priority queue, the oldest head of
     /// any level).
-    pub fn oldest_enqueued(&self) -> Option<Instant> {
+    pub fn oldest_enqueued(&self) -> Option<Stamp> {
         match &self.levels {
             None => self.fifo.front(),
             Some(l) => l.oldest().and_then(|p| l.fifos.get(p)?.front()),
@@ -259,7 +258,7 @@ impl ReadyList {
     }
 
     /// Removes the oldest ready entry if it was enqueued before `cutoff`.
-    pub fn pop_older_than(&mut self, cutoff: Instant) -> Option<Entry> {
+    pub fn pop_older_than(&mut self, cutoff: Stamp) -> Option<Entry> {
         match &mut self.levels {
             None => {
                 if self.fifo.front().is_some_and(|e| e.enqueued_at < cutoff) {
@@ -463,7 +462,7 @@ impl Levels {
     }
 
     /// Removes the head of level `p` if it was enqueued before `cutoff`.
-    fn pop_level(&mut self, p: usize, cutoff: Instant) -> Option<(Entry, bool)> {
+    fn pop_level(&mut self, p: usize, cutoff: Stamp) -> Option<(Entry, bool)> {
         let due = self
             .fifos
             .get(p)?
@@ -497,7 +496,8 @@ impl Levels {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
 
     use super::*;
     use crate::model::message::{BodyChunks, LocalMessage, Message};
@@ -517,8 +517,18 @@ mod tests {
         ))
     }
 
+    /// `t` in the life of a list made a second before the tests' first entry.
+    fn stamp(t: Instant) -> Stamp {
+        static BASE: OnceLock<Instant> = OnceLock::new();
+        let base = BASE.get_or_init(|| {
+            let now = Instant::now();
+            now.checked_sub(Duration::from_secs(1)).unwrap_or(now)
+        });
+        Stamp::of(t, *base)
+    }
+
     fn entry(seq: u64, priority: Option<u8>, at: Instant) -> Entry {
-        Entry::new(seq, msg(priority), at, None)
+        Entry::new(seq, msg(priority), stamp(at), Stamp::NEVER)
     }
 
     fn drain(list: &mut ReadyList) -> Vec<u64> {
@@ -592,11 +602,17 @@ mod tests {
         list.push_back(entry(1, Some(0), t0));
         list.push_back(entry(2, Some(2), t0 + ms(10)));
         list.push_back(entry(3, Some(1), t0 + ms(20)));
-        assert_eq!(list.oldest_enqueued(), Some(t0));
-        assert_eq!(list.pop_older_than(t0 + ms(15)).map(|e| e.seq), Some(1));
-        assert_eq!(list.pop_older_than(t0 + ms(15)).map(|e| e.seq), Some(2));
-        assert!(list.pop_older_than(t0 + ms(15)).is_none());
-        assert_eq!(list.oldest_enqueued(), Some(t0 + ms(20)));
+        assert_eq!(list.oldest_enqueued(), Some(stamp(t0)));
+        assert_eq!(
+            list.pop_older_than(stamp(t0 + ms(15))).map(|e| e.seq),
+            Some(1)
+        );
+        assert_eq!(
+            list.pop_older_than(stamp(t0 + ms(15))).map(|e| e.seq),
+            Some(2)
+        );
+        assert!(list.pop_older_than(stamp(t0 + ms(15))).is_none());
+        assert_eq!(list.oldest_enqueued(), Some(stamp(t0 + ms(20))));
         assert_eq!(list.len(), 1);
     }
 

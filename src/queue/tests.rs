@@ -350,7 +350,8 @@ fn seqs(out: &[Dispatch]) -> Vec<u64> {
 #[test]
 fn the_record_did_not_grow() {
     // The priority level lives in the padding: a plain queue's entries cost what they did.
-    assert!(std::mem::size_of::<Entry>() <= 56);
+    // Its two times are stamps since the queue was made (8 bytes each, not 16).
+    assert!(std::mem::size_of::<Entry>() <= 40);
 }
 
 #[test]

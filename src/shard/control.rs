@@ -303,7 +303,8 @@ pub fn apply_change(st: &mut State, shard: &Shard, change: &DirectoryChange, now
     match change {
         DirectoryChange::DeclareQueue { vhost, meta } => {
             if meta.queue.home == shard.id {
-                queues.create_home_queue(&shard.live(), *vhost, meta, now);
+                let start = shard.clock.start();
+                queues.create_home_queue(&shard.live(), *vhost, meta, now, start);
             }
             queues.queue_declared(shard, meta.queue.id, now);
         }

@@ -2,7 +2,8 @@
 //! clock reads the OS clock.
 //!
 //! Owns: one cached `Instant` per shard, refreshed once per event-loop turn, so
-//! everything handled in that turn sees the same "now" and pays for one clock read; and
+//! everything handled in that turn sees the same "now" and pays for one clock read (and
+//! the same time as an 8-byte [`Stamp`] since the clock started, converted once); and
 //! [`os_now`], the OS clock for threads without a shard (the management listener, the
 //! start) and for the shard paths that have no `&Shard` at hand.
 //!
@@ -34,6 +35,32 @@ pub fn os_now() -> Instant {
     Instant::now()
 }
 
+/// A time as 8 bytes: nanoseconds since a base `Instant` (16 bytes) — a queue's entries
+/// keep their times so (issue 23: 56 → 40 bytes per entry, for every message waiting in
+/// every queue), with the base of the shard's clock ([`Clock::start`]), and the clock
+/// gives the turn's time as a stamp ([`Clock::stamp`]) so that an enqueue into
+/// thousands of queues converts it once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Stamp(u64);
+
+impl Stamp {
+    /// No time (an entry without expiry): later than any stamp [`Stamp::of`] gives.
+    pub const NEVER: Stamp = Stamp(u64::MAX);
+
+    /// `t` as nanoseconds since `base` (a time before `base` counts as `base`, one 584
+    /// years after it as the last stamp before [`Stamp::NEVER`]).
+    #[inline]
+    pub fn of(t: Instant, base: Instant) -> Stamp {
+        let nanos = t.saturating_duration_since(base).as_nanos();
+        Stamp(u64::try_from(nanos).map_or(u64::MAX - 1, |n| n.min(u64::MAX - 1)))
+    }
+
+    /// The `Instant` of this stamp from `base`.
+    pub fn instant(self, base: Instant) -> Instant {
+        base + Duration::from_nanos(self.0)
+    }
+}
+
 /// Cached time for one shard.
 ///
 /// `Cell` makes it `!Sync`: it belongs to one shard thread. Tests drive it
@@ -47,6 +74,10 @@ pub fn os_now() -> Instant {
 #[derive(Debug)]
 pub struct Clock {
     now: Cell<Instant>,
+    /// `now` as a [`Stamp`] from `start`, converted once per change of `now`.
+    stamp: Cell<Stamp>,
+    /// When the clock was made: the base of its stamps.
+    start: Instant,
 }
 
 impl Default for Clock {
@@ -65,6 +96,8 @@ impl Clock {
     pub fn starting_at(now: Instant) -> Self {
         Clock {
             now: Cell::new(now),
+            stamp: Cell::new(Stamp::of(now, now)),
+            start: now,
         }
     }
 
@@ -72,7 +105,7 @@ impl Clock {
     pub fn refresh(&self) {
         let t = Instant::now();
         if t > self.now.get() {
-            self.now.set(t);
+            self.set(t);
         }
     }
 
@@ -81,14 +114,25 @@ impl Clock {
         self.now.get()
     }
 
+    /// The cached time as a stamp from [`Clock::start`].
+    pub fn stamp(&self) -> Stamp {
+        self.stamp.get()
+    }
+
+    /// When the clock was made: the base of [`Clock::stamp`].
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
     /// Replaces the cached time (for tests and simulations).
     pub fn set(&self, now: Instant) {
         self.now.set(now);
+        self.stamp.set(Stamp::of(now, self.start));
     }
 
     /// Moves the cached time forward by `by` (for tests and simulations).
     pub fn advance(&self, by: Duration) {
-        self.now.set(self.now.get() + by);
+        self.set(self.now.get() + by);
     }
 }
 
@@ -105,6 +149,21 @@ mod tests {
         assert_eq!(clock.now(), t0 + Duration::from_millis(5));
         clock.set(t0);
         assert_eq!(clock.now(), t0);
+    }
+
+    /// The turn's stamp follows the cached time, from the clock's start.
+    #[test]
+    fn the_stamp_follows_now() {
+        let t0 = Instant::now();
+        let clock = Clock::starting_at(t0);
+        assert_eq!(clock.start(), t0);
+        assert_eq!(clock.stamp(), Stamp::of(t0, t0));
+        clock.advance(Duration::from_millis(7));
+        assert_eq!(clock.stamp(), Stamp::of(t0 + Duration::from_millis(7), t0));
+        assert_eq!(clock.stamp().instant(t0), clock.now());
+        clock.refresh();
+        assert_eq!(clock.stamp(), Stamp::of(clock.now(), t0));
+        assert!(clock.stamp() < Stamp::NEVER);
     }
 
     #[test]

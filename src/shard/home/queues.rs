@@ -68,7 +68,14 @@ impl QueueSide<'_> {
         // expire before whatever the timer waits for.
         let new_head = has_ttl && (q.ready_count() == 0 || q.is_priority());
         let stored = (q.settings.stored && msg.is_persistent()).then(|| LocalMessage::clone(&msg));
-        let seq = q.enqueue(msg, now);
+        // The turn's stamp, converted once by the clock for every queue (their base is
+        // its start, `create_home_queue`).
+        let at = if now == shard.clock.now() {
+            shard.clock.stamp()
+        } else {
+            crate::queue::Stamp::of(now, shard.clock.start())
+        };
+        let seq = q.enqueue_at(msg, now, at);
         if let Some(msg) = stored {
             shard.store.borrow_mut().stage(queue, seq, &msg);
         }
@@ -384,13 +391,15 @@ impl QueueSide<'_> {
         reply
     }
 
-    /// Creates a home queue from its directory entry.
+    /// Creates a home queue from its directory entry; its entries' times are stamps from
+    /// `stamps_from`, the shard clock's start (`Queue::with_base`).
     pub fn create_home_queue(
         &mut self,
         config: &Config,
         vhost: VhostIdx,
         meta: &QueueMeta,
         now: Instant,
+        stamps_from: Instant,
     ) {
         if self.home.queues.contains_key(&meta.queue.id) {
             return;
@@ -447,7 +456,8 @@ impl QueueSide<'_> {
             settings,
             limits,
             now,
-        );
+        )
+        .with_base(stamps_from);
         self.home.queues.insert(meta.queue.id, Box::new(queue));
         self.ensure_queue_timer(meta.queue.id);
     }
