@@ -157,6 +157,20 @@ fn queue_for_twins(now: Instant) -> Queue {
     queue(None, now)
 }
 
+/// Gives `q` one no-ack consumer with plenty of credit, makes it pulled and takes a run.
+fn pull_with_a_no_ack_consumer(
+    q: &mut Queue,
+    now: Instant,
+    msgs: &mut Vec<LocalMessage>,
+) -> PulledRun {
+    let key = q
+        .add_consumer(target(1), true, false, 0, now)
+        .expect("consume");
+    q.grant(key, 100, u64::MAX);
+    q.refresh_pull(0, true);
+    q.dispatch_pulled(now, 10, msgs).expect("pulled")
+}
+
 /// A pulled run stops where the general loop must take over — at a message with an
 /// expiry of its own, at a redelivered one, at an evicted one — and says so; a queue
 /// that is not pulled gives no run at all.
@@ -202,12 +216,7 @@ fn a_pulled_run_stops_where_the_general_dispatch_must_see_the_head() {
     assert_eq!(q.dispatch(now, 10, &mut out), 1);
     assert!(q.requeue(out[0].seq));
     q.remove_consumer(acks, now);
-    let key = q
-        .add_consumer(target(1), true, false, 0, now)
-        .expect("consume");
-    q.grant(key, 100, u64::MAX);
-    q.refresh_pull(0, true);
-    let run = q.dispatch_pulled(now, 10, &mut msgs).expect("pulled");
+    let run = pull_with_a_no_ack_consumer(&mut q, now, &mut msgs);
     assert_eq!((run.count, run.general_next), (0, true));
     out.clear();
     assert_eq!(q.dispatch(now, 10, &mut out), 2);
@@ -220,12 +229,7 @@ fn a_pulled_run_stops_where_the_general_dispatch_must_see_the_head() {
     }
     let placeholder = persistent_msg(b"");
     assert_eq!(q.evict(0, u64::MAX, &placeholder, |_| true).0, 4);
-    let key = q
-        .add_consumer(target(1), true, false, 0, now)
-        .expect("consume");
-    q.grant(key, 100, u64::MAX);
-    q.refresh_pull(0, true);
-    let run = q.dispatch_pulled(now, 10, &mut msgs).expect("pulled");
+    let run = pull_with_a_no_ack_consumer(&mut q, now, &mut msgs);
     assert_eq!((run.count, run.general_next), (0, true));
     assert!(!q.page_in_wanted);
     out.clear();

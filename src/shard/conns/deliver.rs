@@ -11,10 +11,11 @@ use std::borrow::Borrow;
 
 use smallvec::SmallVec;
 
-use crate::model::ids::{ConnId, QueueRef};
+use crate::model::ids::{ConnId, ConsumerTarget, QueueRef};
 use crate::model::message::{LocalMessage, Message};
 use crate::queue::PulledRun;
-use crate::session::channel::ChannelPhase;
+use crate::session::channel::{Channel, ChannelPhase};
+use crate::session::channel_table::ChannelTable;
 use crate::session::connection::WriteMark;
 use crate::session::consumer::{Credit, Window};
 
@@ -96,13 +97,8 @@ impl ConnSide<'_> {
                 continue;
             };
             let has_room = conn.out.queued_bytes() < high_water;
-            let out = &mut conn.out;
-            let marks = &mut conn.write_marks;
-            let ch = conn
-                .channels
-                .get_mut(&target.channel)
-                .filter(|ch| ch.phase == ChannelPhase::Open);
-            let Some(ch) = ch.filter(|ch| ch.consumers.contains_key(&target.consumer)) else {
+            let (out, marks) = (&mut conn.out, &mut conn.write_marks);
+            let Some(ch) = consuming_channel(&mut conn.channels, target) else {
                 requeue.extend(run.iter().filter(|d| !d.no_ack).map(|d| (queue, d.seq)));
                 continue;
             };
@@ -174,13 +170,8 @@ impl ConnSide<'_> {
         let mut grants = Grants::new();
         if let Some((conn, mut writes)) = self.conns.get_mut_with_writes(target.conn) {
             let has_room = conn.out.queued_bytes() < shard.config.net.write_high_water;
-            let out = &mut conn.out;
-            let marks = &mut conn.write_marks;
-            let ch = conn
-                .channels
-                .get_mut(&target.channel)
-                .filter(|ch| ch.phase == ChannelPhase::Open);
-            if let Some(ch) = ch.filter(|ch| ch.consumers.contains_key(&target.consumer)) {
+            let (out, marks) = (&mut conn.out, &mut conn.write_marks);
+            if let Some(ch) = consuming_channel(&mut conn.channels, target) {
                 let first_tag = ch.record_no_ack_deliveries(u64::from(run.count));
                 let global = ch.global_room();
                 let flow_active = ch.flow_active;
@@ -261,6 +252,14 @@ impl ConnSide<'_> {
             );
         }
     }
+}
+
+/// The open channel of `target` while its consumer is still there: where a delivery to
+/// it goes (a delivery to a consumer gone meanwhile goes back, or is lost for no-ack).
+fn consuming_channel(channels: &mut ChannelTable, target: ConsumerTarget) -> Option<&mut Channel> {
+    channels
+        .get_mut(&target.channel)
+        .filter(|ch| ch.phase == ChannelPhase::Open && ch.consumers.contains_key(&target.consumer))
 }
 
 /// Notes that a no-ack run's queue learns it is written once the connection's bytes up
