@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod message;
 pub mod prefetch;
 pub mod routing;
+pub mod spare;
 pub mod topic_trie;
 
 /// Makes room for one more item in a vector that grows from one slot by doubling (a

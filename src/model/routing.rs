@@ -13,7 +13,7 @@ mod cascade;
 mod chain;
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use slab::Slab;
 
@@ -95,6 +95,30 @@ pub enum DirectoryChange {
     },
 }
 
+/// A queue's metadata in its vhost's set, found by its name.
+struct QueueByName(Box<QueueMeta>);
+
+impl std::borrow::Borrow<ShortStr> for QueueByName {
+    fn borrow(&self) -> &ShortStr {
+        &self.0.name
+    }
+}
+
+impl PartialEq for QueueByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for QueueByName {}
+
+impl std::hash::Hash for QueueByName {
+    /// As its name hashes (`Borrow`'s contract: a name finds its entry).
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.name.hash(state);
+    }
+}
+
 /// One virtual host's exchanges and queues.
 ///
 /// # Invariants
@@ -109,9 +133,10 @@ pub struct VhostDirectory {
     closed: bool,
     exchanges: Slab<Exchange>,
     by_name: HashMap<ShortStr, ExchangeId>,
-    /// Boxed: the map has about twice as many buckets as queues, and every shard holds
-    /// every queue's entry (issue 23).
-    queues: HashMap<ShortStr, Box<QueueMeta>>,
+    /// By name, each a box found by the name inside it: the set has up to twice as many
+    /// buckets as queues, every shard holds every queue's entry, and a bucket is then a
+    /// pointer, where a name beside it was five words (issue 23).
+    queues: HashSet<QueueByName>,
     /// Bumped by each route through a chain; an exchange it reached carries it.
     route_epoch: Cell<u64>,
     /// The default exchange's `publish_in` / `publish_out` on this replica (it has no
@@ -135,7 +160,7 @@ impl VhostDirectory {
             closed: false,
             exchanges: Slab::new(),
             by_name: HashMap::new(),
-            queues: HashMap::new(),
+            queues: HashSet::new(),
             route_epoch: Cell::new(0),
             default_publish_in: Cell::new(0),
             default_publish_out: Cell::new(0),
@@ -176,11 +201,11 @@ impl VhostDirectory {
     }
 
     pub fn queue(&self, name: &ShortStr) -> Option<&QueueMeta> {
-        self.queues.get(name).map(|m| &**m)
+        self.queues.get(name).map(|m| &*m.0)
     }
 
     pub fn queues(&self) -> impl Iterator<Item = &QueueMeta> {
-        self.queues.values().map(|m| &**m)
+        self.queues.iter().map(|m| &*m.0)
     }
 
     /// How many queues the vhost holds.
@@ -230,7 +255,7 @@ impl VhostDirectory {
             self.default_publish_in
                 .set(self.default_publish_in.get() + 1);
             if let Some(meta) = self.queues.get(routing_key) {
-                out.push(meta.queue);
+                out.push(meta.0.queue);
                 self.default_publish_out
                     .set(self.default_publish_out.get() + 1);
             }
@@ -312,12 +337,12 @@ impl VhostDirectory {
             DirectoryChange::DeclareExchange { def, .. } => self.declare_exchange(def.clone()),
             DirectoryChange::DeleteExchange { name, .. } => self.delete_exchange(name),
             DirectoryChange::DeclareQueue { meta, .. } => {
-                self.queues
-                    .entry(meta.name.clone())
-                    .or_insert_with(|| Box::new(meta.clone()));
+                if !self.queues.contains(&meta.name) {
+                    self.queues.insert(QueueByName(Box::new(meta.clone())));
+                }
             }
             DirectoryChange::DeleteQueue { queue, name, .. } => {
-                if self.queues.get(name).is_some_and(|m| m.queue == *queue) {
+                if self.queues.get(name).is_some_and(|m| m.0.queue == *queue) {
                     self.queues.remove(name);
                 }
                 for (_, ex) in self.exchanges.iter_mut() {

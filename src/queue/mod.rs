@@ -70,7 +70,8 @@ pub struct QueueSettings {
     /// `x-single-active-consumer`: only the earliest registered consumer receives.
     pub single_active_consumer: bool,
     /// `x-dead-letter-exchange` and friends: where messages that die here go.
-    pub dead_letter: Option<DeadLetterTarget>,
+    /// Boxed: most queues have none, and the target is 72 bytes (issue 23).
+    pub dead_letter: Option<Box<DeadLetterTarget>>,
     pub arguments: FieldTable,
 }
 
@@ -121,7 +122,9 @@ const GETTERS: usize = 16;
 /// two `repr(C)` too, their checked fields first), then the rest. At 10,000 subscribers
 /// every line of a queue a message touches is a cache miss per message; the compiler's
 /// own order spread these fields over 11 of the queue's 16 lines (it was 992 bytes;
-/// 832 now, the slow-consumer meters boxed until a first check: `SlowState`).
+/// 640 now: what most queues never use is boxed until first used — the slow-consumer
+/// meters and policy (`SlowState`), the dead-letter target, the flow-stopped publishers
+/// (`BlockedPublishers`), the `basic.get` channels).
 #[repr(C, align(64))]
 pub struct Queue {
     // First line: the ready list and its totals.
@@ -167,8 +170,10 @@ pub struct Queue {
     next_consumer_key: u64,
     /// The highest consumer priority (`x-priority`) among the consumers.
     top_consumer_priority: i64,
-    /// Channels that recently took messages with `basic.get`, with when.
-    getters: Vec<(ChannelRef, Instant)>,
+    /// Channels that recently took messages with `basic.get`, with when; allocated at
+    /// the first get (most queues are consumed, never got from: issue 23).
+    #[allow(clippy::box_collection)]
+    getters: Option<Box<Vec<(ChannelRef, Instant)>>>,
     /// When the queue was made: its entries' times are [`Stamp`]s since then.
     base: Instant,
     pub id: QueueId,
@@ -244,7 +249,7 @@ impl Queue {
             top_consumer_priority: 0,
             had_consumer: false,
             last_used: now,
-            getters: Vec::new(),
+            getters: None,
             base: now,
             counters: QueueCounters::default(),
             limits,
@@ -621,21 +626,27 @@ impl Queue {
     }
 
     fn note_getter(&mut self, channel: ChannelRef, now: Instant) {
-        if let Some(slot) = self.getters.iter_mut().find(|(c, _)| *c == channel) {
+        let getters = self.getters.get_or_insert_with(Box::default);
+        if let Some(slot) = getters.iter_mut().find(|(c, _)| *c == channel) {
             slot.1 = now;
             return;
         }
-        if self.getters.len() >= GETTERS {
-            if let Some(oldest) = (0..self.getters.len()).min_by_key(|&i| self.getters[i].1) {
-                self.getters.swap_remove(oldest);
+        if getters.len() >= GETTERS {
+            if let Some(oldest) = (0..getters.len()).min_by_key(|&i| getters[i].1) {
+                getters.swap_remove(oldest);
             }
         }
-        self.getters.push((channel, now));
+        getters.push((channel, now));
+    }
+
+    /// The channels that took messages with `basic.get`, with when.
+    fn getters(&self) -> &[(ChannelRef, Instant)] {
+        self.getters.as_deref().map_or(&[], Vec::as_slice)
     }
 
     /// Channels that took messages with `basic.get` within `window` before `now`.
     pub fn recent_getters(&self, now: Instant, window: Duration) -> Vec<ChannelRef> {
-        self.getters
+        self.getters()
             .iter()
             .filter(|(_, at)| now.saturating_duration_since(*at) <= window)
             .map(|(c, _)| *c)
@@ -644,7 +655,7 @@ impl Queue {
 
     /// Whether a `basic.get` channel was active within `window`.
     pub fn has_recent_getter(&self, now: Instant, window: Duration) -> bool {
-        self.getters
+        self.getters()
             .iter()
             .any(|(_, at)| now.saturating_duration_since(*at) <= window)
     }

@@ -355,6 +355,14 @@ fn the_record_did_not_grow() {
 }
 
 #[test]
+fn a_queue_is_ten_lines() {
+    // Every subscriber has one: what most queues never use (dead-lettering, flow-stopped
+    // publishers, the slow-consumer policy, `basic.get` channels) is boxed until used.
+    // 640 bytes is also one of the allocator's size classes; 648 would take 768.
+    assert!(std::mem::size_of::<Queue>() <= 640);
+}
+
+#[test]
 fn priority_queue_delivers_highest_first_fifo_within() {
     let now = Instant::now();
     let mut q = prio_queue(5, None, now);

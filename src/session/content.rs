@@ -156,6 +156,48 @@ impl Content {
     }
 }
 
+/// A channel's publish assembly, allocated at its first `basic.publish`: a subscriber's
+/// channel never publishes, and the assembly is a third of a channel (issue 23). Absent,
+/// it is [`Content::Idle`].
+#[derive(Debug, Default)]
+pub struct ContentSlot(Option<Box<Content>>);
+
+impl ContentSlot {
+    /// A `basic.publish` was received: its content header comes next.
+    pub fn start(&mut self, publish: BasicPublish) {
+        match &mut self.0 {
+            Some(content) => content.start(publish),
+            None => self.0 = Some(Box::new(Content::AwaitHeader(publish))),
+        }
+    }
+
+    /// Whether a publish is under way.
+    pub fn is_idle(&self) -> bool {
+        self.0.as_deref().is_none_or(Content::is_idle)
+    }
+
+    /// Takes one frame (see [`Content::feed`]).
+    pub fn feed(
+        &mut self,
+        frame: Frame,
+        max_size: u64,
+        channel: u16,
+    ) -> Result<ContentStep, HardError> {
+        match &mut self.0 {
+            Some(content) => content.feed(frame, max_size, channel),
+            // Idle: a method frame is handed back, anything else refused; nothing to keep.
+            None => Content::Idle.feed(frame, max_size, channel),
+        }
+    }
+
+    /// Abandons a publish under way (the channel closes); keeps the allocation.
+    pub fn reset(&mut self) {
+        if let Some(content) = &mut self.0 {
+            **content = Content::Idle;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::{BufMut, BytesMut};

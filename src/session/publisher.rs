@@ -6,15 +6,13 @@
 //! Does not: send frames or log; the shard turns a [`PublisherFlow::transition`] into
 //! `channel.flow` and the `CHN-1005` / `CHN-1006` lines.
 
-use smallvec::SmallVec;
-
 use crate::model::ids::QueueRef;
 
 /// Flow state of one channel as a publisher.
 #[derive(Debug, Default)]
 pub struct PublisherFlow {
     /// Overfull queues this channel published to, with their names for the log.
-    blocked_on: SmallVec<[QueueRef; 2]>,
+    blocked_on: Vec<QueueRef>,
     /// Stopped by the broker-wide memory alarm (clients without `connection.blocked`).
     memory: bool,
     /// `channel.flow(active=false)` was sent and not yet reversed.

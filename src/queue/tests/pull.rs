@@ -236,3 +236,41 @@ fn a_pulled_run_stops_where_the_general_dispatch_must_see_the_head() {
     assert_eq!(q.dispatch(now, 10, &mut out), 0);
     assert!(q.page_in_wanted, "the general loop asks for the head back");
 }
+
+/// A subscriber's queue emptied by a run keeps room for two entries, not its burst's
+/// (issue 23), and the ledger follows; a run that leaves messages behind keeps the room
+/// they need.
+#[test]
+fn an_emptied_pulled_queue_gives_its_burst_room_back() {
+    std::thread::spawn(|| {
+        let now = Instant::now();
+        let before = crate::model::ledger::snapshot();
+        let mut q = queue(None, now);
+        for _ in 0..8 {
+            q.enqueue(msg(b"burst"), now);
+        }
+        let burst = crate::model::ledger::snapshot().entries - before.entries;
+        assert!(burst >= 8 * std::mem::size_of::<Entry>() as i64);
+        let mut msgs = Vec::new();
+        let run = pull_with_a_no_ack_consumer(&mut q, now, &mut msgs);
+        assert_eq!(run.count, 8);
+        let after = crate::model::ledger::snapshot().entries - before.entries;
+        assert_eq!(after, 2 * std::mem::size_of::<Entry>() as i64);
+        // Refilled: it grows again as it needs.
+        for _ in 0..12 {
+            q.enqueue(msg(b"again"), now);
+        }
+        let mut more = Vec::new();
+        let run = q.dispatch_pulled(now, 10, &mut more).expect("pulled");
+        assert_eq!((run.count, q.stats().messages), (10, 2));
+        let left = crate::model::ledger::snapshot().entries - before.entries;
+        assert!(
+            left >= 12 * std::mem::size_of::<Entry>() as i64,
+            "two still wait: no trim"
+        );
+        drop((q, msgs, more));
+        assert_eq!(crate::model::ledger::snapshot(), before);
+    })
+    .join()
+    .expect("thread");
+}

@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 
 use crate::model::ids::{ConnId, ConsumerTarget, QueueRef};
 use crate::model::message::{LocalMessage, Message};
+use crate::model::spare::SpareLists;
 use crate::queue::PulledRun;
 use crate::session::channel::{Channel, ChannelPhase};
 use crate::session::channel_table::ChannelTable;
@@ -227,6 +228,8 @@ impl ConnSide<'_> {
             };
             let written = c.out.total_written();
             let Some(mut run) = c.write_marks.front().copied() else {
+                // All written (the common case): the list's room goes to the spares.
+                SPARE_MARKS.with_borrow_mut(|s| s.give_back(&mut c.write_marks));
                 return;
             };
             if run.end > written {
@@ -268,6 +271,9 @@ fn consuming_channel(channels: &mut ChannelTable, target: ConsumerTarget) -> Opt
 /// delivery per round) and a subscriber waiting for the write pass holds one mark, not
 /// one per delivery.
 fn mark_no_ack_run(marks: &mut std::collections::VecDeque<WriteMark>, mark: WriteMark) {
+    if marks.capacity() == 0 {
+        SPARE_MARKS.with_borrow_mut(|s| s.lend(marks));
+    }
     match marks.back_mut() {
         Some(last) if last.queue == mark.queue && last.key == mark.key => {
             last.end = mark.end;
@@ -276,6 +282,13 @@ fn mark_no_ack_run(marks: &mut std::collections::VecDeque<WriteMark>, mark: Writ
         }
         _ => marks.push_back(mark),
     }
+}
+
+thread_local! {
+    /// Emptied write-mark lists of this shard's connections (`model::spare`): a
+    /// connection holds one only while it has no-ack deliveries not yet written.
+    static SPARE_MARKS: std::cell::RefCell<SpareLists<WriteMark>> =
+        const { std::cell::RefCell::new(SpareLists::new()) };
 }
 
 /// The no-ack window from the configuration.

@@ -52,7 +52,7 @@ impl QueueSide<'_> {
             return;
         }
         let dead = q.take_dead();
-        let Some(target) = q.settings.dead_letter.clone() else {
+        let Some(target) = q.settings.dead_letter.as_deref().cloned() else {
             return;
         };
         for (msg, reason) in dead {

@@ -123,7 +123,7 @@ impl QueueSide<'_> {
                 }
                 None => policies.vhost(&q.vhost).slow_consumer,
             };
-            slow.policy = slow.declared().over(&base).resolve();
+            slow.policy = slow.declared().over(&base).resolve().map(Box::new);
             slow.set_base(base);
         }
         if slow.active().is_some() {
@@ -231,7 +231,7 @@ impl QueueSide<'_> {
                     resume,
                 }
                 .emit();
-                let released: Vec<ChannelRef> = q.limits.blocked_publishers.drain().collect();
+                let released: Vec<ChannelRef> = q.limits.blocked_publishers.take_all();
                 self.release_publishers(shard, queue, released);
             }
         }
@@ -381,7 +381,7 @@ impl QueueSide<'_> {
         let consumers: Vec<_> = q.consumers().iter().map(|c| c.target).collect();
         let getters = q.recent_getters(now, tuning.rate_window);
         q.release_all();
-        let blocked: Vec<ChannelRef> = q.limits.blocked_publishers.drain().collect();
+        let blocked: Vec<ChannelRef> = q.limits.blocked_publishers.take_all();
         let (vhost, name) = (q.vhost_idx, q.name.clone());
         self.release_publishers(shard, queue, blocked);
         for c in consumers {

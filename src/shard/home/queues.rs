@@ -470,7 +470,7 @@ impl QueueSide<'_> {
             return;
         };
         // Publishers it stopped may go on; its messages are released now.
-        let blocked: Vec<_> = q.limits.blocked_publishers.drain().collect();
+        let blocked: Vec<_> = q.limits.blocked_publishers.take_all();
         self.release_publishers(shard, queue, blocked);
         if q.settings.stored {
             shard.store.borrow_mut().queue_deleted(queue);

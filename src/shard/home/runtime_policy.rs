@@ -40,7 +40,7 @@ pub fn effective_arguments(
 pub struct Derived {
     pub message_ttl: Option<Duration>,
     pub expires: Option<Duration>,
-    pub dead_letter: Option<DeadLetterTarget>,
+    pub dead_letter: Option<Box<DeadLetterTarget>>,
 }
 
 impl Derived {
@@ -55,7 +55,7 @@ impl Derived {
         Derived {
             message_ttl: ms(arg::MESSAGE_TTL),
             expires: ms(arg::EXPIRES),
-            dead_letter: crate::model::dead_letter::target(arguments),
+            dead_letter: crate::model::dead_letter::target(arguments).map(Box::new),
         }
     }
 }
@@ -118,7 +118,12 @@ impl QueueSide<'_> {
         limits.capacity = fresh.capacity;
         limits.slow.set_declared(fresh.slow.declared().clone());
         if limits.slow.topic_bindings > 0 {
-            limits.slow.policy = limits.slow.declared().over(limits.slow.base()).resolve();
+            limits.slow.policy = limits
+                .slow
+                .declared()
+                .over(limits.slow.base())
+                .resolve()
+                .map(Box::new);
         }
         // A length limit or a TTL ends dispatch at the write (`Queue::refresh_pull`).
         super::queues::refresh_pull(shard, q);
@@ -126,7 +131,7 @@ impl QueueSide<'_> {
         super::policy::drop_head_to_limit(q);
         if had_capacity && q.limits.capacity.is_none() {
             // No capacity any more: nothing stops the publishers it stopped.
-            let released: Vec<_> = q.limits.blocked_publishers.drain().collect();
+            let released: Vec<_> = q.limits.blocked_publishers.take_all();
             self.release_publishers(shard, queue, released);
         }
         self.collect_dead(queue);

@@ -373,7 +373,7 @@ impl ConnSide<'_> {
         };
         let consumers = ch.drain_consumers();
         let unacked = ch.take_all_unacked();
-        ch.content = Default::default();
+        ch.content.reset();
         ch.tx = None;
         for cons in consumers {
             if cons.queue_key != 0 {

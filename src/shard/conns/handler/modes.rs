@@ -28,7 +28,7 @@ impl ConnSide<'_> {
             return Err(MethodError::Channel(ChannelError::TxInConfirm));
         }
         if ch.tx.is_none() {
-            ch.tx = Some(Vec::new());
+            ch.tx = Some(Box::default());
         }
         self.reply(conn, number, Method::TxSelectOk(TxSelectOk {}));
         Ok(AfterFrame::Continue)
@@ -45,7 +45,7 @@ impl ConnSide<'_> {
         let Some(ops) = ch.tx.as_mut().map(std::mem::take) else {
             return Err(MethodError::Channel(ChannelError::TxNotSelected));
         };
-        for op in ops {
+        for op in *ops {
             match op {
                 TxOp::Publish { publish, msg } => {
                     self.route_message(shard, conn, number, &publish, msg)?
