@@ -316,3 +316,51 @@ fn ten_thousand_topics_under_one_prefix_route_by_hash_and_shrink_back() {
     assert_eq!(trie.len(), 1);
     assert_eq!(trie.nodes.len(), 2, "root and the # node are left");
 }
+
+/// The last answer is kept (`TopicTrie::match_into`): repeated keys between binds and
+/// unbinds must answer as a fresh walk does, also into a list that already holds values.
+#[test]
+fn the_last_answer_never_outlives_a_change() {
+    let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+    let mut trie = TopicTrie::new();
+    let mut bound: Vec<(String, u32)> = Vec::new();
+    let keys = ["a.b", "a", "b.a.c", ""];
+    let (mut hits, mut changes) = (0, 0);
+    for _ in 0..3_000 {
+        match rng.below(4) {
+            0 => {
+                let p = random_words(&mut rng, &["a", "b", "c", "*", "#"], 3);
+                let v = rng.below(10) as u32;
+                if trie.insert(p.as_bytes(), v) {
+                    bound.push((p, v));
+                    changes += 1;
+                }
+            }
+            1 if !bound.is_empty() => {
+                let (p, v) = bound.swap_remove(rng.below(bound.len() as u64) as usize);
+                assert!(trie.remove(p.as_bytes(), v));
+                changes += 1;
+            }
+            _ => {
+                let key = keys[rng.below(keys.len() as u64) as usize];
+                let mut want: Vec<u32> = bound
+                    .iter()
+                    .filter(|(p, _)| ref_match(key, p))
+                    .map(|&(_, v)| v)
+                    .collect();
+                want.sort_unstable();
+                want.dedup();
+                assert_eq!(matches(&trie, key), want, "key {key:?}");
+                // Again, into a list holding values already: they are left alone.
+                let mut out = vec![99, 98];
+                trie.match_into(key.as_bytes(), &mut out);
+                assert_eq!(&out[..2], &[99, 98]);
+                let mut again = out[2..].to_vec();
+                again.sort_unstable();
+                assert_eq!(again, want, "key {key:?} (kept answer)");
+                hits += 1;
+            }
+        }
+    }
+    assert!(hits > 1_000 && changes > 500);
+}
