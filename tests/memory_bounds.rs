@@ -37,14 +37,7 @@ const SLACK: u64 = 48 << 20;
 
 /// The broker's resident set size, bytes, from /proc.
 fn rss(broker: &Broker) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", broker.pid()))
-        .expect("read /proc/PID/status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status");
-    kib * 1024
+    broker.rss()
 }
 
 /// The memory ledger's total, as the broker reports it (`/api/overview`).

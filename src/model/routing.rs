@@ -12,7 +12,7 @@
 mod cascade;
 mod chain;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 
 use slab::Slab;
@@ -139,11 +139,11 @@ pub struct VhostDirectory {
     queues: HashSet<QueueByName>,
     /// Bumped by each route through a chain; an exchange it reached carries it.
     route_epoch: Cell<u64>,
-    /// The exchange the last publish named, with its slot: a publisher names the same
-    /// exchange publish after publish, and comparing the name is ~30 instructions where
-    /// hashing it was ~340 (issue 23). A copy of the name (never a slice of a
-    /// publisher's read buffer); forgotten when an exchange is deleted.
-    last_exchange: RefCell<Option<(ShortStr, ExchangeId)>>,
+    /// The slot of the exchange the last publish named: a publisher names the same
+    /// exchange publish after publish, and comparing the name with the one in that slot
+    /// is ~30 instructions where hashing it was ~340 (issue 23). A slot reused by
+    /// another exchange holds another name, so it is never taken for the old one.
+    last_exchange: Cell<Option<ExchangeId>>,
     /// The default exchange's `publish_in` / `publish_out` on this replica (it has no
     /// slot in `exchanges`); the named ones count on their `Exchange`.
     pub default_publish_in: Cell<u64>,
@@ -167,7 +167,7 @@ impl VhostDirectory {
             by_name: HashMap::new(),
             queues: HashSet::new(),
             route_epoch: Cell::new(0),
-            last_exchange: RefCell::new(None),
+            last_exchange: Cell::new(None),
             default_publish_in: Cell::new(0),
             default_publish_out: Cell::new(0),
         };
@@ -289,17 +289,17 @@ impl VhostDirectory {
     /// [`VhostDirectory::exchange_id`] through the last publish's exchange.
     #[inline]
     fn published_exchange_id(&self, name: &ShortStr) -> Option<ExchangeId> {
-        let mut last = self.last_exchange.borrow_mut();
-        if let Some((last_name, id)) = last.as_ref() {
-            if last_name.as_bytes() == name.as_bytes() {
-                return Some(*id);
+        if let Some(id) = self.last_exchange.get() {
+            if self
+                .exchanges
+                .get(id)
+                .is_some_and(|ex| ex.def.name.as_bytes() == name.as_bytes())
+            {
+                return Some(id);
             }
         }
         let id = self.exchange_id(name)?;
-        *last = Some((
-            ShortStr::from(bytes::Bytes::copy_from_slice(name.as_bytes())),
-            id,
-        ));
+        self.last_exchange.set(Some(id));
         Some(id)
     }
 
@@ -317,8 +317,6 @@ impl VhostDirectory {
         let Some(id) = self.by_name.remove(name) else {
             return;
         };
-        // Its slot may be reused by the next exchange declared.
-        self.last_exchange.replace(None);
         let Some(gone) = self.exchanges.try_remove(id) else {
             return;
         };

@@ -1,8 +1,12 @@
 //! Owns: [`SpareLists`], emptied lists a thread keeps to lend to the next owner that
 //! needs one — for per-connection lists that are empty again after every write (a
 //! connection's deferred deliveries and its no-ack write marks). Each user keeps its own
-//! in a `thread_local!` (a shard is one thread): 10,000 subscribers then hold lists only
-//! while they have something waiting, not each one its own for good (issue 23).
+//! in a `thread_local!` (a shard is one thread). The write pass fills, writes and empties
+//! one connection after another, so a few spares serve 10,000 subscribers, which then
+//! hold lists only while they have something waiting, not each one its own for good
+//! (issue 23). Where many owners fill their lists at once (a turn's dispatch to
+//! thousands of consumers), the spares are soon full and the rest keep their own, as
+//! before: nothing is freed only to be allocated again next turn.
 //!
 //! Does not: decide when a list is empty or used (its owner does), or share across
 //! threads.
@@ -12,7 +16,7 @@ use std::collections::VecDeque;
 /// At most this many lists are kept.
 const SPARE_MAX: usize = 64;
 
-/// A longer emptied list is freed, not kept (a burst's room goes back to the allocator).
+/// A longer emptied list is not taken as a spare (it stays with its owner).
 const SPARE_CAPACITY_MAX: usize = 256;
 
 /// Emptied lists, lent out again.
@@ -41,17 +45,18 @@ impl<T> SpareLists<T> {
         }
     }
 
-    /// Takes an emptied `list`'s room, keeping it as a spare or freeing it; a list that
-    /// still holds items is left as it is.
+    /// Takes an emptied `list`'s room as a spare while there is room for one; a list
+    /// that still holds items, is long, or finds the spares full stays as it is.
     pub fn give_back(&mut self, list: &mut VecDeque<T>) {
         let capacity = list.capacity();
-        if capacity == 0 || !list.is_empty() {
+        if capacity == 0
+            || capacity > SPARE_CAPACITY_MAX
+            || !list.is_empty()
+            || self.lists.len() >= SPARE_MAX
+        {
             return;
         }
-        let list = std::mem::take(list);
-        if capacity <= SPARE_CAPACITY_MAX && self.lists.len() < SPARE_MAX {
-            self.lists.push(list);
-        }
+        self.lists.push(std::mem::take(list));
     }
 }
 
@@ -77,19 +82,27 @@ mod tests {
     }
 
     #[test]
-    fn spares_are_bounded_in_number_and_size() {
+    fn spares_are_bounded_and_the_rest_stay_with_their_owners() {
         let mut spares = SpareLists::new();
         let mut big: VecDeque<u64> = VecDeque::with_capacity(SPARE_CAPACITY_MAX * 2);
         spares.give_back(&mut big);
-        assert_eq!(big.capacity(), 0);
-        let mut list = VecDeque::new();
-        spares.lend(&mut list);
-        assert_eq!(list.capacity(), 0, "a long list is freed, not kept");
-        for _ in 0..SPARE_MAX + 10 {
-            let mut l: VecDeque<u64> = VecDeque::with_capacity(4);
-            spares.give_back(&mut l);
+        assert!(
+            big.capacity() > SPARE_CAPACITY_MAX,
+            "a long list stays with its owner"
+        );
+        assert!(spares.lists.is_empty());
+        let mut owners: Vec<VecDeque<u64>> = (0..SPARE_MAX + 10)
+            .map(|_| VecDeque::with_capacity(4))
+            .collect();
+        for l in &mut owners {
+            spares.give_back(l);
         }
         assert_eq!(spares.lists.len(), SPARE_MAX);
+        assert!(owners[..SPARE_MAX].iter().all(|l| l.capacity() == 0));
+        assert!(
+            owners[SPARE_MAX..].iter().all(|l| l.capacity() >= 4),
+            "the spares full, the others keep their room: nothing freed to be allocated again"
+        );
     }
 
     #[test]

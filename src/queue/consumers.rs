@@ -377,7 +377,7 @@ impl Queue {
         self.counters.delivered_no_ack += u64::from(count);
         if count > 0 {
             self.last_used = now;
-            self.ready.trim_after_pull();
+            self.ready.trim_after_pull(count as usize);
         }
         Some(PulledRun {
             target,

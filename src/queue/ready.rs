@@ -222,13 +222,20 @@ impl ReadyList {
         }
     }
 
-    /// A subscriber's queue emptied by its consumer's pull (`Queue::dispatch_pulled`)
-    /// keeps room for [`PULLED_KEEP`] entries, not the burst's: 10,000 such queues each
-    /// kept room for 8 after their longest wait for the write pass (~300 bytes each of a
-    /// subscriber's ~6 KiB: issue 23), where most hold one or two messages at a time.
+    /// A subscriber's queue emptied by a pull of `taken` messages
+    /// (`Queue::dispatch_pulled`) that were no more than [`PULLED_KEEP`] keeps room for
+    /// that many, not for its longest burst: 10,000 such queues each kept room for 8
+    /// after their longest wait for the write pass (~300 bytes each of a subscriber's
+    /// ~6 KiB: issue 23), where most hold one or two messages at a time. A queue whose
+    /// pulls take more keeps its room (trimmed every pull, it would grow again every
+    /// time), and so does one with room for at most twice `PULLED_KEEP`.
     #[inline]
-    pub fn trim_after_pull(&mut self) {
-        if self.levels.is_none() && self.fifo.is_empty() && self.fifo.capacity() > PULLED_KEEP {
+    pub fn trim_after_pull(&mut self, taken: usize) {
+        if taken <= PULLED_KEEP
+            && self.levels.is_none()
+            && self.fifo.is_empty()
+            && self.fifo.capacity() > 2 * PULLED_KEEP
+        {
             self.fifo.shrink_to(PULLED_KEEP);
             self.sync_fifo();
         }

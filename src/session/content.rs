@@ -63,7 +63,7 @@ impl Content {
         *self = Content::AwaitHeader(publish);
     }
 
-    /// Whether a publish is under way.
+    /// Whether no publish is under way.
     pub fn is_idle(&self) -> bool {
         matches!(self, Content::Idle)
     }
@@ -171,7 +171,7 @@ impl ContentSlot {
         }
     }
 
-    /// Whether a publish is under way.
+    /// Whether no publish is under way.
     pub fn is_idle(&self) -> bool {
         self.0.as_deref().is_none_or(Content::is_idle)
     }
@@ -288,6 +288,46 @@ mod tests {
             .error
             .reply_text()
             .contains("expected a content header on channel 3"));
+    }
+
+    #[test]
+    fn a_slot_allocates_at_the_first_publish_and_a_reset_abandons_it() {
+        let mut slot = ContentSlot::default();
+        // A channel that never published: methods come back, content frames are refused.
+        let step = slot.feed(
+            frame(FrameKind::Method, Bytes::from_static(b"m")),
+            1 << 20,
+            2,
+        );
+        assert!(matches!(step, Ok(ContentStep::Method(p)) if p == Bytes::from_static(b"m")));
+        let err = slot
+            .feed(frame(FrameKind::Header, header(1)), 1 << 20, 2)
+            .expect_err("a header without a publish");
+        assert_eq!(reply_code(&err), 505);
+        assert!(err
+            .error
+            .reply_text()
+            .contains("without a preceding basic.publish"));
+        assert!(slot.0.is_none(), "still nothing allocated");
+        slot.start(publish());
+        assert!(!slot.is_idle());
+        let step = slot.feed(frame(FrameKind::Header, header(3)), 1 << 20, 2);
+        assert!(matches!(step, Ok(ContentStep::More)));
+        // The channel closes mid-publish: the body received so far is dropped.
+        slot.reset();
+        assert!(slot.is_idle());
+        let err = slot
+            .feed(
+                frame(FrameKind::Body, Bytes::from_static(b"abc")),
+                1 << 20,
+                2,
+            )
+            .expect_err("a body after the reset");
+        assert_eq!(reply_code(&err), 505);
+        slot.start(publish());
+        let step = slot.feed(frame(FrameKind::Header, header(0)), 1 << 20, 2);
+        assert!(matches!(step, Ok(ContentStep::Complete { .. })));
+        assert!(slot.is_idle());
     }
 
     #[test]

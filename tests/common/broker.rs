@@ -227,6 +227,19 @@ impl Broker {
         self.pid
     }
 
+    /// The broker's resident set size, bytes, from /proc (memory is judged by RSS, not
+    /// by the broker's own accounting).
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .expect("read /proc/PID/status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status");
+        kib * 1024
+    }
+
     pub fn shards(&self) -> usize {
         self.shards
     }

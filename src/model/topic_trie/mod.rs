@@ -208,6 +208,7 @@ impl Literals {
 /// - `per_value[v]` is the number of bindings of `v` (absent when zero), and
 ///   `multi_bound` is the number of values with two or more bindings. While
 ///   `multi_bound == 0`, a match cannot yield duplicates and skips dedup.
+/// - While `last.valid`, `last.values` is what a walk for `last.key` would append.
 #[derive(Debug)]
 pub struct TopicTrie<T: Copy + Eq + Hash> {
     nodes: Slab<Node<T>>,
@@ -216,18 +217,20 @@ pub struct TopicTrie<T: Copy + Eq + Hash> {
     per_value: HashMap<T, u32>,
     multi_bound: usize,
     /// The last key matched and what it reached, if that was at most [`LAST_MAX`]
-    /// values; `None` after any change.
-    last: RefCell<Option<LastMatch<T>>>,
+    /// values; not valid after any change.
+    last: RefCell<LastMatch<T>>,
 }
 
 /// Answers longer than this are not kept: copying them costs what the walk saves.
 const LAST_MAX: usize = 64;
 
-/// A routing key (copied) and the values it reached, in match order.
+/// A routing key (copied) and the values it reached, in match order. Its lists are
+/// refilled in place: after the first few keys a match that misses allocates nothing.
 #[derive(Debug)]
 struct LastMatch<T> {
-    key: Box<[u8]>,
-    values: SmallVec<[T; 8]>,
+    valid: bool,
+    key: Vec<u8>,
+    values: Vec<T>,
 }
 
 impl<T: Copy + Eq + Hash> Default for TopicTrie<T> {
@@ -247,7 +250,11 @@ impl<T: Copy + Eq + Hash> TopicTrie<T> {
             len: 0,
             per_value: HashMap::new(),
             multi_bound: 0,
-            last: RefCell::new(None),
+            last: RefCell::new(LastMatch {
+                valid: false,
+                key: Vec::new(),
+                values: Vec::new(),
+            }),
         }
     }
 
@@ -275,7 +282,7 @@ impl<T: Copy + Eq + Hash> TopicTrie<T> {
     /// Binds `value` with `pattern`. Returns false (and changes nothing) if
     /// exactly this (pattern, value) pair is already bound.
     pub fn insert(&mut self, pattern: &[u8], value: T) -> bool {
-        *self.last.get_mut() = None;
+        self.last.get_mut().valid = false;
         let mut node = self.root;
         for word in split_words(pattern) {
             let edge = Edge::of(word);
@@ -305,7 +312,7 @@ impl<T: Copy + Eq + Hash> TopicTrie<T> {
     /// Unbinds `value` from `pattern`, pruning nodes left empty. Returns false
     /// if that pair was not bound.
     pub fn remove(&mut self, pattern: &[u8], value: T) -> bool {
-        *self.last.get_mut() = None;
+        self.last.get_mut().valid = false;
         // (parent, word) for each step, so pruning can walk back up.
         let mut path: SmallVec<[(NodeId, &[u8]); 16]> = SmallVec::new();
         let mut node = self.root;
@@ -364,17 +371,20 @@ impl<T: Copy + Eq + Hash> TopicTrie<T> {
     /// bounded by the longest pattern's word count.
     pub fn match_into<O: MatchOut<T>>(&self, key: &[u8], out: &mut O) {
         let mut last = self.last.borrow_mut();
-        if let Some(hit) = last.as_ref().filter(|l| *l.key == *key) {
-            out.append_slice(&hit.values);
+        if last.valid && last.key == key {
+            out.append_slice(&last.values);
             return;
         }
         let start = out.len();
         self.match_counting(key, out);
         let reached = &out[start..];
-        *last = (reached.len() <= LAST_MAX).then(|| LastMatch {
-            key: key.into(),
-            values: SmallVec::from_slice(reached),
-        });
+        last.valid = reached.len() <= LAST_MAX;
+        if last.valid {
+            last.key.clear();
+            last.key.extend_from_slice(key);
+            last.values.clear();
+            last.values.extend_from_slice(reached);
+        }
     }
 
     /// [`match_into`](Self::match_into) that also returns the number of

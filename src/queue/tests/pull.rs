@@ -237,38 +237,44 @@ fn a_pulled_run_stops_where_the_general_dispatch_must_see_the_head() {
     assert!(q.page_in_wanted, "the general loop asks for the head back");
 }
 
-/// A subscriber's queue emptied by a run keeps room for two entries, not its burst's
-/// (issue 23), and the ledger follows; a run that leaves messages behind keeps the room
-/// they need.
+/// A subscriber's queue emptied by a small pull keeps room for two entries, not its
+/// last burst's (issue 23), and the ledger follows; a queue whose pulls take more, or
+/// that a pull leaves messages in, keeps the room it needs.
 #[test]
 fn an_emptied_pulled_queue_gives_its_burst_room_back() {
     std::thread::spawn(|| {
         let now = Instant::now();
         let before = crate::model::ledger::snapshot();
+        let entry = std::mem::size_of::<Entry>() as i64;
+        let held = || crate::model::ledger::snapshot().entries - before.entries;
         let mut q = queue(None, now);
         for _ in 0..8 {
             q.enqueue(msg(b"burst"), now);
         }
-        let burst = crate::model::ledger::snapshot().entries - before.entries;
-        assert!(burst >= 8 * std::mem::size_of::<Entry>() as i64);
+        assert!(held() >= 8 * entry);
         let mut msgs = Vec::new();
         let run = pull_with_a_no_ack_consumer(&mut q, now, &mut msgs);
         assert_eq!(run.count, 8);
-        let after = crate::model::ledger::snapshot().entries - before.entries;
-        assert_eq!(after, 2 * std::mem::size_of::<Entry>() as i64);
-        // Refilled: it grows again as it needs.
+        assert!(
+            held() >= 8 * entry,
+            "a pull of 8: the room stays for the next burst"
+        );
+        // A quiet pull of one: the burst's room goes.
+        q.enqueue(msg(b"one"), now);
+        let run = q.dispatch_pulled(now, 10, &mut msgs).expect("pulled");
+        assert_eq!(run.count, 1);
+        assert_eq!(held(), 2 * entry);
+        // Refilled: it grows again as it needs; a pull leaving two behind keeps it all.
         for _ in 0..12 {
             q.enqueue(msg(b"again"), now);
         }
-        let mut more = Vec::new();
-        let run = q.dispatch_pulled(now, 10, &mut more).expect("pulled");
+        let run = q.dispatch_pulled(now, 10, &mut msgs).expect("pulled");
         assert_eq!((run.count, q.stats().messages), (10, 2));
-        let left = crate::model::ledger::snapshot().entries - before.entries;
-        assert!(
-            left >= 12 * std::mem::size_of::<Entry>() as i64,
-            "two still wait: no trim"
-        );
-        drop((q, msgs, more));
+        assert!(held() >= 12 * entry, "two still wait: no trim");
+        let run = q.dispatch_pulled(now, 10, &mut msgs).expect("pulled");
+        assert_eq!((run.count, q.stats().messages), (2, 0));
+        assert_eq!(held(), 2 * entry, "emptied by a pull of two");
+        drop((q, msgs));
         assert_eq!(crate::model::ledger::snapshot(), before);
     })
     .join()
