@@ -206,35 +206,40 @@ async fn linger(stream: &TcpStream) {
     }
 }
 
-async fn read_loop(task: &ConnTask) {
-    let ConnTask {
-        shard,
-        stream,
-        transport,
-        conn,
-        writer,
-        progress,
-        ..
-    } = task;
-    let conn = *conn;
-    let mut rb = ReadBuffer::new(
-        shard.config.net.read_buffer_min,
-        shard.config.net.read_buffer,
-    );
+/// Whether the reader should pause: the connection's outbound buffer holds more than
+/// [`READ_PAUSE_FACTOR`] × `write_high_water` (a client that does not read what we send —
+/// returns, confirms, replies — is not read either, so its outbound buffer stays
+/// bounded). A closing connection is read (and discarded) whatever it has queued: its
+/// client must be able to finish writing and answer.
+fn outbound_full(shard: &Shard, conn: ConnId) -> bool {
     let pause_above = shard
         .config
         .net
         .write_high_water
         .saturating_mul(READ_PAUSE_FACTOR);
+    shard.reader_view(conn).is_some_and(|v| {
+        v.queued_bytes > pause_above && !matches!(v.phase, Phase::Closing | Phase::Closed)
+    })
+}
+
+/// The read loop. It keeps little across its waits (the task, the read buffer, the
+/// readiness registration and the wait itself): every idle connection's task holds it
+/// (issue 23), so fields of the task are reached through `task` rather than copied out.
+async fn read_loop(task: &ConnTask) {
+    let conn = task.conn;
+    let mut rb = ReadBuffer::new(
+        task.shard.config.net.read_buffer_min,
+        task.shard.config.net.read_buffer,
+    );
     // A plain socket is read when it has bytes (readiness from the runtime's epoll), so
     // no read buffer is posted while it has none: an idle connection holds no buffer.
     // Without a registration (refused by the kernel) it is read through io_uring.
-    let readiness = match transport {
+    let readiness = match task.transport {
         // SAFETY: the descriptor is the stream's, which the caller keeps open (and the
         // same) until after this loop, which owns the registration, has returned.
         Transport::Plain => unsafe {
             AsyncFd::register_with_interest(
-                SocketFd(std::os::fd::AsRawFd::as_raw_fd(stream)),
+                SocketFd(std::os::fd::AsRawFd::as_raw_fd(&*task.stream)),
                 Interest::READABLE,
             )
         }
@@ -242,26 +247,27 @@ async fn read_loop(task: &ConnTask) {
         Transport::Tls(_) => None,
     };
     loop {
-        // A client that does not read what we send (returns, confirms, replies) is not
-        // read either: its outbound buffer stays bounded.
-        let full = |shard: &Shard| {
-            shard.reader_view(conn).is_some_and(|v| {
-                // A closing connection is read (and discarded) whatever it has
-                // queued: its client must be able to finish writing and answer.
-                v.queued_bytes > pause_above && !matches!(v.phase, Phase::Closing | Phase::Closed)
-            })
-        };
-        if full(shard) {
+        if outbound_full(&task.shard, conn) {
             rb.release_if_empty();
             // Rare paths are boxed: the task of every connection is only as large as
             // its common path (issue 23).
-            Box::pin(await_drain(shard, stream, conn, progress, &full)).await;
+            Box::pin(await_drain(
+                &task.shard,
+                &task.stream,
+                conn,
+                &task.progress,
+                &|shard: &Shard| outbound_full(shard, conn),
+            ))
+            .await;
         }
-        let frame_max = shard.reader_view(conn).map_or(0, |v| v.frame_max);
+        let frame_max = task.shard.reader_view(conn).map_or(0, |v| v.frame_max);
         let mut more = false;
-        let n = match (transport, &readiness) {
+        let n = match (&task.transport, &readiness) {
             (Transport::Plain, Some(socket)) => {
-                let Some(Ok(mut ready)) = readable_until_closed(shard, conn, socket).await else {
+                let Some(wait) = ReadableUntilClosed::new(&task.shard, conn, socket) else {
+                    return;
+                };
+                let Some(Ok(mut ready)) = wait.await else {
                     return;
                 };
                 let mut buf = rb.take_for_read(frame_max);
@@ -298,8 +304,9 @@ async fn read_loop(task: &ConnTask) {
                 let buf = rb.take_for_read(frame_max);
                 let (start, end) = (buf.len(), buf.capacity());
                 // Boxed: the fallback when the socket could not be registered.
-                let read = Box::pin(stream.read(buf.slice(start..end)));
-                let Some((res, returned)) = Box::pin(until_closed(shard, conn, read)).await else {
+                let read = Box::pin(task.stream.read(buf.slice(start..end)));
+                let Some((res, returned)) = Box::pin(until_closed(&task.shard, conn, read)).await
+                else {
                     return;
                 };
                 let n = match res {
@@ -310,13 +317,17 @@ async fn read_loop(task: &ConnTask) {
                 n
             }
             (Transport::Tls(session), _) => {
-                let read = Box::pin(session.read(stream, &mut rb, frame_max, writer));
-                match Box::pin(until_closed(shard, conn, read)).await.flatten() {
+                let read = Box::pin(session.read(&task.stream, &mut rb, frame_max, &task.writer));
+                match Box::pin(until_closed(&task.shard, conn, read))
+                    .await
+                    .flatten()
+                {
                     Some(n) => n,
                     None => return,
                 }
             }
         };
+        let shard = &task.shard;
         crate::shard::ShardCounters::add(&shard.counters.bytes_read, n);
         shard.clock.refresh();
         if !shard.received(conn, n) {
@@ -334,7 +345,7 @@ async fn read_loop(task: &ConnTask) {
         }
         // Boxed while it runs: the task every connection keeps is then only as large as
         // its wait for bytes (issue 23).
-        if !Box::pin(process_frames(shard, stream, conn, &mut rb)).await {
+        if !Box::pin(process_frames(&task.shard, &task.stream, conn, &mut rb)).await {
             return;
         }
         rb.settle();
@@ -484,33 +495,59 @@ async fn until_closed<T>(
 }
 
 /// Waits until the socket has bytes, as [`until_closed`] waits for a read: `None` once
-/// the shard closed the connection meanwhile. Written as one poll function rather than
-/// a `select!` of the two futures, so that every idle connection's task keeps a few
-/// bytes for this wait, not a few hundred (issue 23).
-async fn readable_until_closed<'a>(
-    shard: &Shard,
-    conn: ConnId,
+/// the shard closed the connection meanwhile. A future of its own (the readiness poll,
+/// then the connection's resume signal) rather than a `select!` of two futures or an
+/// async function around a poll function: every idle connection's task keeps this wait,
+/// so it holds only what it needs (40 bytes; issue 23).
+struct ReadableUntilClosed<'a> {
+    shard: &'a Shard,
     socket: &'a AsyncFd<SocketFd>,
-) -> Option<std::io::Result<tokio::io::unix::AsyncFdReadyGuard<'a, SocketFd>>> {
-    let resume = shard.resume_signal(conn)?;
-    let mut woken = false;
-    let out = std::future::poll_fn(|cx| {
-        if let std::task::Poll::Ready(ready) = socket.poll_read_ready(cx) {
-            return std::task::Poll::Ready(Some(ready));
+    resume: Rc<Signal>,
+    conn: ConnId,
+    /// The resume signal fired while waiting: it is passed on once the wait ends.
+    woken: bool,
+}
+
+impl<'a> ReadableUntilClosed<'a> {
+    /// `None` when the connection is gone already.
+    fn new(shard: &'a Shard, conn: ConnId, socket: &'a AsyncFd<SocketFd>) -> Option<Self> {
+        Some(ReadableUntilClosed {
+            shard,
+            socket,
+            resume: shard.resume_signal(conn)?,
+            conn,
+            woken: false,
+        })
+    }
+
+    fn finish<T>(&mut self, out: T) -> std::task::Poll<T> {
+        if std::mem::take(&mut self.woken) {
+            self.resume.notify();
         }
-        while resume.poll_wait(cx).is_ready() {
-            woken = true;
-            if matches!(shard.phase(conn), None | Some(Phase::Closed)) {
-                return std::task::Poll::Ready(None);
+        std::task::Poll::Ready(out)
+    }
+}
+
+impl<'a> std::future::Future for ReadableUntilClosed<'a> {
+    type Output = Option<std::io::Result<tokio::io::unix::AsyncFdReadyGuard<'a, SocketFd>>>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.get_mut();
+        let socket: &'a AsyncFd<SocketFd> = this.socket;
+        if let std::task::Poll::Ready(ready) = socket.poll_read_ready(cx) {
+            return this.finish(Some(ready));
+        }
+        while this.resume.poll_wait(cx).is_ready() {
+            this.woken = true;
+            if matches!(this.shard.phase(this.conn), None | Some(Phase::Closed)) {
+                return this.finish(None);
             }
         }
         std::task::Poll::Pending
-    })
-    .await;
-    if woken {
-        resume.notify();
     }
-    out
 }
 
 /// How often a reader paused for a full outbound buffer looks for signs of life.
