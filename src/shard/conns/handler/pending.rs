@@ -564,6 +564,9 @@ impl ConnSide<'_> {
                 if exclusive {
                     if let Some(c) = self.conn_mut(conn) {
                         if !c.exclusive_queues.contains(&name) {
+                            // Most connections declare one (a subscriber's own queue): room
+                            // for one, not four (issue 23).
+                            crate::model::reserve_from_one(&mut c.exclusive_queues);
                             c.exclusive_queues.push(name.clone());
                         }
                     }
