@@ -293,7 +293,7 @@ impl VhostDirectory {
             if self
                 .exchanges
                 .get(id)
-                .is_some_and(|ex| ex.def.name.as_bytes() == name.as_bytes())
+                .is_some_and(|ex| ex.def.name == *name)
             {
                 return Some(id);
             }

@@ -251,14 +251,7 @@ async fn read_loop(task: &ConnTask) {
             rb.release_if_empty();
             // Rare paths are boxed: the task of every connection is only as large as
             // its common path (issue 23).
-            Box::pin(await_drain(
-                &task.shard,
-                &task.stream,
-                conn,
-                &task.progress,
-                &|shard: &Shard| outbound_full(shard, conn),
-            ))
-            .await;
+            Box::pin(await_drain(&task.shard, &task.stream, conn, &task.progress)).await;
         }
         let frame_max = task.shard.reader_view(conn).map_or(0, |v| v.frame_max);
         let mut more = false;
@@ -559,15 +552,9 @@ const PAUSE_RECHECK: std::time::Duration = std::time::Duration::from_millis(500)
 /// while the writer gets bytes onto the socket (its side takes them) or bytes arrive
 /// for us to read later (heartbeats, acks). A frozen peer shows neither, and after two
 /// heartbeat intervals the shard closes it.
-async fn await_drain(
-    shard: &Shard,
-    stream: &TcpStream,
-    conn: ConnId,
-    progress: &Signal,
-    full: &impl Fn(&Shard) -> bool,
-) {
+async fn await_drain(shard: &Shard, stream: &TcpStream, conn: ConnId, progress: &Signal) {
     let mut waiting = bytes_waiting(stream);
-    while full(shard) {
+    while outbound_full(shard, conn) {
         let alive = match tokio::time::timeout(PAUSE_RECHECK, progress.wait()).await {
             Ok(()) => true,
             Err(_) => {

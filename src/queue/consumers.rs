@@ -440,6 +440,8 @@ impl Queue {
         // No-ack dispatches leave the queue's entries but stay held until written; their
         // totals are applied once after the loop.
         let (mut gone, mut gone_bytes, mut redeliveries) = (0u64, 0u64, 0u64);
+        // Expiry is checked per message against the turn's time, converted once.
+        let stamp = self.stamp(now);
         // An evicted head (its body on disk only) ends the loop: `pop_ready_by` stops
         // there and the shard reads it back.
         while sent < budget && !H::is_empty(&self.ready) {
@@ -447,7 +449,7 @@ impl Queue {
             let Some(found) = next(&self.consumers, pick) else {
                 break;
             };
-            let Some(entry) = self.pop_ready_by::<H>(now) else {
+            let Some(entry) = self.pop_ready_by::<H>(stamp) else {
                 break;
             };
             let size = entry.size();

@@ -662,13 +662,14 @@ impl Queue {
 
     #[inline(always)]
     fn pop_ready(&mut self, now: Instant) -> Option<Entry> {
+        let now = self.stamp(now);
         self.pop_ready_by::<ready::Any>(now)
     }
 
-    /// Takes the head, dropping expired messages on the way.
+    /// Takes the head, dropping expired messages on the way. `now` is a stamp (converted
+    /// once by a caller that pops many).
     #[inline(always)]
-    fn pop_ready_by<H: Head>(&mut self, now: Instant) -> Option<Entry> {
-        let now = self.stamp(now);
+    fn pop_ready_by<H: Head>(&mut self, now: Stamp) -> Option<Entry> {
         loop {
             if self.evicted > 0
                 && self

@@ -70,12 +70,11 @@ impl QueueSide<'_> {
         let stored = (q.settings.stored && msg.is_persistent()).then(|| LocalMessage::clone(&msg));
         // The turn's stamp, converted once by the clock for every queue (their base is
         // its start, `create_home_queue`).
-        let at = if now == shard.clock.now() {
-            shard.clock.stamp()
+        let seq = if now == shard.clock.now() {
+            q.enqueue_at(msg, now, shard.clock.stamp())
         } else {
-            crate::queue::Stamp::of(now, shard.clock.start())
+            q.enqueue(msg, now)
         };
-        let seq = q.enqueue_at(msg, now, at);
         if let Some(msg) = stored {
             shard.store.borrow_mut().stage(queue, seq, &msg);
         }
