@@ -20,7 +20,10 @@
 //!   shards, with queues dispatched at the write and per turn; a no-ack consumer
 //!   cancelled mid-burst loses nothing to the next one;
 //! - `idle_memory`: 2,000 idle raw-socket subscribers on `--shards 2` cost the broker at
-//!   most 8 KiB of RSS each (issue 23), and a message then reaches every one.
+//!   most 8 KiB of RSS each (issue 23), and a message then reaches every one;
+//! - `parked_readers`: idle connections' readers park (`net.reader_park_after_ms`),
+//!   parked subscribers get every delivery in order, and a method, a clean close, a
+//!   dropped socket and missed heartbeats all work on a parked connection.
 //!
 //! The heavy sections take [`HEAVY`] so that they do not share the two cores with each
 //! other.
@@ -42,6 +45,8 @@ mod declare_race;
 mod emfile;
 #[path = "fanout_scale/idle_memory.rs"]
 mod idle_memory;
+#[path = "fanout_scale/parked_readers.rs"]
+mod parked_readers;
 #[path = "fanout_scale/subscribers.rs"]
 mod subscribers;
 

@@ -235,6 +235,7 @@ struct NetSection {
     write_high_water: Option<usize>,
     write_low_water: Option<usize>,
     inline_body_max: Option<usize>,
+    reader_park_after_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -382,6 +383,9 @@ pub fn apply_text(config: &mut Config, text: &str) -> Result<(), String> {
         set(&mut config.net.write_high_water, n.write_high_water);
         set(&mut config.net.write_low_water, n.write_low_water);
         set(&mut config.net.inline_body_max, n.inline_body_max);
+        if let Some(ms) = n.reader_park_after_ms {
+            config.net.reader_park_after = (ms > 0).then(|| Duration::from_millis(ms));
+        }
     }
     if let Some(s) = file.shard {
         set(&mut config.shard.inbox_capacity, s.inbox_capacity);

@@ -153,6 +153,10 @@ pub struct NetTuning {
     /// Bodies up to this many bytes are copied into the outbound buffer instead of being
     /// written as their own iovec (cheaper than an iovec for tiny bodies).
     pub inline_body_max: usize,
+    /// A plain connection that has sent nothing for this long has its reader parked:
+    /// the reader task ends and the shard's epoll set watches the socket until it has
+    /// bytes (`net::park`). `None`: readers never park.
+    pub reader_park_after: Option<std::time::Duration>,
 }
 
 /// Shard event-loop tuning.
@@ -378,6 +382,7 @@ impl Default for Config {
                 write_high_water: 1024 * 1024,
                 write_low_water: 256 * 1024,
                 inline_body_max: 512,
+                reader_park_after: Some(Duration::from_secs(2)),
             },
             shard: ShardTuning {
                 inbox_capacity: 256,

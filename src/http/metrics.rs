@@ -335,6 +335,11 @@ fn shard_metrics(ctx: &Context, reg: &mut Registry, shards: &[ShardView]) {
     let connections = gauge(reg, "shard_connections", "Client connections on the shard");
     let channels = gauge(reg, "shard_channels", "Open channels on the shard");
     let queues = gauge(reg, "shard_queues", "Queues whose home is the shard");
+    let parked = gauge(
+        reg,
+        "shard_readers_parked",
+        "Idle connections on the shard whose reader task is parked (net.reader_park_after)",
+    );
     let inbox = gauge(
         reg,
         "shard_publish_inbox_depth",
@@ -356,6 +361,7 @@ fn shard_metrics(ctx: &Context, reg: &mut Registry, shards: &[ShardView]) {
         set(&connections, &l, s.connection_count as f64);
         set(&channels, &l, s.channel_count as f64);
         set(&queues, &l, s.queue_count as f64);
+        set(&parked, &l, s.readers_parked as f64);
         cpu.get_or_create(&l).inc_by(s.cpu_seconds);
         if let Some(tx) = ctx.peers.publish.get(usize::from(s.shard)) {
             set(

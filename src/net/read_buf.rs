@@ -53,6 +53,11 @@ impl ReadBuffer {
         }
     }
 
+    /// Whether it holds no bytes (no partial frame).
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     /// The bytes read and not yet consumed (a partial frame, or frames not yet handled).
     pub fn bytes(&mut self) -> &mut BytesMut {
         &mut self.buf

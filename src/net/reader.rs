@@ -10,7 +10,9 @@
 //! connection that goes on publishing after flow control stopped it. After close-ok to
 //! the client's `connection.close` it leaves the socket for the client to close (reading
 //! and discarding) until the close timeout shuts it. When the socket ends, it releases
-//! the connection.
+//! the connection. Asked to park (an idle plain connection, `shard::reader_park`) while
+//! it waits for bytes with nothing half-read, it ends its task and leaves the socket to
+//! the shard's park set (`net::park`), keeping with the connection what starts it again.
 //!
 //! Does not: interpret methods, or read while an earlier read is in flight.
 
@@ -118,8 +120,25 @@ pub fn serve_transport(
         progress: writer_progress,
         writer_done,
     };
+    run(task)
+}
+
+/// Runs a connection's reader task: reads until the connection ends (then winds it down
+/// and releases it), or until it parks (`net::park`): the task then ends, and what its
+/// socket's next event (or the connection's close) starts again is this with the same
+/// handles.
+// An async function would keep the task twice in its future (see the body).
+#[allow(clippy::manual_async_fn)]
+fn run(task: ConnTask) -> impl Future<Output = ()> {
+    // An async block, not an async function, and not a loop that moves the task in and
+    // out: either would keep a second copy of the task in the future (issue 23).
     async move {
-        read_loop(&task).await;
+        while read_loop(&task).await == Ended::Park {
+            if park(&task) {
+                return;
+            }
+        }
+        let conn = task.conn;
         Box::pin(wind_down(
             &task.shard,
             &task.stream,
@@ -128,6 +147,67 @@ pub fn serve_transport(
         ))
         .await;
         task.shard.release_connection(conn);
+    }
+}
+
+/// Leaves the socket to the shard's park set, keeping with the connection what restarts
+/// the reader task (the task's handles; the shard held weakly: a connection must not keep
+/// its shard alive); the caller's task then ends. False when the reader cannot park (the
+/// connection was closed or read meanwhile, or the socket could not be watched): it
+/// goes on reading.
+fn park(task: &ConnTask) -> bool {
+    let shard = &task.shard;
+    let socket = std::os::fd::AsRawFd::as_raw_fd(&*task.stream);
+    if !shard.park_asked(task.conn) || shard.parked_readers.watch(socket, task.conn).is_err() {
+        shard.decline_park(task.conn);
+        return false;
+    }
+    let parked = ParkedTask {
+        shard: Rc::downgrade(shard),
+        stream: Rc::clone(&task.stream),
+        conn: task.conn,
+        writer: Rc::clone(&task.writer),
+        progress: Rc::clone(&task.progress),
+        writer_done: Rc::clone(&task.writer_done),
+    };
+    if shard.park_reader(task.conn, Box::new(move || parked.restart())) {
+        true
+    } else {
+        shard.parked_readers.forget(socket);
+        false
+    }
+}
+
+/// A parked plain connection's reader task, without its task: what it needs to start
+/// again.
+struct ParkedTask {
+    shard: std::rc::Weak<Shard>,
+    stream: Rc<TcpStream>,
+    conn: ConnId,
+    writer: Rc<Signal>,
+    progress: Rc<Signal>,
+    writer_done: Rc<Signal>,
+}
+
+impl ParkedTask {
+    /// Stops watching the socket and starts the reader task again (gone with the shard,
+    /// it is dropped).
+    fn restart(self) {
+        let Some(shard) = self.shard.upgrade() else {
+            return;
+        };
+        shard
+            .parked_readers
+            .forget(std::os::fd::AsRawFd::as_raw_fd(&*self.stream));
+        tokio_uring::spawn(run(ConnTask {
+            shard,
+            stream: self.stream,
+            transport: Transport::Plain,
+            conn: self.conn,
+            writer: self.writer,
+            progress: self.progress,
+            writer_done: self.writer_done,
+        }));
     }
 }
 
@@ -222,10 +302,19 @@ fn outbound_full(shard: &Shard, conn: ConnId) -> bool {
     })
 }
 
+/// Why the read loop returned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The connection is done with reading (closed, the peer gone, framing lost).
+    Closed,
+    /// The shard asked the idle reader to park, and it holds no partial frame.
+    Park,
+}
+
 /// The read loop. It keeps little across its waits (the task, the read buffer, the
 /// readiness registration and the wait itself): every idle connection's task holds it
 /// (issue 23), so fields of the task are reached through `task` rather than copied out.
-async fn read_loop(task: &ConnTask) {
+async fn read_loop(task: &ConnTask) -> Ended {
     let conn = task.conn;
     let mut rb = ReadBuffer::new(
         task.shard.config.net.read_buffer_min,
@@ -258,17 +347,24 @@ async fn read_loop(task: &ConnTask) {
         let n = match (&task.transport, &readiness) {
             (Transport::Plain, Some(socket)) => {
                 let Some(wait) = ReadableUntilClosed::new(&task.shard, conn, socket) else {
-                    return;
+                    return Ended::Closed;
                 };
-                let Some(Ok(mut ready)) = wait.await else {
-                    return;
+                let mut ready = match wait.await {
+                    Wait::Readable(Ok(ready)) => ready,
+                    Wait::Readable(Err(_)) | Wait::Closed => return Ended::Closed,
+                    // Only with nothing half-read: a partial frame stays in its task.
+                    Wait::Park if rb.is_empty() => return Ended::Park,
+                    Wait::Park => {
+                        task.shard.decline_park(conn);
+                        continue;
+                    }
                 };
                 let mut buf = rb.take_for_read(frame_max);
                 let offered = buf.capacity() - buf.len();
                 let got = recv_into(socket.get_ref().0, &mut buf);
                 rb.put_back(buf, *got.as_ref().unwrap_or(&0), offered);
                 match got {
-                    Ok(0) => return,
+                    Ok(0) => return Ended::Closed,
                     Ok(n) => {
                         // A short read emptied the socket: wait for its next bytes. After
                         // a full one the socket may have more at once, and waiting for
@@ -287,7 +383,7 @@ async fn read_loop(task: &ConnTask) {
                     }
                     // A signal during the call: the socket is fine, read again.
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => return,
+                    Err(_) => return Ended::Closed,
                 }
             }
             (Transport::Plain, None) => {
@@ -300,10 +396,10 @@ async fn read_loop(task: &ConnTask) {
                 let read = Box::pin(task.stream.read(buf.slice(start..end)));
                 let Some((res, returned)) = Box::pin(until_closed(&task.shard, conn, read)).await
                 else {
-                    return;
+                    return Ended::Closed;
                 };
                 let n = match res {
-                    Ok(0) | Err(_) => return,
+                    Ok(0) | Err(_) => return Ended::Closed,
                     Ok(n) => n,
                 };
                 rb.put_back(returned.into_inner(), n, end - start);
@@ -316,7 +412,7 @@ async fn read_loop(task: &ConnTask) {
                     .flatten()
                 {
                     Some(n) => n,
-                    None => return,
+                    None => return Ended::Closed,
                 }
             }
         };
@@ -324,7 +420,7 @@ async fn read_loop(task: &ConnTask) {
         crate::shard::ShardCounters::add(&shard.counters.bytes_read, n);
         shard.clock.refresh();
         if !shard.received(conn, n) {
-            return;
+            return Ended::Closed;
         }
         if shard.phase(conn) == Some(Phase::AwaitHeader) {
             let buf = rb.bytes();
@@ -333,13 +429,13 @@ async fn read_loop(task: &ConnTask) {
             }
             let header = buf.split_to(8);
             if shard.protocol_header(conn, &header) == HeaderCheck::Refused {
-                return;
+                return Ended::Closed;
             }
         }
         // Boxed while it runs: the task every connection keeps is then only as large as
         // its wait for bytes (issue 23).
         if !Box::pin(process_frames(&task.shard, &task.stream, conn, &mut rb)).await {
-            return;
+            return Ended::Closed;
         }
         rb.settle();
         if readiness.is_some() {
@@ -487,8 +583,9 @@ async fn until_closed<T>(
     out
 }
 
-/// Waits until the socket has bytes, as [`until_closed`] waits for a read: `None` once
-/// the shard closed the connection meanwhile. A future of its own (the readiness poll,
+/// Waits until the socket has bytes, as [`until_closed`] waits for a read: `Closed`
+/// once the shard closed the connection meanwhile, `Park` when it asked the reader to
+/// park. A future of its own (the readiness poll,
 /// then the connection's resume signal) rather than a `select!` of two futures or an
 /// async function around a poll function: every idle connection's task keeps this wait,
 /// so it holds only what it needs (40 bytes; issue 23).
@@ -521,8 +618,17 @@ impl<'a> ReadableUntilClosed<'a> {
     }
 }
 
+/// How a wait for bytes ended.
+enum Wait<'a> {
+    Readable(std::io::Result<tokio::io::unix::AsyncFdReadyGuard<'a, SocketFd>>),
+    /// The shard closed the connection meanwhile.
+    Closed,
+    /// The shard asked the idle reader to park.
+    Park,
+}
+
 impl<'a> std::future::Future for ReadableUntilClosed<'a> {
-    type Output = Option<std::io::Result<tokio::io::unix::AsyncFdReadyGuard<'a, SocketFd>>>;
+    type Output = Wait<'a>;
 
     fn poll(
         self: std::pin::Pin<&mut Self>,
@@ -531,12 +637,15 @@ impl<'a> std::future::Future for ReadableUntilClosed<'a> {
         let this = self.get_mut();
         let socket: &'a AsyncFd<SocketFd> = this.socket;
         if let std::task::Poll::Ready(ready) = socket.poll_read_ready(cx) {
-            return this.finish(Some(ready));
+            return this.finish(Wait::Readable(ready));
         }
         while this.resume.poll_wait(cx).is_ready() {
             this.woken = true;
             if matches!(this.shard.phase(this.conn), None | Some(Phase::Closed)) {
-                return this.finish(None);
+                return this.finish(Wait::Closed);
+            }
+            if this.shard.park_asked(this.conn) {
+                return this.finish(Wait::Park);
             }
         }
         std::task::Poll::Pending

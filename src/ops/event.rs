@@ -94,6 +94,9 @@ pub enum OpsEvent {
     /// at start, or a submission on it failed): it sends with one system call per
     /// connection from then on.
     SendRingUnavailable { shard: u16, error: String },
+    /// BRK-1029: a shard cannot park idle readers (`net::park`: the kernel refused the
+    /// epoll set, or its registration): every connection keeps its reader task.
+    ReaderParkUnavailable { shard: u16, reason: String },
     /// BRK-1014: the management listener (metrics and HTTP API) is bound.
     ManagementListening { addr: SocketAddr },
     /// BRK-1023: the Prometheus listener (RabbitMQ's metric names, no credentials) is
@@ -270,6 +273,7 @@ impl OpsEvent {
             OpsEvent::Panic { .. } => "BRK-1012",
             OpsEvent::NotifyFailed { .. } => "BRK-1013",
             OpsEvent::SendRingUnavailable { .. } => "BRK-1027",
+            OpsEvent::ReaderParkUnavailable { .. } => "BRK-1029",
             OpsEvent::ManagementListening { .. } => "BRK-1014",
             OpsEvent::PrometheusListening { .. } => "BRK-1023",
             OpsEvent::AcceptFailed { .. } => "CON-1005",
@@ -503,6 +507,10 @@ impl fmt::Display for OpsEvent {
             OpsEvent::SendRingUnavailable { shard, error } => write!(
                 f,
                 "{code} : Send ring unavailable : shard {shard} : {error} : one send per connection"
+            ),
+            OpsEvent::ReaderParkUnavailable { shard, reason } => write!(
+                f,
+                "{code} : Reader parking unavailable : shard {shard} : {reason} : every connection keeps its reader task"
             ),
             OpsEvent::ManagementListening { addr } => {
                 write!(f, "{code} : Management listening on http://{addr}")

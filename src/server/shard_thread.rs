@@ -142,6 +142,7 @@ pub fn run(seed: ShardSeed) -> std::io::Result<()> {
             }
         }
         tokio_uring::spawn(crate::net::write_pass::run(Rc::clone(&shard)));
+        tokio_uring::spawn(crate::net::park::run(Rc::clone(&shard)));
         tokio_uring::spawn(mailbox::inbox_loop(Rc::clone(&shard), inbox));
         tokio_uring::spawn(housekeeping::housekeeping_loop(Rc::clone(&shard)));
         tokio_uring::spawn(housekeeping::deferred_flush_loop(Rc::clone(&shard)));

@@ -69,6 +69,10 @@ pub struct WriteMark {
 /// Starts a connection's writer task (given by its reader, which owns the socket).
 pub type StartWriter = Box<dyn FnOnce(ConnId)>;
 
+/// Restarts a parked connection's reader task (made by the reader as it parks,
+/// `net::park`).
+pub type RestartReader = Box<dyn FnOnce()>;
+
 /// One connection, owned by its shard's slab.
 pub struct Conn {
     pub id: ConnId,
@@ -114,6 +118,12 @@ pub struct Conn {
     /// Woken when a reason to hold the reader may have gone, and when the connection
     /// becomes `Closed` (a lingering connection's socket is then cut off).
     pub resume: Rc<Signal>,
+    /// While the connection's reader is parked (its task ended, the shard's park set
+    /// watches the socket): what starts it again (`net::park`).
+    parked_reader: Option<RestartReader>,
+    /// The shard asked the reader to park at its next wait for bytes (the connection
+    /// has been idle); cleared when it reads, parks or declines.
+    pub park_asked: bool,
     /// The broker already logged why it closed this connection (CON-1002).
     pub close_logged: bool,
     /// On the shard's list of connections to write (so marking one is O(1) however
@@ -136,7 +146,9 @@ pub struct Conn {
     /// The user's permissions on the vhost (set at `connection.open`).
     pub access: crate::auth::permissions::Access,
     /// On a TLS listener: whether EXTERNAL is offered and the client certificate's CN.
-    pub tls: Option<TlsPeer>,
+    /// Boxed: a plain connection's 8 bytes keep `Conn` in mimalloc's 640-byte class
+    /// (issue 23).
+    pub tls: Option<Box<TlsPeer>>,
     /// The broker's side of the socket (`None` when it could not be read).
     pub local: Option<SocketAddr>,
     /// When the socket was accepted, milliseconds since the Unix epoch.
@@ -237,6 +249,27 @@ impl Conn {
     pub fn finish(&mut self) {
         self.phase = Phase::Closed;
         self.resume.notify();
+        // A parked reader must see the close to release the connection.
+        if let Some(restart) = self.take_parked_reader() {
+            restart();
+        }
+    }
+
+    /// The reader parked: `restart` starts it again.
+    pub fn reader_parked(&mut self, restart: RestartReader) {
+        self.park_asked = false;
+        self.parked_reader = Some(restart);
+    }
+
+    /// Whether the reader is parked.
+    pub fn is_reader_parked(&self) -> bool {
+        self.parked_reader.is_some()
+    }
+
+    /// What restarts the parked reader (taken: the caller calls it), if it is parked.
+    pub fn take_parked_reader(&mut self) -> Option<RestartReader> {
+        self.park_asked = false;
+        self.parked_reader.take()
     }
 
     /// Moves from `from` to `to`; from any other phase nothing changes (a handshake
@@ -283,6 +316,8 @@ impl Conn {
             hold_requested: false,
             read_paused_since: None,
             resume: Rc::new(Signal::new()),
+            parked_reader: None,
+            park_asked: false,
             close_logged: false,
             writer_marked: false,
             pulls: smallvec::SmallVec::new(),
@@ -622,5 +657,32 @@ mod tests {
         assert_eq!(c.phase(), Phase::Lingering);
         c.finish();
         assert_eq!(c.phase(), Phase::Closed);
+    }
+
+    #[test]
+    fn a_connection_fits_the_allocators_640_byte_class() {
+        // Every subscriber has one (issue 23); 648 bytes would take 768.
+        assert!(std::mem::size_of::<Conn>() <= 640);
+    }
+
+    /// The broker's close restarts a parked reader (which then sees the connection
+    /// closed and releases it), once; taking the restart clears a request to park.
+    #[test]
+    fn finishing_a_parked_connection_restarts_its_reader_once() {
+        let restarts = Rc::new(std::cell::Cell::new(0));
+        let mut c = conn();
+        c.opened();
+        c.park_asked = true;
+        let counted = Rc::clone(&restarts);
+        c.reader_parked(Box::new(move || counted.set(counted.get() + 1)));
+        assert!(c.is_reader_parked() && !c.park_asked);
+        c.finish();
+        assert_eq!(restarts.get(), 1);
+        assert!(!c.is_reader_parked());
+        c.finish();
+        assert_eq!(restarts.get(), 1);
+        c.park_asked = true;
+        assert!(c.take_parked_reader().is_none());
+        assert!(!c.park_asked);
     }
 }

@@ -1,7 +1,8 @@
 //! Owns: a shard's clock-driven work — the housekeeping loop that advances the clock
 //! and the timer wheel every `tick_ms` (heartbeats, handshake and close deadlines, queue
 //! TTL and `x-expires`, the slow-consumer checks), posts and (on shard 0) evaluates the
-//! memory watermark, applies the alarm, gives memory back and ticks the store; and the
+//! memory watermark, applies the alarm, gives memory back, asks idle connections'
+//! readers to park (`shard::reader_park`) and ticks the store; and the
 //! deferred flush that gathers the work of many writers completing in one tick.
 //!
 //! Does not: decide what a timer means beyond handing its key to the side that armed it.
@@ -58,6 +59,7 @@ pub async fn housekeeping_loop(shard: Rc<Shard>) {
         shard.config.policies.memory.return_interval,
         shard.clock.now(),
     );
+    let mut next_park_sweep = shard.clock.now();
     loop {
         tokio::time::sleep(tick).await;
         shard.clock.refresh();
@@ -87,6 +89,12 @@ pub async fn housekeeping_loop(shard: Rc<Shard>) {
                 st.conn_side().apply_memory_alarm(&shard, alarm);
             }
             reclaim.tick(&mut st, now);
+        }
+        if let Some(idle) = shard.config.net.reader_park_after {
+            if now >= next_park_sweep {
+                shard.ask_idle_readers_to_park(now);
+                next_park_sweep = now + (idle / 2).max(tick);
+            }
         }
         super::home::persist::store_tick(&shard);
         shard.flush();

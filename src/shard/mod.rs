@@ -23,6 +23,7 @@ pub mod messages;
 pub mod observe;
 pub mod outbox;
 pub mod placement;
+pub mod reader_park;
 pub mod reclaim;
 pub mod turn;
 
@@ -301,6 +302,9 @@ pub struct Shard {
     pub link_credential: Option<Arc<crate::auth::local_link::LinkCredential>>,
     /// The coordinator's watcher of federated exchanges (`shard::binding_watch`).
     pub binding_watch: binding_watch::BindingWatch,
+    /// Sockets of idle connections whose reader task ended (`net::park`,
+    /// `shard::reader_park`).
+    pub parked_readers: reader_park::ParkSet,
 }
 
 /// Per-shard counters that must be cheap on the hot path: plain cells, read when asked.
@@ -387,6 +391,7 @@ impl Shard {
             limits: crate::limits::ShardLimits::new(id, &config, counts),
             link_credential,
             binding_watch: binding_watch::BindingWatch::default(),
+            parked_readers: reader_park::ParkSet::new(),
             live: RefCell::new(Arc::clone(&config)),
             config,
         }

@@ -82,6 +82,7 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
             let mut view = snapshot(&st, shard.id, now, want);
             view.bytes_read = shard.counters.bytes_read.get();
             view.bytes_written = shard.counters.bytes_written.get();
+            view.readers_parked = shard.parked_readers.parked() as u64;
             let c = &shard.counters;
             view.churn = Churn {
                 connections_opened: c.connections_opened.get(),

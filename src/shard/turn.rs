@@ -114,7 +114,7 @@ impl Shard {
                 config.limits.frame_max,
                 io.writer,
             );
-            c.tls = tls;
+            c.tls = tls.map(Box::new);
             c.socket = io.socket;
             c.writer_owns = io.socket.is_none();
             c.set_writer_start(io.start_writer);
@@ -161,6 +161,8 @@ impl Shard {
         match self.state.borrow_mut().conn_mut(conn) {
             Some(c) => {
                 c.recv_oct += n as u64;
+                // It is not idle: a request to park made before this read is void.
+                c.park_asked = false;
                 c.reading()
             }
             None => false,

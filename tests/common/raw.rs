@@ -311,6 +311,24 @@ impl RawConn {
         }
     }
 
+    /// Sends connection.close (200, "bye") without waiting for the answer.
+    pub fn send_close(&mut self) {
+        let args = Enc::new()
+            .short(200)
+            .shortstr("bye")
+            .short(0)
+            .short(0)
+            .done();
+        self.send_method(0, m::CONNECTION_CLOSE, &args)
+            .expect("send connection.close");
+    }
+
+    /// Closes cleanly: connection.close, then close-ok expected as the next method.
+    pub fn close_cleanly(&mut self) {
+        self.send_close();
+        self.expect_method(0, m::CONNECTION_CLOSE_OK);
+    }
+
     /// Expects connection.close within 5 s, answers close-ok, and then expects the server to
     /// close the socket. Returns (code, text).
     pub fn expect_connection_close(&mut self) -> (u16, String) {

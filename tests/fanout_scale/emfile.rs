@@ -209,19 +209,6 @@ fn round_trip(raw: &mut RawConn, queue: &str, payload: &[u8]) {
     assert_eq!(got.body, payload, "basic.get returns what was published");
 }
 
-/// connection.close and close-ok.
-fn close(raw: &mut RawConn) {
-    let args = Enc::new()
-        .short(200)
-        .shortstr("bye")
-        .short(0)
-        .short(0)
-        .done();
-    raw.send_method(0, m::CONNECTION_CLOSE, &args)
-        .expect("connection.close");
-    raw.expect_method(0, m::CONNECTION_CLOSE_OK);
-}
-
 #[test]
 fn accept_failures_under_a_low_descriptor_limit() {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -350,7 +337,7 @@ fn emfile_scenario() {
     //    A new connection then completes the handshake and works.
     drop(waiting);
     for mut raw in open.drain(..5) {
-        close(&mut raw);
+        raw.close_cleanly();
     }
     let mut fresh = None;
     let deadline = Instant::now() + Duration::from_secs(15);

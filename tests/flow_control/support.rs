@@ -476,14 +476,7 @@ pub fn raw_send_passive_declare(raw: &mut RawConn, channel: u16, queue: &str) {
 /// connection.close from the client; reads (skipping channel.flow and blocked/unblocked)
 /// until close-ok.
 pub fn raw_close(raw: &mut RawConn) {
-    let args = Enc::new()
-        .short(200)
-        .shortstr("bye")
-        .short(0)
-        .short(0)
-        .done();
-    raw.send_method(0, m::CONNECTION_CLOSE, &args)
-        .expect("send connection.close");
+    raw.send_close();
     loop {
         let mth = next_method(raw, "connection.close-ok");
         match mth.id {

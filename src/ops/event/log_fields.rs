@@ -28,6 +28,7 @@ impl LogFields for OpsEvent {
             | OpsEvent::NotifyFailed { .. }
             | OpsEvent::AcceptFailed { .. }
             | OpsEvent::SendRingUnavailable { .. }
+            | OpsEvent::ReaderParkUnavailable { .. }
             | OpsEvent::HugePages { error: Some(_), .. }
             | OpsEvent::TlsHandshakeFailed { .. } => Level::WARN,
             OpsEvent::Panic { .. } => Level::ERROR,
@@ -62,7 +63,8 @@ impl LogFields for OpsEvent {
             OpsEvent::VhostRefused { subject, .. } => LineFields::connection(code, subject, None),
             OpsEvent::ShardStarted { shard, .. }
             | OpsEvent::AcceptFailed { shard, .. }
-            | OpsEvent::SendRingUnavailable { shard, .. } => LineFields {
+            | OpsEvent::SendRingUnavailable { shard, .. }
+            | OpsEvent::ReaderParkUnavailable { shard, .. } => LineFields {
                 shard: Some(*shard),
                 ..LineFields::code(code)
             },

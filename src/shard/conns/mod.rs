@@ -128,6 +128,10 @@ impl Connections {
         self.slab.iter().map(|(_, c)| &**c)
     }
 
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Conn> {
+        self.slab.iter_mut().map(|(_, c)| &mut **c)
+    }
+
     /// Every connection's id (for shutdown and operator actions that visit them all).
     pub fn ids(&self) -> Vec<ConnId> {
         self.slab.iter().map(|(_, c)| c.id).collect()

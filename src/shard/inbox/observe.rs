@@ -170,6 +170,8 @@ pub struct ShardView {
     pub messages_unacked: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// Connections whose reader is parked (`net::park`).
+    pub readers_parked: u64,
     /// The shard's connection and login totals since start (`ShardCounters`).
     pub churn: Churn,
     /// CPU time the shard's thread has used (`CLOCK_THREAD_CPUTIME_ID`): its rate is the

@@ -45,7 +45,7 @@ impl ConnSide<'_> {
                 version_major: 0,
                 version_minor: 9,
                 server_properties: connection::server_properties(node_name),
-                mechanisms: LongStr::from(connection::offered_mechanisms(c.tls.as_ref())),
+                mechanisms: LongStr::from(connection::offered_mechanisms(c.tls.as_deref())),
                 locales: LongStr::from(connection::LOCALES),
             }),
         );
@@ -81,7 +81,7 @@ impl ConnSide<'_> {
         match (phase, method) {
             (Some(Phase::AwaitStartOk), Method::ConnectionStartOk(ok)) => {
                 let offered =
-                    connection::offered_mechanisms(self.conn(conn).and_then(|c| c.tls.as_ref()));
+                    connection::offered_mechanisms(self.conn(conn).and_then(|c| c.tls.as_deref()));
                 let mechanism = ok.mechanism.as_str_lossy().into_owned();
                 if !connection::mechanism_offered(ok.mechanism.as_bytes(), offered) {
                     return Ok(self.refuse_mechanism(shard, conn, &mechanism, offered));
@@ -92,7 +92,7 @@ impl ConnSide<'_> {
                 );
                 let user = if ok.mechanism.as_bytes() == b"EXTERNAL" {
                     // The verified client certificate's CN names the user (TLS only).
-                    let peer = self.conn(conn).and_then(|c| c.tls.as_ref());
+                    let peer = self.conn(conn).and_then(|c| c.tls.as_deref());
                     let cn = connection::external_identity(peer);
                     let user = cn
                         .and_then(|cn| config.users.iter().find(|u| u.name == cn))

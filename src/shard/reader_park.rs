@@ -1,0 +1,274 @@
+//! Owns: the shard's side of parked readers — the set of their sockets ([`ParkSet`], an
+//! epoll set of the shard's own that `net::park`'s task waits on), asking the readers of
+//! idle connections to park (a sweep every `net.reader_park_after`), keeping what
+//! restarts a parked reader with its connection, and restarting it when its socket has
+//! an event.
+//!
+//! Does not: read sockets or start tasks (`net::park` and `net::reader` do; a restart is
+//! their closure), or park a reader that has a partial frame, is held, paused or closing
+//! (the reader checks its own buffer and declines).
+//!
+//! # Invariants
+//! - A socket is in the set only while its connection's reader is parked: the reader
+//!   adds it as its task ends, and whatever restarts the reader removes it first.
+//! - Each socket is watched once (`EPOLLONESHOT`): one event restarts one reader.
+
+use std::cell::Cell;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Instant;
+
+use crate::model::ids::ConnId;
+use crate::session::connection::{Phase, RestartReader};
+
+use super::Shard;
+
+/// Events taken from the set per system call.
+const EVENTS_PER_WAIT: usize = 256;
+
+/// What wakes a parked reader: bytes, the peer's half-close, hang-up or error (the last
+/// two are always reported).
+const WATCHED: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32;
+
+/// The shard's epoll set of parked sockets.
+pub struct ParkSet {
+    /// `None` when the kernel refused one: readers then never park.
+    epoll: Option<OwnedFd>,
+    parked: Cell<usize>,
+}
+
+impl ParkSet {
+    pub fn new() -> ParkSet {
+        // SAFETY: no pointers; a negative result is an error.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        let epoll = (fd >= 0).then(|| {
+            // SAFETY: a fresh descriptor that nothing else owns.
+            unsafe { OwnedFd::from_raw_fd(fd) }
+        });
+        ParkSet {
+            epoll,
+            parked: Cell::new(0),
+        }
+    }
+
+    /// Whether readers may park (the set exists).
+    pub fn available(&self) -> bool {
+        self.epoll.is_some()
+    }
+
+    /// Readers parked now.
+    pub fn parked(&self) -> usize {
+        self.parked.get()
+    }
+
+    /// Watches `socket` of `conn` until its first event.
+    pub fn watch(&self, socket: RawFd, conn: ConnId) -> io::Result<()> {
+        let Some(epoll) = &self.epoll else {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        };
+        let mut event = libc::epoll_event {
+            events: WATCHED,
+            u64: conn_key(conn),
+        };
+        // SAFETY: both descriptors are open; the event is read during the call only.
+        let rc =
+            unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, socket, &mut event) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.parked.set(self.parked.get() + 1);
+        Ok(())
+    }
+
+    /// The set's descriptor (`None` without one), for the task that waits on it.
+    pub fn fd(&self) -> Option<RawFd> {
+        self.epoll.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Appends the connections whose sockets have an event, without waiting; true when
+    /// there may be more than were taken.
+    pub fn take_ready(&self, into: &mut Vec<ConnId>) -> io::Result<bool> {
+        let Some(epoll) = &self.epoll else {
+            return Ok(false);
+        };
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_WAIT];
+        // SAFETY: `events` has room for `EVENTS_PER_WAIT` entries; a zero timeout never
+        // blocks.
+        let n = unsafe {
+            libc::epoll_wait(
+                epoll.as_raw_fd(),
+                events.as_mut_ptr(),
+                EVENTS_PER_WAIT as i32,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        into.extend(events[..n].iter().map(|e| key_conn(e.u64)));
+        Ok(n == EVENTS_PER_WAIT)
+    }
+
+    /// Stops watching `socket` (its reader is restarting).
+    pub fn forget(&self, socket: RawFd) {
+        let Some(epoll) = &self.epoll else {
+            return;
+        };
+        let mut unused = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: as in `watch`; a socket not in the set gives ENOENT, which changes
+        // nothing.
+        let rc =
+            unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, socket, &mut unused) };
+        if rc == 0 {
+            self.parked.set(self.parked.get().saturating_sub(1));
+        }
+    }
+}
+
+impl Default for ParkSet {
+    fn default() -> Self {
+        ParkSet::new()
+    }
+}
+
+fn conn_key(conn: ConnId) -> u64 {
+    (u64::from(conn.generation) << 32) | u64::from(conn.slot)
+}
+
+fn key_conn(key: u64) -> ConnId {
+    ConnId {
+        slot: key as u32,
+        generation: (key >> 32) as u32,
+    }
+}
+
+impl Shard {
+    /// Asks the reader of every open plain connection that has sent nothing for
+    /// `net.reader_park_after` to park at its wait for bytes (its resume signal wakes
+    /// it). Called by the housekeeping loop; O(connections on the shard).
+    pub fn ask_idle_readers_to_park(&self, now: Instant) {
+        let Some(idle) = self.config.net.reader_park_after else {
+            return;
+        };
+        if !self.parked_readers.available() {
+            return;
+        }
+        let mut st = self.state.borrow_mut();
+        for c in st.conns.iter_mut() {
+            let idle_enough = now.saturating_duration_since(c.last_recv) >= idle;
+            if idle_enough
+                && c.phase() == Phase::Open
+                && c.socket.is_some()
+                && !c.is_reader_parked()
+                && !c.hold_requested
+                && c.read_paused_since.is_none()
+            {
+                // Asked again at every sweep until it parks: a wake-up taken by another
+                // wait of the reader is not lost for good.
+                c.park_asked = true;
+                c.resume.notify();
+            }
+        }
+    }
+
+    /// Whether the connection's reader was asked to park (and the connection is still
+    /// open).
+    pub fn park_asked(&self, conn: ConnId) -> bool {
+        self.state
+            .borrow()
+            .conn(conn)
+            .is_some_and(|c| c.park_asked && c.phase() == Phase::Open)
+    }
+
+    /// The reader will not park now (it holds a partial frame, or its socket could not
+    /// be watched): it goes on waiting in its task.
+    pub fn decline_park(&self, conn: ConnId) {
+        if let Some(c) = self.state.borrow_mut().conn_mut(conn) {
+            c.park_asked = false;
+        }
+    }
+
+    /// The reader's task ends with its socket watched by the park set: `restart` starts
+    /// it again. False (nothing kept) when the connection is gone.
+    pub fn park_reader(&self, conn: ConnId, restart: RestartReader) -> bool {
+        match self.state.borrow_mut().conn_mut(conn) {
+            Some(c) => {
+                c.reader_parked(restart);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The parked reader's socket has an event (`net::park`): its task starts again. An
+    /// event for a connection that is gone, or whose reader restarted meanwhile, is
+    /// ignored.
+    pub fn restart_parked_reader(&self, conn: ConnId) {
+        let restart = self
+            .state
+            .borrow_mut()
+            .conn_mut(conn)
+            .and_then(|c| c.take_parked_reader());
+        if let Some(restart) = restart {
+            restart();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    /// A connection's key carries its slot and generation both ways.
+    #[test]
+    fn a_connection_key_round_trips() {
+        let conn = ConnId {
+            slot: 70_001,
+            generation: u32::MAX - 3,
+        };
+        assert_eq!(key_conn(conn_key(conn)), conn);
+    }
+
+    /// A watched socket reports once when it has bytes, and a forgotten one leaves the
+    /// count; forgetting twice does not count twice.
+    #[test]
+    fn a_watched_socket_reports_once() {
+        let set = ParkSet::new();
+        assert!(set.available());
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the pair.
+        assert_eq!(
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) },
+            0
+        );
+        // SAFETY: the pair is ours.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let conn = ConnId {
+            slot: 3,
+            generation: 9,
+        };
+        set.watch(a.as_raw_fd(), conn).unwrap();
+        assert_eq!(set.parked(), 1);
+        let epoll = set.epoll.as_ref().unwrap().as_raw_fd();
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        let wait = |events: &mut [libc::epoll_event]| unsafe {
+            libc::epoll_wait(epoll, events.as_mut_ptr(), events.len() as i32, 0)
+        };
+        assert_eq!(wait(&mut events), 0, "nothing to read yet");
+        // SAFETY: writes one byte from a live buffer.
+        assert_eq!(
+            unsafe { libc::write(b.as_raw_fd(), b"x".as_ptr().cast(), 1) },
+            1
+        );
+        assert_eq!(wait(&mut events), 1);
+        let (got, key) = (events[0].events, events[0].u64);
+        assert_eq!(key_conn(key), conn);
+        assert_ne!(got & libc::EPOLLIN as u32, 0);
+        assert_eq!(wait(&mut events), 0, "one shot");
+        set.forget(a.as_raw_fd());
+        set.forget(a.as_raw_fd());
+        assert_eq!(set.parked(), 0);
+    }
+}
