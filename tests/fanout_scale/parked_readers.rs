@@ -4,7 +4,8 @@
 //! (`sluice_shard_readers_parked`), still get every delivery in order while parked,
 //! and every way back works — a method answered in order, a clean close (close-ok, then
 //! the broker closes the socket), a dropped socket (the connection and its exclusive
-//! queue go), and a peer that stops sending heartbeats (closed for them, released).
+//! queue go), a peer that stops sending heartbeats (closed for them, released), and
+//! the broker's shutdown (320 to every parked connection, exit 0).
 
 use std::time::{Duration, Instant};
 
@@ -178,4 +179,38 @@ async fn a_parked_connection_that_misses_heartbeats_is_closed_and_released() {
         "the closed connection was not released"
     );
     assert_eq!(parked(&broker), 0);
+}
+
+/// SIGTERM with every reader parked: each connection still gets the shutdown close
+/// (320), its close-ok is read (the reader restarts for it), the broker exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_parked_connections_with_320() {
+    use crate::common::raw::Ending;
+    const CONNECTIONS: usize = 12;
+    let mut broker = Broker::start_with_config(2, CONFIG);
+    let mut subs: Vec<(RawConn, String)> = (0..CONNECTIONS).map(|_| subscriber(&broker)).collect();
+    assert!(
+        eventually(|| parked(&broker) == CONNECTIONS),
+        "{} of {CONNECTIONS} readers parked",
+        parked(&broker)
+    );
+    broker.sigterm();
+    for (raw, _) in &mut subs {
+        match raw.read_until_closed(Duration::from_secs(10)) {
+            Some(Ending::Close { code, text, .. }) => {
+                assert_eq!(code, 320);
+                assert_eq!(
+                    text,
+                    "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+                );
+                assert!(
+                    raw.wait_eof(Duration::from_secs(5)),
+                    "socket open after close-ok"
+                );
+            }
+            other => panic!("expected connection.close 320 at shutdown, got {other:?}"),
+        }
+    }
+    let status = broker.wait_exit(WITHIN).expect("the broker did not exit");
+    assert!(status.success(), "exit status {status:?}");
 }
