@@ -101,7 +101,6 @@ impl ConnectionCounts {
             ip: None,
             channels: self.user_channels.counter(user),
             channels_held: 0,
-            user_name: user.to_owned(),
         };
         if let Some(node) = &self.node {
             node.try_take()
@@ -207,17 +206,17 @@ pub struct Admission {
     /// The user's channel count, and how many of them this connection holds.
     channels: Arc<Counter>,
     channels_held: u32,
-    user_name: String,
 }
 
 impl Admission {
-    /// A channel of this connection opens: refused (RabbitMQ's 530) when its user has
-    /// `max-channels` open over all its connections.
-    pub fn open_channel(&mut self) -> Result<(), LimitRefusal> {
+    /// A channel of this connection opens: refused (RabbitMQ's 530) when its user (named
+    /// `user`: the connection's, not kept here, issue 23) has `max-channels` open over all
+    /// its connections.
+    pub fn open_channel(&mut self, user: &str) -> Result<(), LimitRefusal> {
         self.channels
             .try_take()
             .map_err(|limit| LimitRefusal::UserChannels {
-                user: self.user_name.clone(),
+                user: user.to_owned(),
                 limit,
             })?;
         self.channels_held += 1;

@@ -151,12 +151,12 @@ impl ShardLimits {
         }
     }
 
-    /// A channel of `conn` opens: refused when its user is at its `max-channels` over
-    /// all its connections (RabbitMQ's 530). A connection not admitted (yet) holds no
-    /// channel count.
-    pub fn open_channel(&self, conn: ConnId) -> Result<(), LimitRefusal> {
+    /// A channel of `conn` (logged in as `user`) opens: refused when its user is at its
+    /// `max-channels` over all its connections (RabbitMQ's 530). A connection not
+    /// admitted (yet) holds no channel count.
+    pub fn open_channel(&self, conn: ConnId, user: &str) -> Result<(), LimitRefusal> {
         match self.opened.borrow_mut().get_mut(&conn) {
-            Some(admission) => admission.open_channel(),
+            Some(admission) => admission.open_channel(user),
             None => Ok(()),
         }
     }

@@ -29,7 +29,7 @@ use super::read_buf::ReadBuffer;
 use super::Transport;
 use crate::model::ids::ConnId;
 use crate::session::connection::Phase;
-use crate::session::signal::Signal;
+use crate::session::signal::{ConnSignals, Signal};
 use crate::shard::conns::handler::HeaderCheck;
 use crate::shard::turn::{AfterReading, ConnIo, Step};
 use crate::shard::Shard;
@@ -59,12 +59,9 @@ struct ConnTask {
     stream: Rc<TcpStream>,
     transport: Transport,
     conn: ConnId,
-    /// Wakes the writer task (the TLS read path has records to send).
-    writer: Rc<Signal>,
-    /// Raised when bytes of the connection reached the socket.
-    progress: Rc<Signal>,
-    /// Raised when the writer task ended.
-    writer_done: Rc<Signal>,
+    /// The writer's (the TLS read path has records to send), progress (bytes reached
+    /// the socket), writer-done and resume signals.
+    signals: Rc<ConnSignals>,
 }
 
 /// Serves one connection (plain, or TLS after its handshake) until it closes: opens the
@@ -79,10 +76,8 @@ pub fn serve_transport(
     tls_peer: Option<crate::session::connection::TlsPeer>,
 ) -> impl Future<Output = ()> {
     let stream = Rc::new(stream);
-    let signal = Rc::new(Signal::new());
+    let signals = Rc::new(ConnSignals::default());
     let local = local_addr(&stream);
-    let writer_progress = Rc::new(Signal::new());
-    let writer_done = Rc::new(Signal::new());
     let socket = match transport {
         Transport::Plain => Some(std::os::fd::AsRawFd::as_raw_fd(&*stream)),
         Transport::Tls(_) => None,
@@ -93,21 +88,16 @@ pub fn serve_transport(
         let shard = Rc::downgrade(&shard);
         let stream = Rc::clone(&stream);
         let transport = transport.clone();
-        let signal = Rc::clone(&signal);
-        let progress = Rc::clone(&writer_progress);
-        let done = Rc::clone(&writer_done);
+        let signals = Rc::clone(&signals);
         Box::new(move |conn: ConnId| {
             if let Some(shard) = shard.upgrade() {
-                tokio_uring::spawn(super::writer::run(
-                    shard, stream, transport, conn, signal, progress, done,
-                ));
+                tokio_uring::spawn(super::writer::run(shard, stream, transport, conn, signals));
             }
         })
     };
     let io = ConnIo {
         socket,
-        writer: Rc::clone(&signal),
-        progress: Rc::clone(&writer_progress),
+        signals: Rc::clone(&signals),
         start_writer,
     };
     let conn = shard.open_connection(peer, local, accepted, tls_peer, io);
@@ -116,9 +106,7 @@ pub fn serve_transport(
         stream,
         transport,
         conn,
-        writer: signal,
-        progress: writer_progress,
-        writer_done,
+        signals,
     };
     run(task)
 }
@@ -143,7 +131,7 @@ fn run(task: ConnTask) -> impl Future<Output = ()> {
             &task.shard,
             &task.stream,
             conn,
-            &task.writer_done,
+            &task.signals.writer_done,
         ))
         .await;
         task.shard.release_connection(conn);
@@ -166,9 +154,7 @@ fn park(task: &ConnTask) -> bool {
         shard: Rc::downgrade(shard),
         stream: Rc::clone(&task.stream),
         conn: task.conn,
-        writer: Rc::clone(&task.writer),
-        progress: Rc::clone(&task.progress),
-        writer_done: Rc::clone(&task.writer_done),
+        signals: Rc::clone(&task.signals),
     };
     if shard.park_reader(task.conn, Box::new(move || parked.restart())) {
         true
@@ -184,9 +170,7 @@ struct ParkedTask {
     shard: std::rc::Weak<Shard>,
     stream: Rc<TcpStream>,
     conn: ConnId,
-    writer: Rc<Signal>,
-    progress: Rc<Signal>,
-    writer_done: Rc<Signal>,
+    signals: Rc<ConnSignals>,
 }
 
 impl ParkedTask {
@@ -204,9 +188,7 @@ impl ParkedTask {
             stream: self.stream,
             transport: Transport::Plain,
             conn: self.conn,
-            writer: self.writer,
-            progress: self.progress,
-            writer_done: self.writer_done,
+            signals: self.signals,
         }));
     }
 }
@@ -260,10 +242,10 @@ async fn cut_off_when_closed(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: Conn
         if shard.phase(conn) != Some(Phase::Lingering) {
             break;
         }
-        let Some(resume) = shard.resume_signal(conn) else {
+        let Some(signals) = shard.resume_signal(conn) else {
             break;
         };
-        resume.wait().await;
+        signals.resume.wait().await;
     }
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
@@ -340,7 +322,13 @@ async fn read_loop(task: &ConnTask) -> Ended {
             rb.release_if_empty();
             // Rare paths are boxed: the task of every connection is only as large as
             // its common path (issue 23).
-            Box::pin(await_drain(&task.shard, &task.stream, conn, &task.progress)).await;
+            Box::pin(await_drain(
+                &task.shard,
+                &task.stream,
+                conn,
+                &task.signals.progress,
+            ))
+            .await;
         }
         let frame_max = task.shard.reader_view(conn).map_or(0, |v| v.frame_max);
         let mut more = false;
@@ -406,7 +394,8 @@ async fn read_loop(task: &ConnTask) -> Ended {
                 n
             }
             (Transport::Tls(session), _) => {
-                let read = Box::pin(session.read(&task.stream, &mut rb, frame_max, &task.writer));
+                let read =
+                    Box::pin(session.read(&task.stream, &mut rb, frame_max, &task.signals.writer));
                 match Box::pin(until_closed(&task.shard, conn, read))
                     .await
                     .flatten()
@@ -525,7 +514,7 @@ async fn hold(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) -> bool {
         let Some((wanted, unacked)) = shard.hold_state(conn) else {
             break;
         };
-        let Some(resume) = shard.resume_signal(conn) else {
+        let Some(signals) = shard.resume_signal(conn) else {
             break;
         };
         if !wanted {
@@ -544,7 +533,7 @@ async fn hold(shard: &Rc<Shard>, stream: &TcpStream, conn: ConnId) -> bool {
         } else {
             unacked_since = None;
         }
-        let _ = tokio::time::timeout(HOLD_RECHECK, resume.wait()).await;
+        let _ = tokio::time::timeout(HOLD_RECHECK, signals.resume.wait()).await;
     }
     if let Some(subject) = shard.end_hold(conn) {
         crate::ops::event::OpsEvent::ReadingResumed { subject }.emit();
@@ -562,7 +551,8 @@ async fn until_closed<T>(
     conn: ConnId,
     read: impl std::future::Future<Output = T>,
 ) -> Option<T> {
-    let resume = shard.resume_signal(conn)?;
+    let signals = shard.resume_signal(conn)?;
+    let resume = &signals.resume;
     let mut read = std::pin::pin!(read);
     let mut woken = false;
     let out = loop {
@@ -592,7 +582,7 @@ async fn until_closed<T>(
 struct ReadableUntilClosed<'a> {
     shard: &'a Shard,
     socket: &'a AsyncFd<SocketFd>,
-    resume: Rc<Signal>,
+    signals: Rc<ConnSignals>,
     conn: ConnId,
     /// The resume signal fired while waiting: it is passed on once the wait ends.
     woken: bool,
@@ -604,7 +594,7 @@ impl<'a> ReadableUntilClosed<'a> {
         Some(ReadableUntilClosed {
             shard,
             socket,
-            resume: shard.resume_signal(conn)?,
+            signals: shard.resume_signal(conn)?,
             conn,
             woken: false,
         })
@@ -612,7 +602,7 @@ impl<'a> ReadableUntilClosed<'a> {
 
     fn finish<T>(&mut self, out: T) -> std::task::Poll<T> {
         if std::mem::take(&mut self.woken) {
-            self.resume.notify();
+            self.signals.resume.notify();
         }
         std::task::Poll::Ready(out)
     }
@@ -639,7 +629,7 @@ impl<'a> std::future::Future for ReadableUntilClosed<'a> {
         if let std::task::Poll::Ready(ready) = socket.poll_read_ready(cx) {
             return this.finish(Wait::Readable(ready));
         }
-        while this.resume.poll_wait(cx).is_ready() {
+        while this.signals.resume.poll_wait(cx).is_ready() {
             this.woken = true;
             if matches!(this.shard.phase(this.conn), None | Some(Phase::Closed)) {
                 return this.finish(Wait::Closed);

@@ -21,30 +21,28 @@ use tokio_uring::net::TcpStream;
 
 use super::Transport;
 use crate::model::ids::ConnId;
-use crate::session::signal::Signal;
+use crate::session::signal::{ConnSignals, Signal};
 use crate::shard::Shard;
 
 /// Most iovecs one `writev` takes (Linux `IOV_MAX`).
 const IOV_MAX: usize = 1024;
 
-/// Runs until the connection is gone or its socket fails, then raises `done`.
+/// Runs until the connection is gone or its socket fails, then raises `writer_done`.
 pub async fn run(
     shard: Rc<Shard>,
     stream: Rc<TcpStream>,
     transport: Transport,
     conn: ConnId,
-    signal: Rc<Signal>,
-    progress: Rc<Signal>,
-    done: Rc<Signal>,
+    signals: Rc<ConnSignals>,
 ) {
-    write_loop(&shard, &stream, &transport, conn, &signal).await;
+    write_loop(&shard, &stream, &transport, conn, &signals.writer).await;
     let _ = stream.shutdown(std::net::Shutdown::Both);
     // Whatever ended the writer (close handshake done, or a failed write: the peer is
     // gone), the connection is finished; a reader that is not reading (held, or paused
     // for a full buffer) must not wait for it.
     shard.writer_finished(conn);
-    done.notify();
-    progress.notify();
+    signals.writer_done.notify();
+    signals.progress.notify();
 }
 
 async fn write_loop(

@@ -19,7 +19,7 @@ use crate::model::routing::VhostIdx;
 use crate::protocol::{FieldTable, FieldValue, LongStr, ShortStr};
 use crate::session::channel_table::ChannelTable;
 use crate::session::outbound::Outbound;
-use crate::session::signal::Signal;
+use crate::session::signal::ConnSignals;
 
 /// How long a client has from TCP accept to `connection.open` (the shard arms this
 /// deadline when it registers the connection; `limits.login.max_delay_ms` must stay
@@ -93,8 +93,12 @@ pub struct Conn {
     /// By number, the first one inline (`session::channel_table`).
     pub channels: ChannelTable,
     pub out: Outbound,
-    /// Wakes the connection's writer task ([`Conn::wake_writer`]).
-    pub writer: Rc<Signal>,
+    /// The writer's, progress, writer-done and resume signals (`ConnSignals`): wakes the
+    /// writer task ([`Conn::wake_writer`]); raised when bytes reached the socket; woken
+    /// when a reason to hold the reader may have gone, when the connection becomes
+    /// `Closed` (a lingering connection's socket is then cut off), and to ask an idle
+    /// reader to park.
+    pub signals: Rc<ConnSignals>,
     /// Starts the writer task; taken the first time it is woken. A plain connection's
     /// bytes normally go out in the shard's write pass, so most connections never start
     /// one (issue 23: an idle task per connection was half a KiB).
@@ -115,9 +119,6 @@ pub struct Conn {
     /// Since when the reader has deliberately not read this socket (flow enforcement,
     /// backpressure): liveness is not judged meanwhile.
     pub read_paused_since: Option<Instant>,
-    /// Woken when a reason to hold the reader may have gone, and when the connection
-    /// becomes `Closed` (a lingering connection's socket is then cut off).
-    pub resume: Rc<Signal>,
     /// While the connection's reader is parked (its task ended, the shard's park set
     /// watches the socket): what starts it again (`net::park`).
     parked_reader: Option<RestartReader>,
@@ -140,9 +141,6 @@ pub struct Conn {
     /// it waits for room), or must finish it (closed, TLS): the write pass leaves the
     /// connection to it until it drained the buffer.
     pub writer_owns: bool,
-    /// Raised whenever bytes of this connection reached the socket (a reader paused for
-    /// a full outbound buffer waits on it).
-    pub progress: Rc<Signal>,
     /// The user's permissions on the vhost (set at `connection.open`).
     pub access: crate::auth::permissions::Access,
     /// On a TLS listener: whether EXTERNAL is offered and the client certificate's CN.
@@ -228,7 +226,7 @@ impl Conn {
     /// Wakes the writer task, starting it the first time.
     pub fn wake_writer(&mut self) {
         self.ensure_writer();
-        self.writer.notify();
+        self.signals.writer.notify();
     }
 
     /// Starts the writer task if it is not running yet (a TLS connection's, which its
@@ -248,7 +246,7 @@ impl Conn {
     /// connection (lingering, held, paused) is woken.
     pub fn finish(&mut self) {
         self.phase = Phase::Closed;
-        self.resume.notify();
+        self.signals.resume.notify();
         // A parked reader must see the close to release the connection.
         if let Some(restart) = self.take_parked_reader() {
             restart();
@@ -288,7 +286,7 @@ impl Conn {
         now: Instant,
         inline_max: usize,
         frame_max: u32,
-        writer: Rc<Signal>,
+        signals: Rc<ConnSignals>,
     ) -> Conn {
         Conn {
             id,
@@ -305,7 +303,7 @@ impl Conn {
             capabilities: ClientCapabilities::default(),
             channels: ChannelTable::default(),
             out: Outbound::new(inline_max, frame_max),
-            writer,
+            signals,
             start_writer: None,
             last_recv: now,
             last_send: now,
@@ -315,7 +313,6 @@ impl Conn {
             blocked_sent: false,
             hold_requested: false,
             read_paused_since: None,
-            resume: Rc::new(Signal::new()),
             parked_reader: None,
             park_asked: false,
             close_logged: false,
@@ -323,7 +320,6 @@ impl Conn {
             pulls: smallvec::SmallVec::new(),
             socket: None,
             writer_owns: false,
-            progress: Rc::new(Signal::new()),
             access: crate::auth::permissions::Access::default(),
             tls: None,
             local: None,
@@ -604,7 +600,7 @@ mod tests {
             Instant::now(),
             512,
             131_072,
-            Rc::new(crate::session::signal::Signal::new()),
+            Rc::new(ConnSignals::default()),
         )
     }
 

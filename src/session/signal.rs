@@ -2,6 +2,9 @@
 //! writer waits on it; the shard sets it when it queued bytes). It replaces a
 //! cross-thread `Notify`: everything here is `!Send` and lock-free by construction.
 //!
+//! Also [`ConnSignals`], a connection's four signals in one allocation (issue 23: they
+//! were four).
+//!
 //! Does not: carry data or wake more than one waiter.
 
 use std::cell::Cell;
@@ -43,4 +46,19 @@ impl Signal {
             Poll::Pending
         }
     }
+}
+
+/// The signals of one connection, shared by its `Conn`, its reader and its writer.
+#[derive(Default)]
+pub struct ConnSignals {
+    /// Wakes the writer task (bytes queued, closing, TLS records to send).
+    pub writer: Signal,
+    /// Raised when bytes of the connection reached the socket (a reader paused for a
+    /// full outbound buffer waits on it).
+    pub progress: Signal,
+    /// Raised when the writer task ended.
+    pub writer_done: Signal,
+    /// Raised when a reason to hold the reader may have gone, when the connection
+    /// becomes `Closed`, and when the shard asks an idle reader to park.
+    pub resume: Signal,
 }

@@ -167,7 +167,7 @@ impl Shard {
                 // Asked again at every sweep until it parks: a wake-up taken by another
                 // wait of the reader is not lost for good.
                 c.park_asked = true;
-                c.resume.notify();
+                c.signals.resume.notify();
             }
         }
     }

@@ -19,7 +19,7 @@ use crate::model::ids::ConnId;
 use crate::protocol::frame::{Frame, FrameError};
 use crate::session::connection::{Conn, Phase, TlsPeer};
 use crate::session::error::{ConnectionError, MethodId};
-use crate::session::signal::Signal;
+use crate::session::signal::ConnSignals;
 
 use super::conns::handler::{pending, AfterFrame, HeaderCheck, Pending};
 use super::{Shard, TimerKey};
@@ -58,12 +58,10 @@ pub enum Step {
 pub struct ConnIo {
     /// The socket the write pass writes to; `None` on TLS (the writer task encrypts).
     pub socket: Option<std::os::fd::RawFd>,
-    /// Wakes the connection's writer task.
-    pub writer: Rc<Signal>,
+    /// The connection's signals, shared with its reader and writer tasks.
+    pub signals: Rc<ConnSignals>,
     /// Starts the writer task the first time it is woken.
     pub start_writer: crate::session::connection::StartWriter,
-    /// Raised when bytes of the connection reached the socket.
-    pub progress: Rc<Signal>,
 }
 
 /// What a connection's reader may know of it (plain values, read once per socket read).
@@ -112,7 +110,7 @@ impl Shard {
                 now,
                 config.net.inline_body_max,
                 config.limits.frame_max,
-                io.writer,
+                io.signals,
             );
             c.tls = tls.map(Box::new);
             c.socket = io.socket;
@@ -121,7 +119,6 @@ impl Shard {
             if c.writer_owns {
                 c.ensure_writer();
             }
-            c.progress = io.progress;
             c.local = local;
             c.connected_at_ms = connected_at_ms;
             c
@@ -140,10 +137,14 @@ impl Shard {
         })
     }
 
-    /// The signal raised when the connection closes, or flow control releases it (for a
-    /// reader that waits without reading).
-    pub fn resume_signal(&self, conn: ConnId) -> Option<Rc<Signal>> {
-        self.state.borrow().conn(conn).map(|c| Rc::clone(&c.resume))
+    /// The connection's signals: its `resume` is raised when the connection closes, flow
+    /// control releases it (for a reader that waits without reading), or the shard asks
+    /// the idle reader to park. `None` once the connection is gone.
+    pub fn resume_signal(&self, conn: ConnId) -> Option<Rc<ConnSignals>> {
+        self.state
+            .borrow()
+            .conn(conn)
+            .map(|c| Rc::clone(&c.signals))
     }
 
     pub fn phase(&self, conn: ConnId) -> Option<Phase> {
@@ -361,7 +362,7 @@ impl Shard {
     fn count_written(&self, c: &mut Conn, n: usize) -> bool {
         c.send_oct += n as u64;
         c.last_send = self.clock.now();
-        c.progress.notify();
+        c.signals.progress.notify();
         super::ShardCounters::add(&self.counters.bytes_written, n);
         c.out.queued_bytes() < self.config.net.write_low_water
     }

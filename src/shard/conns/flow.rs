@@ -168,7 +168,7 @@ impl ConnSide<'_> {
         if let Some(c) = self.conn_mut(conn) {
             if c.hold_requested && !c.over_grace(grace) {
                 c.hold_requested = false;
-                c.resume.notify();
+                c.signals.resume.notify();
             }
         }
     }

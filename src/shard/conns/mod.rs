@@ -315,9 +315,9 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::session::signal::Signal;
+    use crate::session::signal::ConnSignals;
 
-    fn conn(conns: &mut Connections, signal: &Rc<Signal>) -> ConnId {
+    fn conn(conns: &mut Connections, signal: &Rc<ConnSignals>) -> ConnId {
         let now = Instant::now();
         conns.add(|id, serial| {
             Conn::new(
@@ -335,7 +335,7 @@ mod tests {
     #[test]
     fn a_writer_marked_many_times_in_a_turn_is_listed_once() {
         let mut conns = Connections::new(0, 1);
-        let signals: Vec<Rc<Signal>> = (0..1000).map(|_| Rc::new(Signal::new())).collect();
+        let signals: Vec<Rc<ConnSignals>> = (0..1000).map(|_| Rc::default()).collect();
         let ids: Vec<ConnId> = signals.iter().map(|s| conn(&mut conns, s)).collect();
         for _ in 0..5 {
             for id in &ids {
@@ -367,7 +367,7 @@ mod tests {
 
     #[test]
     fn serials_are_unique_across_shards_and_generations_change() {
-        let signal = Rc::new(Signal::new());
+        let signal: Rc<ConnSignals> = Rc::default();
         let mut second = Connections::new(1, 2);
         let a = conn(&mut second, &signal);
         let b = conn(&mut second, &signal);

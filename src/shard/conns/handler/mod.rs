@@ -252,7 +252,7 @@ impl ConnSide<'_> {
                 let id = MethodId::of(&method);
                 match method {
                     Method::ChannelOpen(_) => {
-                        if let Err(refusal) = shard.limits.open_channel(conn) {
+                        if let Err(refusal) = shard.limits.open_channel(conn, &c.user) {
                             let now = shard.clock.now();
                             let subject = c.log_subject();
                             shard.limits.channel_refused(subject, number, &refusal, now);
@@ -571,7 +571,7 @@ impl ConnSide<'_> {
         );
         self.close_connection(shard, conn, &err.on(MethodId::NONE));
         if let Some(c) = self.conn_mut(conn) {
-            c.resume.notify();
+            c.signals.resume.notify();
         }
     }
 
@@ -612,7 +612,7 @@ impl ConnSide<'_> {
         }
         // Ends a writer task waiting for work; one never started is dropped with the
         // connection (the reader, which is ending, closes the socket).
-        removed.writer.notify();
+        removed.signals.writer.notify();
     }
 }
 
