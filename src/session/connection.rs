@@ -360,11 +360,10 @@ impl Conn {
         }
     }
 
-    /// Keeps the client's `client-properties` (encoded, detached from the frame).
-    pub fn set_client_properties(&mut self, properties: &FieldTable) {
-        let mut out = bytes::BytesMut::with_capacity(properties.encoded_len());
-        properties.encode(&mut out);
-        self.client_properties = out.freeze();
+    /// Keeps the client's `client-properties`, encoded and detached from the frame
+    /// (shared with other connections that sent the same: `session::properties_cache`).
+    pub fn set_client_properties(&mut self, encoded: Bytes) {
+        self.client_properties = encoded;
     }
 
     /// The client's `client-properties` (empty before `connection.start-ok`).

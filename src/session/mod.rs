@@ -19,6 +19,7 @@ pub mod content;
 pub mod error;
 pub mod limit;
 pub mod outbound;
+pub mod properties_cache;
 pub mod publisher;
 pub mod reply_consumer;
 pub mod reply_to;

@@ -61,6 +61,8 @@ pub struct Connections {
     disk_alarm: bool,
     /// Each vhost's store alarm (disk quota) as this shard has applied it.
     store_alarms: Vec<bool>,
+    /// Recent `client-properties`, shared by the connections that sent the same.
+    properties: crate::session::properties_cache::PropertiesCache,
 }
 
 impl Connections {
@@ -75,6 +77,7 @@ impl Connections {
             memory_alarm: false,
             disk_alarm: false,
             store_alarms: Vec::new(),
+            properties: Default::default(),
         }
     }
 
@@ -298,6 +301,15 @@ impl<'a> ConnSide<'a> {
 
     pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
         self.conns.get_mut(id)
+    }
+
+    /// `client-properties` as a connection keeps them, shared with the connections of
+    /// this shard that sent the same.
+    pub fn intern_client_properties(
+        &mut self,
+        properties: &crate::protocol::FieldTable,
+    ) -> bytes::Bytes {
+        self.conns.properties.intern(properties)
     }
 
     pub fn conn(&self, id: ConnId) -> Option<&Conn> {

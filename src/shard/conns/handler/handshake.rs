@@ -106,12 +106,14 @@ impl ConnSide<'_> {
                             // Only this broker's own links use this name, from loopback.
                             if from_loopback && link.accepts(&creds.user, creds.password.as_bytes())
                             {
+                                let properties =
+                                    self.intern_client_properties(&ok.client_properties);
                                 if let Some(c) = self.conn_mut(conn) {
                                     c.user = creds.user.clone();
                                     c.federation_link = true;
                                     c.capabilities =
                                         connection::client_capabilities(&ok.client_properties);
-                                    c.set_client_properties(&ok.client_properties);
+                                    c.set_client_properties(properties);
                                     c.auth_mechanism = mechanism.clone();
                                     c.start_ok_accepted();
                                 }
@@ -143,6 +145,7 @@ impl ConnSide<'_> {
                         return Ok(self.refuse_login(shard, conn, &name, &mechanism, refused));
                     }
                 };
+                let properties = self.intern_client_properties(&ok.client_properties);
                 let Some(c) = self.conn_mut(conn) else {
                     return Ok(AfterFrame::Stop);
                 };
@@ -154,7 +157,7 @@ impl ConnSide<'_> {
                 // A correct login is answered at once, whatever failed before.
                 c.user = user.name;
                 c.capabilities = connection::client_capabilities(&ok.client_properties);
-                c.set_client_properties(&ok.client_properties);
+                c.set_client_properties(properties);
                 c.auth_mechanism = mechanism;
                 c.start_ok_accepted();
                 self.send_login_outcome(shard, conn, Ok(()));
