@@ -29,7 +29,8 @@ impl AsRawFd for SetFd {
 
 /// Restarts the reader of every parked connection whose socket has an event, until the
 /// thread ends. Without a set (or its registration refused) it returns at once, and no
-/// reader parks for long: `shard::conns::park` asks only while the set is available.
+/// reader parks: the shard asks readers to park only while this task waits on the set
+/// (`ParkSet::available`); if its wait fails, the parked readers are restarted.
 pub async fn run(shard: Rc<Shard>) {
     let Some(set) = shard.parked_readers.fd() else {
         crate::ops::event::OpsEvent::ReaderParkUnavailable {
@@ -50,9 +51,17 @@ pub async fn run(shard: Rc<Shard>) {
         .emit();
         return;
     };
+    shard.parked_readers.set_watched(true);
     let mut ready = Vec::new();
     loop {
         let Ok(mut readiness) = registered.readable().await else {
+            shard.parked_readers.set_watched(false);
+            shard.restart_every_parked_reader();
+            crate::ops::event::OpsEvent::ReaderParkUnavailable {
+                shard: shard.id,
+                reason: "the wait on the epoll set failed; parked readers restarted".into(),
+            }
+            .emit();
             return;
         };
         ready.clear();

@@ -19,6 +19,7 @@ use crate::model::routing::VhostIdx;
 use crate::protocol::{FieldTable, FieldValue, LongStr, ShortStr};
 use crate::session::channel_table::ChannelTable;
 use crate::session::outbound::Outbound;
+use crate::session::properties_cache::Interned;
 use crate::session::signal::ConnSignals;
 
 /// How long a client has from TCP accept to `connection.open` (the shard arms this
@@ -68,6 +69,16 @@ pub struct WriteMark {
 
 /// Starts a connection's writer task (given by its reader, which owns the socket).
 pub type StartWriter = Box<dyn FnOnce(ConnId)>;
+
+/// A table this module encoded (empty when there is none).
+fn decode_kept(encoded: &Bytes) -> FieldTable {
+    if encoded.is_empty() {
+        return FieldTable::default();
+    }
+    let mut r = crate::protocol::codec::Reader::new(encoded.clone());
+    // It decoded once already (and was encoded here): nothing else can come out.
+    FieldTable::decode(&mut r).unwrap_or_default()
+}
 
 /// Restarts a parked connection's reader task (made by the reader as it parks,
 /// `net::park`).
@@ -151,10 +162,13 @@ pub struct Conn {
     pub local: Option<SocketAddr>,
     /// When the socket was accepted, milliseconds since the Unix epoch.
     pub connected_at_ms: u64,
-    /// `client-properties` of `connection.start-ok`, as the client sent them, encoded in
-    /// an allocation of their own (a decoded table is a few hundred bytes of entries per
-    /// connection; they are read rarely: [`Conn::client_properties`]).
+    /// `client-properties` of `connection.start-ok` but their `connection_name`, as the
+    /// client sent them, encoded (a decoded table is a few hundred bytes of entries per
+    /// connection; they are read rarely: [`Conn::client_properties`]) and shared with
+    /// the connections of the shard that sent the same (`session::properties_cache`).
     client_properties: Bytes,
+    /// Its `connection_name` entry, encoded as a table of its own.
+    own_properties: Option<Box<[u8]>>,
     /// The SASL mechanism of the accepted `start-ok` (empty before).
     pub auth_mechanism: String,
     /// AMQP bytes read from the socket and written to it (`recv_oct`, `send_oct`; on a
@@ -325,6 +339,7 @@ impl Conn {
             local: None,
             connected_at_ms: 0,
             client_properties: Bytes::new(),
+            own_properties: None,
             auth_mechanism: String::new(),
             recv_oct: 0,
             send_oct: 0,
@@ -360,25 +375,33 @@ impl Conn {
         }
     }
 
-    /// Keeps the client's `client-properties`, encoded and detached from the frame
-    /// (shared with other connections that sent the same: `session::properties_cache`).
-    pub fn set_client_properties(&mut self, encoded: Bytes) {
-        self.client_properties = encoded;
+    /// Keeps the client's `client-properties`, encoded and detached from the frame:
+    /// what it may share with other connections, and its own `connection_name`
+    /// (`session::properties_cache`).
+    pub fn set_client_properties(&mut self, interned: Interned) {
+        self.client_properties = interned.shared;
+        self.own_properties = interned.own;
     }
 
-    /// The client's `client-properties` (empty before `connection.start-ok`).
+    /// The client's `client-properties` (empty before `connection.start-ok`); its
+    /// `connection_name` comes last.
     pub fn client_properties(&self) -> FieldTable {
-        if self.client_properties.is_empty() {
-            return FieldTable::default();
+        let mut table = decode_kept(&self.client_properties);
+        if let Some(own) = &self.own_properties {
+            let own = decode_kept(&Bytes::copy_from_slice(own));
+            table = table
+                .iter()
+                .chain(own.iter())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
         }
-        let mut r = crate::protocol::codec::Reader::new(self.client_properties.clone());
-        // They decoded once already (and were encoded here): nothing else can come out.
-        FieldTable::decode(&mut r).unwrap_or_default()
+        table
     }
 
     /// The `connection_name` the client gave in `client-properties`, if any.
     pub fn client_name(&self) -> Option<String> {
-        match self.client_properties().get("connection_name")? {
+        let own = decode_kept(&Bytes::copy_from_slice(self.own_properties.as_deref()?));
+        match own.get("connection_name")? {
             FieldValue::LongStr(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
             FieldValue::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
@@ -679,5 +702,27 @@ mod tests {
         c.park_asked = true;
         assert!(c.take_parked_reader().is_none());
         assert!(!c.park_asked);
+    }
+
+    /// What a connection keeps of its client-properties reads back as the client sent
+    /// them (its `connection_name` last), and gives its name.
+    #[test]
+    fn client_properties_read_back_with_their_name() {
+        let mut sent = FieldTable::new();
+        sent.insert("connection_name", FieldValue::LongStr("orders".into()));
+        sent.insert("product", FieldValue::LongStr("lib".into()));
+        let mut cache = crate::session::properties_cache::PropertiesCache::default();
+        let mut c = conn();
+        assert_eq!(c.client_properties(), FieldTable::default());
+        assert_eq!(c.client_name(), None);
+        c.set_client_properties(cache.intern(&sent));
+        let back = c.client_properties();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back.get("product"), sent.get("product"));
+        assert_eq!(
+            back.iter().last().map(|(k, _)| k.as_bytes().to_vec()),
+            Some(b"connection_name".to_vec())
+        );
+        assert_eq!(c.client_name().as_deref(), Some("orders"));
     }
 }

@@ -35,6 +35,9 @@ pub struct ParkSet {
     /// `None` when the kernel refused one: readers then never park.
     epoll: Option<OwnedFd>,
     parked: Cell<usize>,
+    /// `net::park`'s task waits on the set: without it no event would restart a parked
+    /// reader, so no reader may park.
+    watched: Cell<bool>,
 }
 
 impl ParkSet {
@@ -48,12 +51,18 @@ impl ParkSet {
         ParkSet {
             epoll,
             parked: Cell::new(0),
+            watched: Cell::new(false),
         }
     }
 
     /// Whether readers may park (the set exists).
     pub fn available(&self) -> bool {
-        self.epoll.is_some()
+        self.epoll.is_some() && self.watched.get()
+    }
+
+    /// Whether a task waits on the set (`net::park` says so when it starts and ends).
+    pub fn set_watched(&self, watched: bool) {
+        self.watched.set(watched);
     }
 
     /// Readers parked now.
@@ -201,16 +210,33 @@ impl Shard {
         }
     }
 
-    /// The parked reader's socket has an event (`net::park`): its task starts again. An
-    /// event for a connection that is gone, or whose reader restarted meanwhile, is
-    /// ignored.
+    /// The parked reader's socket has an event (`net::park`): its task starts again. The
+    /// peer's bytes (or its hang-up) count as a sign of life, so that the sweep does not
+    /// ask the reader to park again before it has read them. An event for a connection
+    /// that is gone, or whose reader restarted meanwhile, is ignored.
     pub fn restart_parked_reader(&self, conn: ConnId) {
-        let restart = self
+        let now = self.clock.now();
+        let restart = self.state.borrow_mut().conn_mut(conn).and_then(|c| {
+            let restart = c.take_parked_reader()?;
+            c.last_recv = now;
+            Some(restart)
+        });
+        if let Some(restart) = restart {
+            restart();
+        }
+    }
+
+    /// Restarts every parked reader (the task that waits on the set ended: nothing else
+    /// would).
+    pub fn restart_every_parked_reader(&self) {
+        let restarts: Vec<RestartReader> = self
             .state
             .borrow_mut()
-            .conn_mut(conn)
-            .and_then(|c| c.take_parked_reader());
-        if let Some(restart) = restart {
+            .conns
+            .iter_mut()
+            .filter_map(|c| c.take_parked_reader())
+            .collect();
+        for restart in restarts {
             restart();
         }
     }
@@ -236,6 +262,8 @@ mod tests {
     #[test]
     fn a_watched_socket_reports_once() {
         let set = ParkSet::new();
+        assert!(!set.available(), "no task waits on it yet");
+        set.set_watched(true);
         assert!(set.available());
         let mut fds = [0; 2];
         // SAFETY: `fds` has room for the pair.

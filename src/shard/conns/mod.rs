@@ -308,7 +308,7 @@ impl<'a> ConnSide<'a> {
     pub fn intern_client_properties(
         &mut self,
         properties: &crate::protocol::FieldTable,
-    ) -> bytes::Bytes {
+    ) -> crate::session::properties_cache::Interned {
         self.conns.properties.intern(properties)
     }
 
