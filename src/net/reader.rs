@@ -140,28 +140,18 @@ fn run(task: ConnTask) -> impl Future<Output = ()> {
 
 /// Leaves the socket to the shard's park set, keeping with the connection what restarts
 /// the reader task (the task's handles; the shard held weakly: a connection must not keep
-/// its shard alive); the caller's task then ends. False when the reader cannot park (the
-/// connection was closed or read meanwhile, or the socket could not be watched): it
-/// goes on reading.
+/// its shard alive); the caller's task then ends. False when the reader cannot park
+/// (`Shard::park_reader`): it goes on reading.
 fn park(task: &ConnTask) -> bool {
-    let shard = &task.shard;
     let socket = std::os::fd::AsRawFd::as_raw_fd(&*task.stream);
-    if !shard.park_asked(task.conn) || shard.parked_readers.watch(socket, task.conn).is_err() {
-        shard.decline_park(task.conn);
-        return false;
-    }
     let parked = ParkedTask {
-        shard: Rc::downgrade(shard),
+        shard: Rc::downgrade(&task.shard),
         stream: Rc::clone(&task.stream),
         conn: task.conn,
         signals: Rc::clone(&task.signals),
     };
-    if shard.park_reader(task.conn, Box::new(move || parked.restart())) {
-        true
-    } else {
-        shard.parked_readers.forget(socket);
-        false
-    }
+    task.shard
+        .park_reader(task.conn, socket, Box::new(move || parked.restart()))
 }
 
 /// A parked plain connection's reader task, without its task: what it needs to start

@@ -55,7 +55,7 @@ impl ParkSet {
         }
     }
 
-    /// Whether readers may park (the set exists).
+    /// Whether readers may park (the set exists and `net::park`'s task waits on it).
     pub fn available(&self) -> bool {
         self.epoll.is_some() && self.watched.get()
     }
@@ -198,16 +198,24 @@ impl Shard {
         }
     }
 
-    /// The reader's task ends with its socket watched by the park set: `restart` starts
-    /// it again. False (nothing kept) when the connection is gone.
-    pub fn park_reader(&self, conn: ConnId, restart: RestartReader) -> bool {
-        match self.state.borrow_mut().conn_mut(conn) {
-            Some(c) => {
-                c.reader_parked(restart);
-                true
-            }
-            None => false,
+    /// The reader's task is to end with `socket` watched by the park set, `restart`
+    /// kept to start it again. False (`restart` dropped, the request to park cleared)
+    /// when it may not: the connection is gone, was read or closed since it was asked,
+    /// or the socket could not be watched; the reader then goes on in its task.
+    pub fn park_reader(&self, conn: ConnId, socket: RawFd, restart: RestartReader) -> bool {
+        let mut st = self.state.borrow_mut();
+        let Some(c) = st.conn_mut(conn) else {
+            return false;
+        };
+        let parked = c.park_asked
+            && c.phase() == Phase::Open
+            && self.parked_readers.watch(socket, conn).is_ok();
+        if parked {
+            c.reader_parked(restart);
+        } else {
+            c.park_asked = false;
         }
+        parked
     }
 
     /// The parked reader's socket has an event (`net::park`): its task starts again. The

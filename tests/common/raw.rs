@@ -442,6 +442,18 @@ impl RawConn {
             .expect("send queue.declare");
     }
 
+    /// Sends a passive queue.declare of `name`, without waiting for the answer.
+    pub fn send_passive_declare(&mut self, channel: u16, name: &str) {
+        let args = Enc::new()
+            .short(0)
+            .shortstr(name)
+            .bits(&[true, false, false, false, false])
+            .table(&vec![])
+            .done();
+        self.send_method(channel, m::QUEUE_DECLARE, &args)
+            .expect("send passive queue.declare");
+    }
+
     pub fn queue_bind(&mut self, channel: u16, queue: &str, exchange: &str, key: &str) {
         let args = Enc::new()
             .short(0)

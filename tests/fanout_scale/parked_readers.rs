@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::http::{self, parse_openmetrics};
 use crate::common::raw::RawConn;
-use crate::common::wire::{m, Enc, Props};
+use crate::common::wire::{m, Props};
 use crate::common::Broker;
 use crate::support::raise_nofile;
 
@@ -89,14 +89,7 @@ async fn idle_readers_park_and_every_way_back_works() {
     // A method from a parked subscriber restarts its reader and is answered: a passive
     // declare of its own queue (nothing ready, its one consumer).
     for (raw, q) in &mut subs {
-        let args = Enc::new()
-            .short(0)
-            .shortstr(q)
-            .bits(&[true, false, false, false, false])
-            .table(&vec![])
-            .done();
-        raw.send_method(1, m::QUEUE_DECLARE, &args)
-            .expect("send passive queue.declare");
+        raw.send_passive_declare(1, q);
         let ok = raw.expect_method(1, m::QUEUE_DECLARE_OK);
         let mut d = ok.dec();
         assert_eq!(d.shortstr(), *q);

@@ -305,7 +305,7 @@ async fn depth_catches_a_no_ack_reader_that_stopped_reading(shards: usize) {
 /// `Consuming too slow.` and answers close-ok; then checks on channel 2 that the queue is
 /// gone. Returns the sequence numbers delivered.
 fn raw_read_until_too_slow(raw: &mut crate::common::RawConn, queue: &str) -> Vec<u32> {
-    use crate::common::wire::{self, m, Dec, Enc};
+    use crate::common::wire::{self, m, Dec};
     let mut got = Vec::new();
     loop {
         let (ty, channel, payload) = raw.read_frame().expect("read while draining");
@@ -350,14 +350,7 @@ fn raw_read_until_too_slow(raw: &mut crate::common::RawConn, queue: &str) -> Vec
         }
     }
     raw.channel_open(2);
-    let passive = Enc::new()
-        .short(0)
-        .shortstr(queue)
-        .bits(&[true, false, false, false, false])
-        .table(&vec![])
-        .done();
-    raw.send_method(2, m::QUEUE_DECLARE, &passive)
-        .expect("passive declare");
+    raw.send_passive_declare(2, queue);
     let (code, text) = raw.expect_channel_close(2);
     assert_eq!(
         (code, text),

@@ -23,14 +23,7 @@ fn closed(code: u16, text: String) -> Answer {
 
 /// Whether `queue` exists (a passive declare on channel 2, opened by the caller).
 fn exists(c: &mut crate::common::RawConn, queue: &str) -> bool {
-    let frame = Enc::new()
-        .short(0)
-        .shortstr(queue)
-        .bits(&[true, false, false, false, false])
-        .table(&vec![])
-        .done();
-    c.send_method(2, m::QUEUE_DECLARE, &frame)
-        .expect("send passive queue.declare");
+    c.send_passive_declare(2, queue);
     match answer(c, 2, m::QUEUE_DECLARE_OK) {
         Answer::Ok => true,
         Answer::ChannelClosed(404, ..) => false,
