@@ -155,7 +155,9 @@ pub struct NetTuning {
     pub inline_body_max: usize,
     /// A plain connection that has sent nothing for this long has its reader parked:
     /// the reader task ends and the shard's epoll set watches the socket until it has
-    /// bytes (`net::park`). `None`: readers never park.
+    /// bytes (`net::park`); a connection its client restarts soon after waits longer
+    /// before its next park (`shard::reader_park::park_backoff_after`). `None`: readers
+    /// never park.
     pub reader_park_after: Option<std::time::Duration>,
 }
 
@@ -382,7 +384,7 @@ impl Default for Config {
                 write_high_water: 1024 * 1024,
                 write_low_water: 256 * 1024,
                 inline_body_max: 512,
-                reader_park_after: Some(Duration::from_secs(2)),
+                reader_park_after: Some(Duration::from_millis(250)),
             },
             shard: ShardTuning {
                 inbox_capacity: 256,

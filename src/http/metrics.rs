@@ -340,6 +340,11 @@ fn shard_metrics(ctx: &Context, reg: &mut Registry, shards: &[ShardView]) {
         "shard_readers_parked",
         "Idle connections on the shard whose reader task is parked (net.reader_park_after)",
     );
+    let parks = counter(
+        reg,
+        "shard_reader_parks",
+        "Times a reader on the shard parked; a high rate means connections park and restart",
+    );
     let inbox = gauge(
         reg,
         "shard_publish_inbox_depth",
@@ -362,6 +367,7 @@ fn shard_metrics(ctx: &Context, reg: &mut Registry, shards: &[ShardView]) {
         set(&channels, &l, s.channel_count as f64);
         set(&queues, &l, s.queue_count as f64);
         set(&parked, &l, s.readers_parked as f64);
+        add(&parks, &l, s.reader_parks);
         cpu.get_or_create(&l).inc_by(s.cpu_seconds);
         if let Some(tx) = ctx.peers.publish.get(usize::from(s.shard)) {
             set(

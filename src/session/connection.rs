@@ -136,6 +136,9 @@ pub struct Conn {
     /// The shard asked the reader to park at its next wait for bytes (the connection
     /// has been idle); cleared when it reads, parks or declines.
     pub park_asked: bool,
+    /// Doublings of `net.reader_park_after` before the reader may park next: raised by a
+    /// park its peer ended soon, lowered by a long one (`shard::reader_park`).
+    pub park_backoff: u8,
     /// The broker already logged why it closed this connection (CON-1002).
     pub close_logged: bool,
     /// On the shard's list of connections to write (so marking one is O(1) however
@@ -329,6 +332,7 @@ impl Conn {
             read_paused_since: None,
             parked_reader: None,
             park_asked: false,
+            park_backoff: 0,
             close_logged: false,
             writer_marked: false,
             pulls: smallvec::SmallVec::new(),

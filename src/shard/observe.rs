@@ -83,6 +83,7 @@ pub fn answer(shard: &Shard, req: ObserveRequest) -> ObserveReply {
             view.bytes_read = shard.counters.bytes_read.get();
             view.bytes_written = shard.counters.bytes_written.get();
             view.readers_parked = shard.parked_readers.parked() as u64;
+            view.reader_parks = shard.parked_readers.parks();
             let c = &shard.counters;
             view.churn = Churn {
                 connections_opened: c.connections_opened.get(),

@@ -2,7 +2,11 @@
 //! epoll set of the shard's own that `net::park`'s task waits on), asking the readers of
 //! idle connections to park (a sweep every `net.reader_park_after`), keeping what
 //! restarts a parked reader with its connection, and restarting it when its socket has
-//! an event.
+//! an event. How long a connection must be idle adapts to it ([`park_backoff_after`]):
+//! a reader its peer restarts soon after it parked waits twice as long before the next
+//! park, so a connection that sends every second or so stops paying a park and a
+//! restart per message, while a subscriber that never sends parks soon after it is set
+//! up (its set-up's memory then goes at once, not seconds later).
 //!
 //! Does not: read sockets or start tasks (`net::park` and `net::reader` do; a restart is
 //! their closure), or park a reader that has a partial frame, is held, paused or closing
@@ -16,7 +20,7 @@
 use std::cell::Cell;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::model::ids::ConnId;
 use crate::session::connection::{Phase, RestartReader};
@@ -25,6 +29,22 @@ use super::Shard;
 
 /// Events taken from the set per system call.
 const EVENTS_PER_WAIT: usize = 256;
+
+/// The most a connection's wait before parking is doubled: 8 × `net.reader_park_after`.
+pub const PARK_BACKOFF_MAX: u8 = 3;
+
+/// A connection's doublings of `base` before its reader may park next, after it was
+/// restarted by its socket having been idle for `idle` (from its last read before the
+/// park to the restart): a park that ended within 8 × `base` of that read was not worth
+/// its cost (a task, a registration, two `epoll_ctl`s) and doubles the wait; a longer
+/// one halves it again.
+pub fn park_backoff_after(backoff: u8, idle: Duration, base: Duration) -> u8 {
+    if idle < base * (1 << PARK_BACKOFF_MAX) {
+        (backoff + 1).min(PARK_BACKOFF_MAX)
+    } else {
+        backoff.saturating_sub(1)
+    }
+}
 
 /// What wakes a parked reader: bytes, the peer's half-close, hang-up or error (the last
 /// two are always reported).
@@ -35,6 +55,9 @@ pub struct ParkSet {
     /// `None` when the kernel refused one: readers then never park.
     epoll: Option<OwnedFd>,
     parked: Cell<usize>,
+    /// Parks since the shard started (`sluice_shard_reader_parks`: its rate is what
+    /// parking costs).
+    parks: Cell<u64>,
     /// `net::park`'s task waits on the set: without it no event would restart a parked
     /// reader, so no reader may park.
     watched: Cell<bool>,
@@ -51,6 +74,7 @@ impl ParkSet {
         ParkSet {
             epoll,
             parked: Cell::new(0),
+            parks: Cell::new(0),
             watched: Cell::new(false),
         }
     }
@@ -70,6 +94,11 @@ impl ParkSet {
         self.parked.get()
     }
 
+    /// Parks since the shard started.
+    pub fn parks(&self) -> u64 {
+        self.parks.get()
+    }
+
     /// Watches `socket` of `conn` until its first event.
     pub fn watch(&self, socket: RawFd, conn: ConnId) -> io::Result<()> {
         let Some(epoll) = &self.epoll else {
@@ -86,6 +115,7 @@ impl ParkSet {
             return Err(io::Error::last_os_error());
         }
         self.parked.set(self.parked.get() + 1);
+        self.parks.set(self.parks.get() + 1);
         Ok(())
     }
 
@@ -154,10 +184,11 @@ fn key_conn(key: u64) -> ConnId {
 
 impl Shard {
     /// Asks the reader of every open plain connection that has sent nothing for
-    /// `net.reader_park_after` to park at its wait for bytes (its resume signal wakes
-    /// it). Called by the housekeeping loop; O(connections on the shard).
+    /// `net.reader_park_after` (doubled per step of its backoff, [`park_backoff_after`])
+    /// to park at its wait for bytes (its resume signal wakes it). Called by the
+    /// housekeeping loop; O(connections on the shard).
     pub fn ask_idle_readers_to_park(&self, now: Instant) {
-        let Some(idle) = self.config.net.reader_park_after else {
+        let Some(base) = self.config.net.reader_park_after else {
             return;
         };
         if !self.parked_readers.available() {
@@ -165,7 +196,8 @@ impl Shard {
         }
         let mut st = self.state.borrow_mut();
         for c in st.conns.iter_mut() {
-            let idle_enough = now.saturating_duration_since(c.last_recv) >= idle;
+            let idle_enough =
+                now.saturating_duration_since(c.last_recv) >= base * (1 << c.park_backoff);
             if idle_enough
                 && c.phase() == Phase::Open
                 && c.socket.is_some()
@@ -220,12 +252,17 @@ impl Shard {
 
     /// The parked reader's socket has an event (`net::park`): its task starts again. The
     /// peer's bytes (or its hang-up) count as a sign of life, so that the sweep does not
-    /// ask the reader to park again before it has read them. An event for a connection
-    /// that is gone, or whose reader restarted meanwhile, is ignored.
+    /// ask the reader to park again before it has read them; how long the connection
+    /// was idle sets how long it must be before its next park ([`park_backoff_after`]).
+    /// An event for a connection that is gone, or whose reader restarted meanwhile, is
+    /// ignored.
     pub fn restart_parked_reader(&self, conn: ConnId) {
         let now = self.clock.now();
+        let base = self.config.net.reader_park_after.unwrap_or_default();
         let restart = self.state.borrow_mut().conn_mut(conn).and_then(|c| {
             let restart = c.take_parked_reader()?;
+            let idle = now.saturating_duration_since(c.last_recv);
+            c.park_backoff = park_backoff_after(c.park_backoff, idle, base);
             c.last_recv = now;
             Some(restart)
         });
@@ -265,6 +302,21 @@ mod tests {
         assert_eq!(key_conn(conn_key(conn)), conn);
     }
 
+    /// A park that ends within 8 × the base doubles the wait, up to 8 ×; a longer one
+    /// halves it again.
+    #[test]
+    fn a_short_park_doubles_the_wait_and_a_long_one_halves_it() {
+        let base = Duration::from_millis(250);
+        let ms = Duration::from_millis;
+        assert_eq!(park_backoff_after(0, ms(700), base), 1);
+        assert_eq!(park_backoff_after(1, ms(1999), base), 2);
+        assert_eq!(park_backoff_after(2, ms(900), base), 3);
+        assert_eq!(park_backoff_after(3, ms(900), base), PARK_BACKOFF_MAX);
+        assert_eq!(park_backoff_after(3, ms(2000), base), 2);
+        assert_eq!(park_backoff_after(1, ms(60_000), base), 0);
+        assert_eq!(park_backoff_after(0, ms(60_000), base), 0);
+    }
+
     /// A watched socket reports once when it has bytes, and a forgotten one leaves the
     /// count; forgetting twice does not count twice.
     #[test]
@@ -286,7 +338,7 @@ mod tests {
             generation: 9,
         };
         set.watch(a.as_raw_fd(), conn).unwrap();
-        assert_eq!(set.parked(), 1);
+        assert_eq!((set.parked(), set.parks()), (1, 1));
         let epoll = set.epoll.as_ref().unwrap().as_raw_fd();
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
         let wait = |events: &mut [libc::epoll_event]| unsafe {
@@ -305,6 +357,6 @@ mod tests {
         assert_eq!(wait(&mut events), 0, "one shot");
         set.forget(a.as_raw_fd());
         set.forget(a.as_raw_fd());
-        assert_eq!(set.parked(), 0);
+        assert_eq!((set.parked(), set.parks()), (0, 1));
     }
 }

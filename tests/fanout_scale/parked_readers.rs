@@ -142,6 +142,58 @@ async fn idle_readers_park_and_every_way_back_works() {
     }
 }
 
+/// Parks on every shard since the broker started.
+fn parks(broker: &Broker) -> usize {
+    let metrics = http::get(broker.http_port(), "/metrics");
+    parse_openmetrics(&metrics.body)
+        .iter()
+        .filter(|s| s.name.starts_with("sluice_shard_reader_parks"))
+        .map(|s| s.value as usize)
+        .sum()
+}
+
+/// A client that sends every 700 ms (a heartbeat) restarts its parked reader within
+/// 8 × 300 ms each time, so its wait before parking doubles until it no longer parks
+/// (no park and restart per frame), while an idle connection beside it parks; once the
+/// client falls silent it parks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_sends_every_700_ms_stops_parking() {
+    let broker = Broker::start_with_config(1, CONFIG);
+    let mut idle = RawConn::connect(&broker.addr());
+    idle.handshake();
+    let mut chatty = RawConn::connect(&broker.addr());
+    chatty.handshake_with(10);
+    let beat = Duration::from_millis(700);
+    let beat_for = |raw: &mut RawConn, how_long: Duration| {
+        let until = Instant::now() + how_long;
+        while Instant::now() < until {
+            std::thread::sleep(beat);
+            raw.send_heartbeat().expect("heartbeat");
+        }
+    };
+    // Its first parks end within 700 ms: the wait doubles to 600 ms, then 1.2 s.
+    beat_for(&mut chatty, Duration::from_secs(5));
+    let before = parks(&broker);
+    assert!(
+        before >= 2,
+        "the connections parked {before} times at first"
+    );
+    beat_for(&mut chatty, Duration::from_secs(4));
+    assert_eq!(
+        parks(&broker),
+        before,
+        "a connection that sends every 700 ms still parks"
+    );
+    assert_eq!(parked(&broker), 1, "the idle connection stays parked");
+    // Silent now: it parks after 1.2 s.
+    assert!(
+        eventually(|| parked(&broker) == 2),
+        "the client that fell silent did not park"
+    );
+    idle.close_cleanly();
+    chatty.close_cleanly();
+}
+
 /// A parked connection whose peer stops sending heartbeats is closed for it, as one
 /// whose reader waits in its task: the close restarts the reader, which releases it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

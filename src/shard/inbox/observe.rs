@@ -172,6 +172,8 @@ pub struct ShardView {
     pub bytes_written: u64,
     /// Connections whose reader is parked (`net::park`).
     pub readers_parked: u64,
+    /// Parks since the shard started.
+    pub reader_parks: u64,
     /// The shard's connection and login totals since start (`ShardCounters`).
     pub churn: Churn,
     /// CPU time the shard's thread has used (`CLOCK_THREAD_CPUTIME_ID`): its rate is the
