@@ -21,7 +21,7 @@ use crate::session::confirm::ConfirmTracker;
 use crate::session::consumer::ChannelConsumer;
 use crate::session::content::ContentSlot;
 use crate::session::error::ChannelError;
-use crate::session::publisher::PublisherFlow;
+use crate::session::publisher::{PublisherFlow, Publishing};
 use crate::session::reply_consumer::ReplyConsumer;
 
 /// Where a channel is in its life.
@@ -85,8 +85,8 @@ pub struct Channel {
     pub tx: Option<Box<Vec<TxOp>>>,
     /// In a transaction: its committed publishes (from the first publish in tx mode).
     tx_commits: Option<Box<TxCommits>>,
-    /// Producer flow control on this channel.
-    pub publisher: PublisherFlow,
+    /// Producer flow control and publish counts, from the channel's first publish.
+    publishing: Option<Box<Publishing>>,
     /// `channel.flow` from the client: false stops deliveries.
     pub flow_active: bool,
     /// The queue most recently declared on this channel; an empty queue name in later
@@ -98,8 +98,9 @@ pub struct Channel {
     /// order; py-amqp fails on a cancel while it waits for the delete-ok).
     #[allow(clippy::box_collection)]
     held_cancels: Option<Box<Vec<ShortStr>>>,
-    /// What the management API shows as the channel's `message_stats`.
-    pub stats: ChannelStats,
+    /// Its delivery-side counts; with the publish counts, what the management API shows
+    /// as the channel's `message_stats` ([`Channel::counts`]).
+    pub stats: DeliveryStats,
     /// Its direct reply-to consumer (`basic.consume` on `amq.rabbitmq.reply-to`), at
     /// most one, no-ack, with the replies it holds while `flow_active` is false.
     pub direct_reply: Option<Box<ReplyConsumer>>,
@@ -112,6 +113,20 @@ struct TxCommits {
     tracker: ConfirmTracker,
     /// The last publish of each commit not answered yet, oldest first.
     marks: VecDeque<u64>,
+}
+
+/// A channel's delivery-side counts since it opened: plain adds where it delivers,
+/// answers a get and takes an ack (its publish counts are `Publishing`'s).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeliveryStats {
+    pub deliver: u64,
+    pub deliver_no_ack: u64,
+    pub get: u64,
+    pub get_no_ack: u64,
+    pub redeliver: u64,
+    pub ack: u64,
+    /// `basic.get` answered `get-empty`.
+    pub get_empty: u64,
 }
 
 /// A channel's message counts since it opened (RabbitMQ's channel `message_stats`):
@@ -202,12 +217,12 @@ impl Channel {
             confirms: None,
             tx: None,
             tx_commits: None,
-            publisher: PublisherFlow::default(),
+            publishing: None,
             flow_active: true,
             last_queue: ShortStr::default(),
             next_generated_tag: 1,
             held_cancels: None,
-            stats: ChannelStats::default(),
+            stats: DeliveryStats::default(),
             direct_reply: None,
         }
     }
@@ -305,9 +320,30 @@ impl Channel {
         self.next_tag
     }
 
+    /// The channel's counts, without the confirm figures.
+    pub fn counts(&self) -> ChannelStats {
+        let d = &self.stats;
+        let mut stats = ChannelStats {
+            deliver: d.deliver,
+            deliver_no_ack: d.deliver_no_ack,
+            get: d.get,
+            get_no_ack: d.get_no_ack,
+            redeliver: d.redeliver,
+            ack: d.ack,
+            get_empty: d.get_empty,
+            ..ChannelStats::default()
+        };
+        if let Some(p) = &self.publishing {
+            stats.publish = p.publish;
+            stats.return_unroutable = p.return_unroutable;
+            stats.drop_unroutable = p.drop_unroutable;
+        }
+        stats
+    }
+
     /// The channel's counts, with the confirm figures read from its tracker.
     pub fn totals(&self) -> ChannelStats {
-        let mut stats = self.stats;
+        let mut stats = self.counts();
         if let Some(t) = &self.confirms {
             stats.publish_confirm = t.last_assigned();
             stats.confirm = t.settled();
@@ -315,9 +351,24 @@ impl Channel {
         stats
     }
 
+    /// Its producer flow state, if it ever published (or was stopped).
+    pub fn publisher(&self) -> Option<&PublisherFlow> {
+        self.publishing.as_deref().map(|p| &p.flow)
+    }
+
+    /// Its producer flow state, if it ever published (or was stopped).
+    pub fn publisher_mut(&mut self) -> Option<&mut PublisherFlow> {
+        self.publishing.as_deref_mut().map(|p| &mut p.flow)
+    }
+
+    /// What the channel has as a publisher, made at its first use.
+    pub fn publishing_mut(&mut self) -> &mut Publishing {
+        self.publishing.get_or_insert_with(Box::default)
+    }
+
     /// Counts a publish on this channel (`message_stats.publish`); returns the channel.
     pub fn count_publish(&mut self) -> &mut Channel {
-        self.stats.publish += 1;
+        self.publishing_mut().publish += 1;
         self
     }
 
@@ -432,12 +483,24 @@ mod tests {
 
     #[test]
     fn a_subscribers_channel_holds_no_publishing_state() {
-        // Every subscriber has one channel: the publish assembly, transactions and
-        // confirms are boxed until used (issue 23). 320 bytes is one of the allocator's
-        // size classes; 336 would take 384.
-        assert!(std::mem::size_of::<Channel>() <= 320);
-        let ch = Channel::new(1, 1);
+        // Every subscriber has one channel: the publish assembly, transactions,
+        // confirms, flow state and publish counts are boxed until used (issue 23). 256
+        // bytes is one of the allocator's size classes; 264 would take 320.
+        assert!(std::mem::size_of::<Channel>() <= 256);
+        let mut ch = Channel::new(1, 1);
         assert!(ch.content.is_idle());
+        assert!(ch.publisher().is_none());
+        // Its counts read the same either way.
+        ch.record_no_ack_deliveries(3);
+        assert_eq!(ch.counts().deliver_no_ack, 3);
+        assert_eq!(ch.counts().publish, 0);
+        ch.count_publish().publishing_mut().drop_unroutable += 1;
+        let counts = ch.totals();
+        assert_eq!(
+            (counts.publish, counts.drop_unroutable, counts.deliver_no_ack),
+            (1, 1, 3)
+        );
+        assert!(ch.publisher().is_some_and(|p| !p.published));
     }
 
     #[test]

@@ -1,12 +1,25 @@
-//! Owns: producer flow control as one publishing channel experiences it (seed 001) —
-//! the overfull queues it is stopped on, whether the memory alarm stops it, whether the
-//! client has been told (`channel.flow`), and how much it published after being told,
-//! which is what decides that its connection must no longer be read.
+//! Owns: what only a channel that publishes has ([`Publishing`], boxed by the channel at
+//! its first publish: a subscriber's channel never needs it, issue 23) — producer flow
+//! control as the channel experiences it (seed 001): the overfull queues it is stopped
+//! on, whether the memory alarm stops it, whether the client has been told
+//! (`channel.flow`), and how much it published after being told, which is what decides
+//! that its connection must no longer be read — and its publish counts.
 //!
 //! Does not: send frames or log; the shard turns a [`PublisherFlow::transition`] into
 //! `channel.flow` and the `CHN-1005` / `CHN-1006` lines.
 
 use crate::model::ids::QueueRef;
+
+/// A publishing channel's flow state and publish counts (`message_stats.publish`,
+/// `return_unroutable`, `drop_unroutable`).
+#[derive(Debug, Default)]
+pub struct Publishing {
+    pub flow: PublisherFlow,
+    pub publish: u64,
+    /// Publishes no queue took: returned (mandatory) or dropped.
+    pub return_unroutable: u64,
+    pub drop_unroutable: u64,
+}
 
 /// Flow state of one channel as a publisher.
 #[derive(Debug, Default)]

@@ -201,7 +201,7 @@ fn counters(st: &State) -> CounterView {
         channels.extend(
             c.channels
                 .values()
-                .map(|ch| ((c.serial, ch.number), ch.stats)),
+                .map(|ch| ((c.serial, ch.number), ch.counts())),
         );
     }
     let directory = &st.common.directory;
@@ -387,7 +387,7 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
         view.channel_count += c.channels.len() as u64;
         for ch in c.channels.values() {
             view.consumer_count += ch.consumers.len() as u64;
-            view.publisher_count += u64::from(ch.publisher.published);
+            view.publisher_count += u64::from(ch.publisher().is_some_and(|p| p.published));
         }
     }
     if want.queues {
@@ -466,8 +466,8 @@ fn snapshot(st: &State, shard: ShardId, now: Instant, want: Want) -> ShardView {
                 consumers: ch.consumers.len() as u64,
                 confirm: ch.confirms.is_some(),
                 transactional: ch.tx.is_some(),
-                flow_blocked: ch.publisher.told_stopped(),
-                stats: ch.stats,
+                flow_blocked: ch.publisher().is_some_and(|p| p.told_stopped()),
+                stats: ch.counts(),
             });
             if !with_consumers {
                 continue;

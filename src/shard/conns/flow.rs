@@ -14,7 +14,7 @@ use crate::model::ids::ConnId;
 use crate::ops::event::{FlowCause, OpsEvent};
 use crate::protocol::method::{ChannelFlow, ConnectionBlocked, ConnectionUnblocked};
 use crate::protocol::{Method, ShortStr};
-use crate::session::channel::ChannelPhase;
+use crate::session::channel::{Channel, ChannelPhase};
 use crate::session::connection::{Conn, Phase};
 use crate::session::error::ChannelError;
 
@@ -64,7 +64,7 @@ impl ConnSide<'_> {
             };
             match notice.signal {
                 FlowSignal::Block { queue, name } => {
-                    if ch.publisher.block(queue) {
+                    if ch.publishing_mut().flow.block(queue) {
                         OpsEvent::FlowEnforced {
                             subject,
                             channel: target.channel,
@@ -74,7 +74,9 @@ impl ConnSide<'_> {
                     }
                 }
                 FlowSignal::Unblock { queue } => {
-                    ch.publisher.unblock(queue);
+                    if let Some(p) = ch.publisher_mut() {
+                        p.unblock(queue);
+                    }
                 }
             }
             self.apply_channel_flow(shard, target.conn, target.channel);
@@ -91,7 +93,7 @@ impl ConnSide<'_> {
         let Some(ch) = c.channels.get_mut(&number) else {
             return;
         };
-        let Some(active) = ch.publisher.transition() else {
+        let Some(active) = ch.publisher_mut().and_then(|p| p.transition()) else {
             return;
         };
         c.out
@@ -135,12 +137,13 @@ impl ConnSide<'_> {
         let Some(ch) = c.channels.get_mut(&number) else {
             return;
         };
-        let first = !ch.publisher.published;
-        ch.publisher.note_publish(bytes, blocked);
-        let excess = ch.publisher.excess;
+        let publisher = &mut ch.publishing_mut().flow;
+        let first = !publisher.published;
+        publisher.note_publish(bytes, blocked);
+        let excess = publisher.excess;
         if alarm && first && notify_by_flow {
             // A channel that starts publishing during an alarm is stopped too.
-            ch.publisher.set_memory(true);
+            publisher.set_memory(true);
             OpsEvent::FlowEnforced {
                 subject: c.log_subject(),
                 channel: number,
@@ -249,9 +252,9 @@ impl ConnSide<'_> {
                     c.blocked_sent = false;
                     c.out
                         .method(0, &Method::ConnectionUnblocked(ConnectionUnblocked {}));
-                    for ch in c.channels.values_mut() {
-                        if !ch.publisher.told_stopped() {
-                            ch.publisher.excess = 0;
+                    for p in c.channels.values_mut().filter_map(Channel::publisher_mut) {
+                        if !p.told_stopped() {
+                            p.excess = 0;
                         }
                     }
                 }
@@ -260,19 +263,21 @@ impl ConnSide<'_> {
                 let subject = c.log_subject();
                 let mut changed = Vec::new();
                 for ch in c.channels.values_mut() {
-                    if ch.publisher.published && ch.phase == ChannelPhase::Open {
-                        let was = ch.publisher.wants_stopped();
-                        ch.publisher.set_memory(on);
-                        if on && !was {
-                            OpsEvent::FlowEnforced {
-                                subject: subject.clone(),
-                                channel: ch.number,
-                                cause: cause.clone().unwrap_or(FlowCause::Memory),
-                            }
-                            .emit();
+                    let (number, open) = (ch.number, ch.phase == ChannelPhase::Open);
+                    let Some(p) = ch.publisher_mut().filter(|p| p.published && open) else {
+                        continue;
+                    };
+                    let was = p.wants_stopped();
+                    p.set_memory(on);
+                    if on && !was {
+                        OpsEvent::FlowEnforced {
+                            subject: subject.clone(),
+                            channel: number,
+                            cause: cause.clone().unwrap_or(FlowCause::Memory),
                         }
-                        changed.push(ch.number);
+                        .emit();
                     }
+                    changed.push(number);
                 }
                 for number in changed {
                     self.apply_channel_flow(shard, conn, number);
@@ -295,7 +300,10 @@ impl ConnSide<'_> {
         let offenders: Vec<u16> = c
             .channels
             .values()
-            .filter(|ch| ch.publisher.excess > flow.grace_bytes && ch.phase == ChannelPhase::Open)
+            .filter(|ch| {
+                ch.publisher().is_some_and(|p| p.excess > flow.grace_bytes)
+                    && ch.phase == ChannelPhase::Open
+            })
             .map(|ch| ch.number)
             .collect();
         let err = ChannelError::FlowControlIgnored {
@@ -303,11 +311,12 @@ impl ConnSide<'_> {
         };
         for number in offenders {
             self.close_channel(shard, conn, number, &err, super::handler::PUBLISH);
-            if let Some(ch) = self
+            if let Some(p) = self
                 .conn_mut(conn)
                 .and_then(|c| c.channels.get_mut(&number))
+                .and_then(Channel::publisher_mut)
             {
-                ch.publisher.excess = 0;
+                p.excess = 0;
             }
         }
         self.reconsider_hold(shard, conn);

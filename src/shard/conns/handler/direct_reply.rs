@@ -292,9 +292,9 @@ impl ConnSide<'_> {
                 .and_then(|c| c.channels.get_mut(&number))
             {
                 let unroutable = if publish.mandatory {
-                    &mut ch.stats.return_unroutable
+                    &mut ch.publishing_mut().return_unroutable
                 } else {
-                    &mut ch.stats.drop_unroutable
+                    &mut ch.publishing_mut().drop_unroutable
                 };
                 *unroutable += 1;
             }
@@ -450,7 +450,7 @@ impl ConnSide<'_> {
                 .and_then(|c| c.channels.get_mut(&r.origin.channel))
                 .filter(|ch| ch.epoch == r.origin.epoch)
             {
-                ch.stats.return_unroutable += 1;
+                ch.publishing_mut().return_unroutable += 1;
             }
             self.return_reply(r.origin, &r.msg);
         }

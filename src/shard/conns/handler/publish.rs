@@ -172,9 +172,9 @@ impl ConnSide<'_> {
         };
         if targets.is_empty() {
             let unroutable = if publish.mandatory {
-                &mut ch.stats.return_unroutable
+                &mut ch.publishing_mut().return_unroutable
             } else {
-                &mut ch.stats.drop_unroutable
+                &mut ch.publishing_mut().drop_unroutable
             };
             *unroutable += 1;
         }
