@@ -25,7 +25,7 @@ pub mod arg {
 
 /// Where a queue dead-letters (`x-dead-letter-exchange`, `x-dead-letter-routing-key`,
 /// `x-slow-consumer-dead-letter`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct DeadLetterTarget {
     /// The dead-letter exchange ("" is the default exchange).
     pub exchange: ShortStr,

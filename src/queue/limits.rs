@@ -26,8 +26,10 @@ use crate::policy::slow_consumer::{Prediction, SlowConsumerPolicy, SlowConsumerS
 #[derive(Debug, Default)]
 #[repr(C)]
 pub struct QueueLimits {
-    pub max_length: Option<MaxLength>,
-    pub capacity: Option<Capacity>,
+    /// Boxed, as the capacity: most queues have neither, and an absent box is 8 bytes
+    /// where an absent limit was 40 (and 24): issue 23.
+    pub max_length: Option<Box<MaxLength>>,
+    pub capacity: Option<Box<Capacity>>,
     pub slow: SlowState,
     /// Publishing channels told to stop because of this queue (while it is overfull).
     pub blocked_publishers: BlockedPublishers,

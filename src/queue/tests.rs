@@ -357,9 +357,14 @@ fn the_record_did_not_grow() {
 #[test]
 fn a_queue_is_ten_lines() {
     // Every subscriber has one: what most queues never use (dead-lettering, flow-stopped
-    // publishers, the slow-consumer policy, `basic.get` channels) is boxed until used.
-    // 640 bytes is also one of the allocator's size classes; 648 would take 768.
-    assert!(std::mem::size_of::<Queue>() <= 640);
+    // publishers, the slow-consumer policy, `basic.get` channels, length limits and
+    // capacity) is boxed until used, and queues declared alike share their settings.
+    // 512 bytes is also one of the allocator's size classes; 576 would take 640.
+    assert!(
+        std::mem::size_of::<Queue>() <= 512,
+        "{}",
+        std::mem::size_of::<Queue>()
+    );
 }
 
 #[test]
@@ -562,8 +567,8 @@ fn hot_fields_share_a_few_lines() {
     use std::mem::{align_of, offset_of};
     let line = |offset: usize| offset / 64;
     assert_eq!(align_of::<Queue>(), 64);
-    // The ready list, the consumers, the flags and the settings' checked fields: the
-    // first three lines.
+    // The ready list, the consumers, the flags and the settings (shared, behind a
+    // pointer): the first three lines.
     for offset in [
         offset_of!(Queue, ready),
         offset_of!(Queue, ready_bytes),
@@ -580,8 +585,7 @@ fn hot_fields_share_a_few_lines() {
         offset_of!(Queue, page_in_wanted),
         offset_of!(Queue, pick),
         offset_of!(Queue, pull_conn),
-        offset_of!(Queue, settings.message_ttl),
-        offset_of!(Queue, settings.stored),
+        offset_of!(Queue, settings),
     ] {
         assert!(
             line(offset) <= 2,
@@ -663,11 +667,40 @@ fn a_length_limit_or_a_queue_ttl_keeps_dispatch_per_turn() {
         .expect("consume");
     limited.refresh_pull(0, true);
     assert!(limited.pull_conn().is_some());
-    limited.limits.max_length = Some(crate::policy::max_length::MaxLength {
+    limited.limits.max_length = Some(Box::new(crate::policy::max_length::MaxLength {
         count: Some(10),
         bytes: None,
         overflow: crate::policy::max_length::Overflow::DropHead,
-    });
+    }));
     limited.refresh_pull(0, true);
     assert_eq!(limited.pull_conn(), None, "x-max-length");
+}
+
+/// Queues declared alike share one copy of their settings; a queue declared otherwise
+/// gets its own, and a run-time policy that changes one queue's settings leaves the
+/// others' as they were.
+#[test]
+fn queues_declared_alike_share_their_settings() {
+    use std::rc::Rc;
+    let plain = || QueueSettings {
+        exclusive: true,
+        auto_delete: true,
+        ..QueueSettings::default()
+    };
+    let a = plain().shared();
+    let b = plain().shared();
+    assert!(Rc::ptr_eq(&a, &b));
+    let with_ttl = QueueSettings {
+        message_ttl: Some(Duration::from_secs(1)),
+        ..plain()
+    }
+    .shared();
+    assert!(!Rc::ptr_eq(&a, &with_ttl));
+    assert_eq!(with_ttl.message_ttl, Some(Duration::from_secs(1)));
+    let mut c = plain().shared();
+    assert!(!Rc::ptr_eq(&c, &a), "the last one made was another");
+    let d = plain().shared();
+    assert!(Rc::ptr_eq(&c, &d));
+    Rc::make_mut(&mut c).expires = Some(Duration::from_secs(5));
+    assert_eq!((c.expires, d.expires), (Some(Duration::from_secs(5)), None));
 }

@@ -497,7 +497,11 @@ mod tests {
         ch.count_publish().publishing_mut().drop_unroutable += 1;
         let counts = ch.totals();
         assert_eq!(
-            (counts.publish, counts.drop_unroutable, counts.deliver_no_ack),
+            (
+                counts.publish,
+                counts.drop_unroutable,
+                counts.deliver_no_ack
+            ),
             (1, 1, 3)
         );
         assert!(ch.publisher().is_some_and(|p| !p.published));

@@ -366,7 +366,9 @@ impl Conn {
     /// Whether a channel has published more than `grace` bytes since it (or the
     /// connection) was told to stop.
     pub fn over_grace(&self, grace: u64) -> bool {
-        self.channels.values().any(|ch| ch.publisher().is_some_and(|p| p.excess > grace))
+        self.channels
+            .values()
+            .any(|ch| ch.publisher().is_some_and(|p| p.excess > grace))
     }
 
     /// The operator's name of the connection, as RabbitMQ forms it: `PEER -> HOST:PORT`

@@ -32,11 +32,12 @@ use crate::shard::{Shard, TimerKey};
 pub fn queue_limits(config: &Config, vhost: &str, queue: &str, args: &FieldTable) -> QueueLimits {
     let policies = &config.policies;
     let mut limits = QueueLimits::default();
-    limits.max_length = MaxLength::from_arguments(args).ok().flatten();
+    limits.max_length = MaxLength::from_arguments(args).ok().flatten().map(Box::new);
     let declared = CapacitySettings::from_arguments(args).unwrap_or_default();
     limits.capacity = declared
         .over(&policies.queue_capacity(vhost, queue))
-        .resolve();
+        .resolve()
+        .map(Box::new);
     limits
         .slow
         .set_declared(SlowConsumerSettings::from_arguments(args).unwrap_or_default());
@@ -47,7 +48,7 @@ pub fn queue_limits(config: &Config, vhost: &str, queue: &str, args: &FieldTable
 /// (or `reject-publish-dlx`) refuses it when the queue is at its length limit (counted
 /// for the QUE-1006 line).
 pub fn admits(q: &mut Queue, size: u64) -> bool {
-    let Some(ml) = q.limits.max_length else {
+    let Some(ml) = q.limits.max_length.as_deref().copied() else {
         return true;
     };
     if !ml.overflow.refuses() || !ml.would_exceed(q.ready_count() as u64, q.ready_bytes(), size) {
@@ -64,6 +65,8 @@ pub(super) fn drop_head_to_limit(q: &mut Queue) -> bool {
     let Some(ml) = q
         .limits
         .max_length
+        .as_deref()
+        .copied()
         .filter(|m| m.overflow == Overflow::DropHead)
     else {
         return false;

@@ -54,6 +54,7 @@ impl QueueSide<'_> {
         if q.limits.max_length.is_some() && !super::policy::admits(q, msg.accounted_size()) {
             if q.limits
                 .max_length
+                .as_ref()
                 .is_some_and(|m| m.overflow == Overflow::RejectPublishDlx)
             {
                 q.died_message(msg, Reason::Maxlen);

@@ -106,9 +106,10 @@ impl QueueSide<'_> {
         };
         let effective = set::effective_arguments(&q.settings.arguments, policy.as_deref());
         let derived = Derived::of(&effective);
-        q.settings.message_ttl = derived.message_ttl;
-        q.settings.expires = derived.expires;
-        q.settings.dead_letter = derived.dead_letter;
+        let settings = std::rc::Rc::make_mut(&mut q.settings);
+        settings.message_ttl = derived.message_ttl;
+        settings.expires = derived.expires;
+        settings.dead_letter = derived.dead_letter;
         let name = q.name.as_str_lossy().into_owned();
         let fresh = super::policy::queue_limits(live, &q.vhost, &name, &effective);
         let limits = &mut q.limits;
