@@ -85,10 +85,11 @@ thread_local! {
 }
 
 impl QueueSettings {
-    /// These settings as a queue holds them: shared with the last queue made on this
-    /// thread if it has the same (a burst of subscribers declares queues alike), in an
-    /// allocation of their own otherwise. 80 bytes a queue where the first few share
-    /// (issue 23).
+    /// These settings as a queue holds them: shared with the last queue made (or changed
+    /// by a run-time policy) on this thread if it has the same — a burst of subscribers
+    /// declares queues alike — in an allocation of their own otherwise. Shared, they
+    /// cost a queue a pointer instead of 80 bytes, and stay in the cache for all of
+    /// them (issue 23).
     pub fn shared(self) -> Rc<QueueSettings> {
         LAST_SETTINGS.with_borrow_mut(|last| match last {
             Some(last) if **last == self => Rc::clone(last),
@@ -140,8 +141,8 @@ const GETTERS: usize = 16;
 /// A queue on its home shard.
 ///
 /// Laid out in declaration order (`repr(C)`), the fields every enqueue, dispatch and
-/// written settlement touch first, then the settings and limits an enqueue checks (those
-/// two `repr(C)` too, their checked fields first), then the rest. At 10,000 subscribers
+/// written settlement touch first, then the pointer to the (shared) settings and the
+/// limits an enqueue checks (`repr(C)` too, their checked fields first), then the rest. At 10,000 subscribers
 /// every line of a queue a message touches is a cache miss per message; the compiler's
 /// own order spread these fields over 11 of the queue's 16 lines (it was 992 bytes;
 /// 512 now: what most queues never use is boxed until first used — the slow-consumer
@@ -164,7 +165,7 @@ pub struct Queue {
     persistent: u64,
     /// Ready entries whose bodies are evicted (`paging`).
     evicted: u64,
-    // Third line: state flags and the settings' checked fields; the counters each
+    // Third line: state flags and the settings' pointer; the counters each
     // message counts share a line further on.
     last_used: Instant,
     /// The slow-consumer policy deleted this queue; it accepts nothing more.
@@ -183,7 +184,9 @@ pub struct Queue {
     /// queue is dispatched at the end of the turn that made it dirty.
     pull_conn: Option<ConnId>,
     /// Shared with queues declared alike ([`QueueSettings::shared`]); a run-time policy
-    /// that changes them gives the queue its own copy.
+    /// that changes them replaces them (`shard::home::runtime_policy`), never changes
+    /// them in place. An enqueue reads them through this pointer: one line for every
+    /// queue that shares them, a line of their own for a queue that does not.
     pub settings: Rc<QueueSettings>,
     /// Messages that died here, for the shard to dead-letter. Only filled when the queue
     /// has a dead-letter exchange.

@@ -93,7 +93,8 @@ pub async fn housekeeping_loop(shard: Rc<Shard>) {
         if let Some(idle) = shard.config.net.reader_park_after {
             if now >= next_park_sweep {
                 shard.ask_idle_readers_to_park(now);
-                next_park_sweep = now + (idle / 2).max(tick);
+                next_park_sweep =
+                    now + (idle / 2).max(tick).max(super::reader_park::PARK_SWEEP_MIN);
             }
         }
         super::home::persist::store_tick(&shard);

@@ -1,12 +1,14 @@
 //! Owns: the shard's side of parked readers — the set of their sockets ([`ParkSet`], an
 //! epoll set of the shard's own that `net::park`'s task waits on), asking the readers of
-//! idle connections to park (a sweep every `net.reader_park_after`), keeping what
+//! idle connections to park (a sweep every half of `net.reader_park_after`, at least
+//! [`PARK_SWEEP_MIN`] apart), keeping what
 //! restarts a parked reader with its connection, and restarting it when its socket has
 //! an event. How long a connection must be idle adapts to it ([`park_backoff_after`]):
-//! a reader its peer restarts soon after it parked waits twice as long before the next
-//! park, so a connection that sends every second or so stops paying a park and a
-//! restart per message, while a subscriber that never sends parks soon after it is set
-//! up (its set-up's memory then goes at once, not seconds later).
+//! a reader its peer restarts within 8 × `net.reader_park_after` of its last read
+//! waits twice as long before the next park (at most three doublings), so a connection
+//! that sends every second or so stops paying a park and a restart per message, while a
+//! subscriber that never sends parks soon after it is set up (its set-up's memory then
+//! goes at once, not seconds later).
 //!
 //! Does not: read sockets or start tasks (`net::park` and `net::reader` do; a restart is
 //! their closure), or park a reader that has a partial frame, is held, paused or closing
@@ -30,8 +32,12 @@ use super::Shard;
 /// Events taken from the set per system call.
 const EVENTS_PER_WAIT: usize = 256;
 
-/// The most a connection's wait before parking is doubled: 8 × `net.reader_park_after`.
+/// The most doublings of a connection's wait before parking: 8 × `net.reader_park_after`.
 pub const PARK_BACKOFF_MAX: u8 = 3;
+
+/// The sweep's shortest period: it reads every connection of the shard that is not
+/// parked, so it does not run more often than this however short the wait.
+pub const PARK_SWEEP_MIN: Duration = Duration::from_millis(250);
 
 /// A connection's doublings of `base` before its reader may park next, after it was
 /// restarted by its socket having been idle for `idle` (from its last read before the
@@ -196,12 +202,16 @@ impl Shard {
         }
         let mut st = self.state.borrow_mut();
         for c in st.conns.iter_mut() {
+            // A parked reader is skipped on the first field read (most connections of a
+            // shard of subscribers are parked).
+            if c.is_reader_parked() {
+                continue;
+            }
             let idle_enough =
                 now.saturating_duration_since(c.last_recv) >= base * (1 << c.park_backoff);
             if idle_enough
                 && c.phase() == Phase::Open
                 && c.socket.is_some()
-                && !c.is_reader_parked()
                 && !c.hold_requested
                 && c.read_paused_since.is_none()
             {

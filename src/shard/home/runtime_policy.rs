@@ -106,10 +106,17 @@ impl QueueSide<'_> {
         };
         let effective = set::effective_arguments(&q.settings.arguments, policy.as_deref());
         let derived = Derived::of(&effective);
-        let settings = std::rc::Rc::make_mut(&mut q.settings);
-        settings.message_ttl = derived.message_ttl;
-        settings.expires = derived.expires;
-        settings.dead_letter = derived.dead_letter;
+        let settings = crate::queue::QueueSettings {
+            message_ttl: derived.message_ttl,
+            expires: derived.expires,
+            dead_letter: derived.dead_letter,
+            ..(*q.settings).clone()
+        };
+        // Unchanged settings stay shared; changed ones are shared with the queues the
+        // same policy changed alike just before (`QueueSettings::shared`).
+        if settings != *q.settings {
+            q.settings = settings.shared();
+        }
         let name = q.name.as_str_lossy().into_owned();
         let fresh = super::policy::queue_limits(live, &q.vhost, &name, &effective);
         let limits = &mut q.limits;
