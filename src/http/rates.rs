@@ -68,13 +68,13 @@ pub fn queue_counts(c: &QueueCounters) -> Counts {
 pub fn channel_counts(s: &ChannelStats) -> Counts {
     [
         s.publish,
-        s.deliver + s.deliver_no_ack + s.get + s.get_no_ack,
-        s.deliver,
-        s.deliver_no_ack,
-        s.get,
-        s.get_no_ack,
-        s.ack,
-        s.redeliver,
+        s.delivery.delivered(),
+        s.delivery.deliver,
+        s.delivery.deliver_no_ack,
+        s.delivery.get,
+        s.delivery.get_no_ack,
+        s.delivery.ack,
+        s.delivery.redeliver,
     ]
 }
 

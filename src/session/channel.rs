@@ -129,19 +129,29 @@ pub struct DeliveryStats {
     pub get_empty: u64,
 }
 
+impl DeliveryStats {
+    /// Messages delivered: to consumers and to gets, with or without ack.
+    pub fn delivered(&self) -> u64 {
+        self.deliver + self.deliver_no_ack + self.get + self.get_no_ack
+    }
+
+    pub fn add(&mut self, o: &DeliveryStats) {
+        self.deliver += o.deliver;
+        self.deliver_no_ack += o.deliver_no_ack;
+        self.get += o.get;
+        self.get_no_ack += o.get_no_ack;
+        self.redeliver += o.redeliver;
+        self.ack += o.ack;
+        self.get_empty += o.get_empty;
+    }
+}
+
 /// A channel's message counts since it opened (RabbitMQ's channel `message_stats`):
-/// plain adds where the channel publishes, delivers, answers a get and takes an ack.
+/// its delivery-side counts and its publish counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ChannelStats {
+    pub delivery: DeliveryStats,
     pub publish: u64,
-    pub deliver: u64,
-    pub deliver_no_ack: u64,
-    pub get: u64,
-    pub get_no_ack: u64,
-    pub redeliver: u64,
-    pub ack: u64,
-    /// `basic.get` answered `get-empty`.
-    pub get_empty: u64,
     /// Publishes no queue took: returned (mandatory) or dropped.
     pub return_unroutable: u64,
     pub drop_unroutable: u64,
@@ -153,14 +163,8 @@ pub struct ChannelStats {
 
 impl ChannelStats {
     pub fn add(&mut self, o: &ChannelStats) {
+        self.delivery.add(&o.delivery);
         self.publish += o.publish;
-        self.deliver += o.deliver;
-        self.deliver_no_ack += o.deliver_no_ack;
-        self.get += o.get;
-        self.get_no_ack += o.get_no_ack;
-        self.redeliver += o.redeliver;
-        self.ack += o.ack;
-        self.get_empty += o.get_empty;
         self.return_unroutable += o.return_unroutable;
         self.drop_unroutable += o.drop_unroutable;
         self.publish_confirm += o.publish_confirm;
@@ -322,15 +326,8 @@ impl Channel {
 
     /// The channel's counts, without the confirm figures.
     pub fn counts(&self) -> ChannelStats {
-        let d = &self.stats;
         let mut stats = ChannelStats {
-            deliver: d.deliver,
-            deliver_no_ack: d.deliver_no_ack,
-            get: d.get,
-            get_no_ack: d.get_no_ack,
-            redeliver: d.redeliver,
-            ack: d.ack,
-            get_empty: d.get_empty,
+            delivery: self.stats,
             ..ChannelStats::default()
         };
         if let Some(p) = &self.publishing {
@@ -492,7 +489,7 @@ mod tests {
         assert!(ch.publisher().is_none());
         // Its counts read the same either way.
         ch.record_no_ack_deliveries(3);
-        assert_eq!(ch.counts().deliver_no_ack, 3);
+        assert_eq!(ch.counts().delivery.deliver_no_ack, 3);
         assert_eq!(ch.counts().publish, 0);
         ch.count_publish().publishing_mut().drop_unroutable += 1;
         let counts = ch.totals();
@@ -500,7 +497,7 @@ mod tests {
             (
                 counts.publish,
                 counts.drop_unroutable,
-                counts.deliver_no_ack
+                counts.delivery.deliver_no_ack
             ),
             (1, 1, 3)
         );

@@ -67,42 +67,42 @@ const PER_QUEUE_TYPE: [Counter; 8] = [
     (
         "rabbitmq_global_messages_delivered_total",
         "Total number of messages delivered to consumers",
-        |t| t.deliver + t.deliver_no_ack + t.get + t.get_no_ack,
+        |t| t.delivery.delivered(),
     ),
     (
         "rabbitmq_global_messages_delivered_consume_manual_ack_total",
         "Total number of messages delivered to consumers using basic.consume with manual acknowledgment",
-        |t| t.deliver,
+        |t| t.delivery.deliver,
     ),
     (
         "rabbitmq_global_messages_delivered_consume_auto_ack_total",
         "Total number of messages delivered to consumers using basic.consume with automatic acknowledgment",
-        |t| t.deliver_no_ack,
+        |t| t.delivery.deliver_no_ack,
     ),
     (
         "rabbitmq_global_messages_delivered_get_manual_ack_total",
         "Total number of messages delivered to consumers using basic.get with manual acknowledgment",
-        |t| t.get,
+        |t| t.delivery.get,
     ),
     (
         "rabbitmq_global_messages_delivered_get_auto_ack_total",
         "Total number of messages delivered to consumers using basic.get with automatic acknowledgment",
-        |t| t.get_no_ack,
+        |t| t.delivery.get_no_ack,
     ),
     (
         "rabbitmq_global_messages_get_empty_total",
         "Total number of times basic.get operations fetched no message",
-        |t| t.get_empty,
+        |t| t.delivery.get_empty,
     ),
     (
         "rabbitmq_global_messages_redelivered_total",
         "Total number of messages redelivered to consumers",
-        |t| t.redeliver,
+        |t| t.delivery.redeliver,
     ),
     (
         "rabbitmq_global_messages_acknowledged_total",
         "Total number of messages acknowledged by consumers",
-        |t| t.ack,
+        |t| t.delivery.ack,
     ),
 ];
 
