@@ -4,7 +4,8 @@
 //! everything the queue holds (messages, bytes, persistent messages, the oldest entry's
 //! age), consumer rotation with per-consumer credit in messages and bytes, consumer
 //! priorities and the single active consumer (`consumers`), message TTL at the head,
-//! the recent `basic.get` channels, and the policy state the queue carries (`limits`).
+//! the recent `basic.get` channels, the policy state the queue carries (`limits`) and
+//! its declared settings, shared with queues declared alike (`settings`).
 //!
 //! Does not: touch sockets, other shards or the clock (every time-dependent call takes
 //! `now`), or decide policy. It produces [`Dispatch`] records; the shard turns them into
@@ -31,8 +32,8 @@ pub mod entry;
 pub mod limits;
 pub mod paging;
 pub mod ready;
+pub mod settings;
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -43,60 +44,15 @@ use crate::model::ids::{ChannelRef, ConnId, QueueId};
 use crate::model::ledger;
 use crate::model::message::LocalMessage;
 use crate::policy::slow_consumer::Holdings;
-use crate::protocol::{FieldTable, ShortStr};
+use crate::protocol::ShortStr;
 
 pub use consumers::{ConsumeRefused, ConsumerSlot, Dispatch, PulledRun};
 pub use entry::{Entry, Stamp};
 pub use limits::QueueLimits;
 pub use ready::ReadyList;
+pub use settings::QueueSettings;
 
 use ready::Head;
-
-/// Queue properties fixed at declaration. In declaration order (`repr(C)`): what every
-/// enqueue checks first (see [`Queue`]). A queue holds them shared
-/// ([`QueueSettings::shared`]): thousands of subscribers' queues declared alike hold one
-/// copy.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[repr(C)]
-pub struct QueueSettings {
-    /// `x-message-ttl`.
-    pub message_ttl: Option<Duration>,
-    /// Durable and not exclusive: its persistent messages are in the store, and what
-    /// happens to them is journaled (`store::journal`).
-    pub stored: bool,
-    pub durable: bool,
-    pub exclusive: bool,
-    pub auto_delete: bool,
-    /// `x-expires`: delete after this long without consumers, gets or redeclares.
-    pub expires: Option<Duration>,
-    /// `x-max-priority` (1 to 255): a priority queue with levels `0..=max`.
-    pub max_priority: Option<u8>,
-    /// `x-single-active-consumer`: only the earliest registered consumer receives.
-    pub single_active_consumer: bool,
-    /// `x-dead-letter-exchange` and friends: where messages that die here go.
-    /// Boxed: most queues have none, and the target is 72 bytes (issue 23).
-    pub dead_letter: Option<Box<DeadLetterTarget>>,
-    pub arguments: FieldTable,
-}
-
-thread_local! {
-    /// The settings the last queue made on this thread (its shard) got.
-    static LAST_SETTINGS: RefCell<Option<Rc<QueueSettings>>> = const { RefCell::new(None) };
-}
-
-impl QueueSettings {
-    /// These settings as a queue holds them: shared with the last queue made (or changed
-    /// by a run-time policy) on this thread if it has the same — a burst of subscribers
-    /// declares queues alike — in an allocation of their own otherwise. Shared, they
-    /// cost a queue a pointer instead of 80 bytes, and stay in the cache for all of
-    /// them (issue 23).
-    pub fn shared(self) -> Rc<QueueSettings> {
-        LAST_SETTINGS.with_borrow_mut(|last| match last {
-            Some(last) if **last == self => Rc::clone(last),
-            _ => Rc::clone(last.insert(Rc::new(self))),
-        })
-    }
-}
 
 /// Counters for `queue.declare-ok`, `basic.get-ok` and the management view.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

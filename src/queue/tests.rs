@@ -3,6 +3,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::*;
+use crate::protocol::FieldTable;
 
 /// A pulled queue's run (`Queue::dispatch_pulled`) against the general dispatch.
 mod pull;
