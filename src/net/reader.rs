@@ -189,15 +189,17 @@ async fn wind_down(shard: &Rc<Shard>, stream: &Rc<TcpStream>, conn: ConnId, writ
     let mut next = shard.after_reading(conn);
     if next == AfterReading::Linger {
         // The client has its close-ok and closes the socket itself; otherwise the close
-        // timeout or broker shutdown cuts it off, which ends the read here.
-        let cutoff = tokio_uring::spawn(cut_off_when_closed(
-            Rc::clone(shard),
-            Rc::clone(stream),
-            conn,
-        ));
-        linger(stream).await;
+        // timeout or broker shutdown cuts it off, which ends the read here. Both wait in
+        // this task (not a task of their own: ten thousand clients closing together
+        // linger together, issue 23); the read is never dropped while in flight.
+        let lingering = linger(stream);
+        tokio::pin!(lingering);
+        tokio::select! {
+            biased;
+            () = &mut lingering => {}
+            () = cut_off_when_closed(shard, stream, conn) => lingering.await,
+        }
         next = shard.linger_over(conn);
-        let _ = cutoff.await;
     }
     if next == AfterReading::Drain {
         // Let the writer flush the last frames (close-ok, connection.close, the protocol
@@ -227,7 +229,7 @@ fn local_addr(stream: &TcpStream) -> Option<SocketAddr> {
 /// connection is `Closed` (close timeout, broker shutdown, the peer gone). The writer
 /// would shut it too, but not while it is stuck writing to a peer that neither reads nor
 /// closes; shutting the socket ends that write and the pending linger read.
-async fn cut_off_when_closed(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: ConnId) {
+async fn cut_off_when_closed(shard: &Shard, stream: &TcpStream, conn: ConnId) {
     loop {
         if shard.phase(conn) != Some(Phase::Lingering) {
             break;
@@ -240,8 +242,9 @@ async fn cut_off_when_closed(shard: Rc<Shard>, stream: Rc<TcpStream>, conn: Conn
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
-/// Bytes read at a time while lingering; they are discarded.
-const LINGER_READ: usize = 512;
+/// Bytes read at a time while lingering; they are discarded (few: ten thousand clients
+/// closing together linger together).
+const LINGER_READ: usize = 64;
 
 /// Reads and discards until the peer closes the socket, it fails, or the broker shuts it
 /// (`cut_off_when_closed` or the writer: a shut socket's pending read completes with 0).

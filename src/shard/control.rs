@@ -34,7 +34,10 @@ use super::inbox::{
 };
 use super::{Shard, State};
 
+mod own_deletes;
 mod plan;
+
+pub use own_deletes::start as start_own_deletes;
 
 use plan::plan;
 
@@ -68,24 +71,6 @@ pub async fn queue_request(shard: &Rc<Shard>, home: ShardId, req: QueueRequest) 
     rx.await.unwrap_or(QueueReply::Gone)
 }
 
-/// Deletes a queue on the broker's own initiative (auto-delete, `x-expires`, exclusive
-/// owner gone), in the background.
-pub fn spawn_internal_delete(shard: &Rc<Shard>, vhost: VhostIdx, name: ShortStr) {
-    let shard = Rc::clone(shard);
-    tokio_uring::spawn(async move {
-        let req = ControlRequest::DeleteQueue {
-            vhost,
-            name,
-            if_unused: false,
-            if_empty: false,
-            requester: None,
-        };
-        if let Err(e) = request(&shard, req).await {
-            tracing::debug!("internal queue delete failed: {e}");
-        }
-    });
-}
-
 /// Serves a control request on the coordinator.
 pub async fn coordinate(shard: &Rc<Shard>, req: ControlRequest) -> ControlReply {
     debug_assert_eq!(shard.id, 0, "the coordinator is shard 0");
@@ -98,6 +83,9 @@ pub async fn coordinate(shard: &Rc<Shard>, req: ControlRequest) -> ControlReply 
             requester,
         } => delete_queue(shard, vhost, name, if_unused, if_empty, requester).await,
         ControlRequest::EmptyVhost { vhost } => empty_vhost(shard, vhost).await,
+        ControlRequest::DeleteOwnQueues { queues } => {
+            own_deletes::delete_own_queues(shard, queues).await
+        }
         other => {
             let planned = {
                 let mut st = shard.state.borrow_mut();
@@ -242,7 +230,7 @@ async fn delete_queue(
         }];
         changes.extend(auto_deletions(
             vhost,
-            dir.auto_deleted(Removal::Queue(meta.queue)),
+            dir.auto_deleted(Removal::Queues(&[meta.queue])),
         ));
         changes
     };

@@ -289,6 +289,11 @@ pub enum ControlRequest {
         requester: ConnOwner,
         unbind: bool,
     },
+    /// Queues the broker deletes on its own (auto-delete, x-expires, exclusive owner
+    /// gone), collected by one shard and deleted together (`control::own_deletes`).
+    DeleteOwnQueues {
+        queues: Vec<(VhostIdx, ShortStr)>,
+    },
     /// A vhost deleted at run time (already closed to connections): every queue of it
     /// deleted as `queue.delete` deletes one, then every exchange of it that is not
     /// predeclared, durable ones off the definitions log.

@@ -305,6 +305,9 @@ pub struct Shard {
     /// Sockets of idle connections whose reader task ended (`net::park`,
     /// `shard::reader_park`).
     pub parked_readers: reader_park::ParkSet,
+    /// Whether the task that hands the outbox's queue deletions to the coordinator runs
+    /// (`control::own_deletes`).
+    pub own_deletes_running: Cell<bool>,
 }
 
 /// Per-shard counters that must be cheap on the hot path: plain cells, read when asked.
@@ -392,6 +395,7 @@ impl Shard {
             link_credential,
             binding_watch: binding_watch::BindingWatch::default(),
             parked_readers: reader_park::ParkSet::new(),
+            own_deletes_running: Cell::new(false),
             live: RefCell::new(Arc::clone(&config)),
             config,
         }
@@ -434,8 +438,8 @@ impl Shard {
                 break;
             }
         }
-        for (vhost, name) in st.common.outbox.queue_deletes.drain(..) {
-            control::spawn_internal_delete(self, vhost, name);
+        if !st.common.outbox.queue_deletes.is_empty() {
+            control::start_own_deletes(self);
         }
         for shard in 0..self.shards {
             let sid = shard as ShardId;

@@ -230,13 +230,23 @@ impl Broker {
     /// The broker's resident set size, bytes, from /proc (memory is judged by RSS, not
     /// by the broker's own accounting).
     pub fn rss(&self) -> u64 {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// The broker's highest RSS so far (`VmHWM`): a peak between two samples of
+    /// [`Broker::rss`] is in it.
+    pub fn peak_rss(&self) -> u64 {
+        self.status_bytes("VmHWM:")
+    }
+
+    fn status_bytes(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
             .expect("read /proc/PID/status");
         let kib: u64 = status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc/PID/status");
+            .unwrap_or_else(|| panic!("{field} in /proc/PID/status"));
         kib * 1024
     }
 

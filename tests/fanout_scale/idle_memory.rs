@@ -8,7 +8,7 @@
 use crate::common::raw::RawConn;
 use crate::common::wire::Props;
 use crate::common::Broker;
-use crate::support::raise_nofile;
+use crate::support::{raise_nofile, raw_subscriber};
 
 /// Subscribers measured.
 const SUBSCRIBERS: usize = 2_000;
@@ -19,23 +19,14 @@ const WARM: usize = 100;
 const PER_SUBSCRIBER_MAX: u64 = 8 * 1024;
 const KEY: &str = "idle.memory";
 
-fn subscriber(broker: &Broker) -> RawConn {
-    let mut raw = broker.raw();
-    raw.channel_open(1);
-    let q = raw.queue_declare(1, "", false, true, false);
-    raw.queue_bind(1, &q, "amq.topic", KEY);
-    raw.basic_consume(1, &q, true);
-    raw
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_subscriber_costs_at_most_8_kib_of_rss() {
     let _heavy = crate::HEAVY.lock().await;
     raise_nofile((WARM + SUBSCRIBERS + 100) as u64);
     let broker = Broker::start(2);
-    let mut subscribers: Vec<RawConn> = (0..WARM).map(|_| subscriber(&broker)).collect();
+    let mut subscribers: Vec<RawConn> = (0..WARM).map(|_| raw_subscriber(&broker, KEY)).collect();
     let before = broker.rss();
-    subscribers.extend((0..SUBSCRIBERS).map(|_| subscriber(&broker)));
+    subscribers.extend((0..SUBSCRIBERS).map(|_| raw_subscriber(&broker, KEY)));
     // Every consume-ok is in: the broker holds all of them now.
     let after = broker.rss();
     let per = after.saturating_sub(before) / SUBSCRIBERS as u64;

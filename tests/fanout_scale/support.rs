@@ -14,6 +14,7 @@ use sluice::client::{
 };
 use tokio::sync::mpsc;
 
+use crate::common::raw::RawConn;
 use crate::common::{Broker, Chan, Conn};
 
 /// Size of every numbered body (the workloads use 64-byte messages).
@@ -317,4 +318,15 @@ pub async fn next_amqprs(
         Ok(None) => Err(format!("consumer ended after {so_far} messages")),
         Ok(Some(m)) => Ok(m),
     }
+}
+
+/// A raw-socket subscriber: an exclusive server-named queue bound to amq.topic with
+/// `key`, and a no-ack consumer on it (channel 1).
+pub fn raw_subscriber(broker: &Broker, key: &str) -> RawConn {
+    let mut raw = broker.raw();
+    raw.channel_open(1);
+    let q = raw.queue_declare(1, "", false, true, false);
+    raw.queue_bind(1, &q, "amq.topic", key);
+    raw.basic_consume(1, &q, true);
+    raw
 }

@@ -17,8 +17,8 @@ use super::VhostDirectory;
 
 /// Bindings about to be removed.
 pub enum Removal<'a> {
-    /// Every binding to a queue (the queue is being deleted).
-    Queue(QueueRef),
+    /// Every binding to these queues (they are being deleted together).
+    Queues(&'a [QueueRef]),
     /// One binding from `source` to a queue.
     QueueBinding { source: &'a ShortStr },
     /// One binding from `source` to another exchange.
@@ -97,7 +97,7 @@ impl VhostDirectory {
     /// directly or through the deletion of the exchanges they were bound to, in the
     /// order to delete them. An explicitly deleted exchange is not among them.
     ///
-    /// Costs O(exchanges) for a queue (as finding its bindings does), otherwise
+    /// Costs O(exchanges × queues) for queues (as finding their bindings does), otherwise
     /// O(exchanges deleted + the bindings to them).
     pub fn auto_deleted(&self, removal: Removal<'_>) -> Vec<ShortStr> {
         let mut c = Cascade {
@@ -109,9 +109,9 @@ impl VhostDirectory {
             out: Vec::new(),
         };
         match removal {
-            Removal::Queue(queue) => {
+            Removal::Queues(queues) => {
                 for (id, ex) in self.exchanges.iter() {
-                    let n = ex.bindings_of(queue).len();
+                    let n: usize = queues.iter().map(|&q| ex.bindings_of(q).len()).sum();
                     if n > 0 {
                         c.lose(id, n);
                     }
@@ -217,7 +217,10 @@ mod tests {
         let vh = dir.vhost(0).expect("vhost");
         // The queue goes: mid has nothing left as a source, so it goes, and with it
         // top's only binding; keep is not auto-delete.
-        assert_eq!(names(vh.auto_deleted(Removal::Queue(q(1)))), ["mid", "top"]);
+        assert_eq!(
+            names(vh.auto_deleted(Removal::Queues(&[q(1)]))),
+            ["mid", "top"]
+        );
         // Unbinding top → mid: top goes, mid keeps its queue binding.
         let b = e2e("mid");
         let removal = Removal::ExchangeBinding {
@@ -236,6 +239,24 @@ mod tests {
                 source: &"keep".into()
             })
             .is_empty());
+    }
+
+    /// Queues deleted together (the broker's own deletions, a round at a time) take an
+    /// auto-delete exchange that each of them alone would leave bound.
+    #[test]
+    fn queues_deleted_together_take_the_exchange_they_shared() {
+        let mut dir = Directory::new(&["/".to_owned()]);
+        declare(&mut dir, "shared", true);
+        bind_queue(&mut dir, "shared", 1);
+        bind_queue(&mut dir, "shared", 2);
+        bind_queue(&mut dir, "shared", 3);
+        let vh = dir.vhost(0).expect("vhost");
+        assert!(vh.auto_deleted(Removal::Queues(&[q(1)])).is_empty());
+        assert!(vh.auto_deleted(Removal::Queues(&[q(1), q(2)])).is_empty());
+        assert_eq!(
+            names(vh.auto_deleted(Removal::Queues(&[q(1), q(2), q(3)]))),
+            ["shared"]
+        );
     }
 
     #[test]

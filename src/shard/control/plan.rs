@@ -79,9 +79,11 @@ pub(super) fn plan(st: &mut State, shard: &Shard, req: ControlRequest) -> Planne
             arguments,
             unbind,
         ),
-        ControlRequest::DeleteQueue { .. } | ControlRequest::EmptyVhost { .. } => Err(
-            ChannelError::Internal("queue deletion is planned by delete_queue".into()),
-        ),
+        ControlRequest::DeleteQueue { .. }
+        | ControlRequest::EmptyVhost { .. }
+        | ControlRequest::DeleteOwnQueues { .. } => Err(ChannelError::Internal(
+            "queue deletion is planned by delete_queue".into(),
+        )),
     }
 }
 
