@@ -55,6 +55,7 @@ def figures(j):
         "tool": j.get("tool_cpu_ns_per_delivered"),
         "rss": start,
         "peak": peak,
+        "ever": c.get("broker_rss_highest_ever_bytes"),
         "per_sub": (start - base) / n if start and base else None,
         "per_sub_peak": (peak - base) / n if peak and base else None,
         "complete": j.get("delivered") == j.get("expected_delivered"),
@@ -77,9 +78,9 @@ def main():
         runs.setdefault((work, server), []).append(figures(j))
     servers = sorted({s for (_, s) in runs}, key=lambda s: (s != "minimal", s))
     keys = ["rate", "p50", "p99", "sp_min", "sp_med", "sp_max", "cpu", "tool", "rss", "peak",
-            "per_sub", "per_sub_peak"]
+            "ever", "per_sub", "per_sub_peak"]
     print("| workload | server | runs | delivered/s | p50 | p99 | per-sub p99 min / median / max "
-          "| broker CPU ns/delivery | tool CPU ns/delivery | broker RSS with subs / peak "
+          "| broker CPU ns/delivery | tool CPU ns/delivery | broker RSS with subs / peak / highest ever "
           "| RSS per sub (idle / peak) | all delivered |")
     print("|---|---|---:|---:|---:|---:|---|---:|---:|---|---|---|")
     medians = {}
@@ -96,7 +97,7 @@ def main():
             print(f"| {w} | {s} | {len(rs)} | {rate(m['rate'])} | {ms(m['p50'])} | {ms(m['p99'])} "
                   f"| {ms(m['sp_min'])} / {ms(m['sp_med'])} / {ms(m['sp_max'])} "
                   f"| {num(m['cpu'])} | {num(m['tool'])} "
-                  f"| {mib(m['rss'])} / {mib(m['peak'])} MiB | {kib(m['per_sub'])} / {kib(m['per_sub_peak'])} KiB "
+                  f"| {mib(m['rss'])} / {mib(m['peak'])} / {mib(m['ever'])} MiB | {kib(m['per_sub'])} / {kib(m['per_sub_peak'])} KiB "
                   f"| {sum(r['complete'] for r in rs)}/{len(rs)} |")
     print()
     others = [s for s in servers if s != "minimal"]
@@ -104,8 +105,9 @@ def main():
         return
     print("Ratios to the minimal server (medians):")
     print()
-    print("| workload | server | p50 | p99 | CPU per delivery | RSS with subs | peak RSS vs 2 × minimal + 30 MiB | delivered/s |")
-    print("|---|---|---:|---:|---:|---:|---|---:|")
+    print("| workload | server | p50 | p99 | CPU per delivery | RSS with subs | peak RSS vs 2 × minimal + 30 MiB "
+          "| highest ever (VmHWM, disconnect included) vs 2 × minimal's + 30 MiB | delivered/s |")
+    print("|---|---|---:|---:|---:|---:|---|---|---:|")
 
     def ratio(a, b):
         return "-" if a is None or not b else f"{a / b:.2f}"
@@ -121,8 +123,11 @@ def main():
             budget = None if base["peak"] is None else 2 * base["peak"] + 30 * 2**20
             within = "-" if budget is None or m["peak"] is None else (
                 f"{m['peak'] / 2**20:.0f} vs {budget / 2**20:.0f} MiB")
+            ever_budget = None if base["ever"] is None else 2 * base["ever"] + 30 * 2**20
+            ever = "-" if ever_budget is None or m["ever"] is None else (
+                f"{m['ever'] / 2**20:.0f} vs {ever_budget / 2**20:.0f} MiB")
             print(f"| {w} | {s} | {ratio(m['p50'], base['p50'])} | {ratio(m['p99'], base['p99'])} "
-                  f"| {ratio(m['cpu'], base['cpu'])} | {ratio(m['rss'], base['rss'])} | {within} "
+                  f"| {ratio(m['cpu'], base['cpu'])} | {ratio(m['rss'], base['rss'])} | {within} | {ever} "
                   f"| {ratio(m['rate'], base['rate'])} |")
 
 

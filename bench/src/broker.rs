@@ -59,11 +59,16 @@ fn ticks_to_ns(ticks: u64) -> u64 {
 }
 
 fn rss_of(pid: &str) -> u64 {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// A size field of `/proc/<pid>/status` in bytes (0 if unknown).
+fn status_bytes(pid: &str, field: &str) -> u64 {
     let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return 0;
     };
     s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
 }
@@ -518,6 +523,17 @@ impl BrokerUnderTest {
             }),
             _ => process_usage(self.pid()?),
         }
+    }
+
+    /// The highest RSS the broker has had so far (`VmHWM`: a peak between two samples,
+    /// such as the moment every subscriber disconnects, is in it); `None` when unknown.
+    /// In-process: the whole process's, the tool's included.
+    pub fn peak_rss(&self) -> Option<u64> {
+        let pid = match &self.kind {
+            BrokerKind::InProcess(_) => "self".to_owned(),
+            _ => self.pid()?.to_string(),
+        };
+        Some(status_bytes(&pid, "VmHWM:")).filter(|&b| b > 0)
     }
 
     /// The tool's own CPU (in-process broker threads excluded).

@@ -1,7 +1,7 @@
 //! Owns: the figures of a run at scale — [`Connections`] (how many, which subscriber
 //! client, how long the set-up took, broker RSS before the subscribers connected,
 //! after the set-up, at its peak and after they all disconnected and a settle
-//! period, and per connection) and [`Spread`] (each subscriber's p99 and delivered
+//! period, the highest it ever was, and per connection) and [`Spread`] (each subscriber's p99 and delivered
 //! count, summarised as min / median / max across subscribers) — and their summary
 //! lines.
 //! Does not: measure (the harness samples RSS, subscribers keep their histograms).
@@ -33,6 +33,10 @@ pub struct Connections {
     pub broker_rss_peak_bytes: Option<u64>,
     /// After every connection closed and `settle_s`.
     pub broker_rss_after_disconnect_bytes: Option<u64>,
+    /// The highest RSS the broker ever had (`VmHWM`, read after the disconnect): unlike
+    /// the sampled peak, it holds the moments between samples, the set-up's and the
+    /// disconnect's included.
+    pub broker_rss_highest_ever_bytes: Option<u64>,
     pub settle_s: f64,
     /// (peak − baseline) / connections opened (idle: (start − baseline) / N).
     pub broker_rss_per_connection_bytes: Option<f64>,
@@ -99,6 +103,9 @@ impl Connections {
         );
         if let Some(p) = self.rss_after_disconnect_pct_of_start {
             let _ = write!(rss, " = {p:.0} % of start");
+        }
+        if let Some(h) = self.broker_rss_highest_ever_bytes {
+            let _ = write!(rss, "; highest ever (VmHWM) {}", fmt_bytes(h));
         }
         let _ = writeln!(s, "{:<16} {rss}", "broker RSS/conn");
         if let Some(per) = self.broker_rss_per_connection_bytes {

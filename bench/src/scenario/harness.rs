@@ -237,6 +237,7 @@ pub async fn execute(
         broker_rss_start_bytes: rss_start,
         broker_rss_peak_bytes: rss_peak,
         broker_rss_after_disconnect_bytes: rss_after,
+        broker_rss_highest_ever_bytes: broker.peak_rss(),
         settle_s: if rss_after.is_some() {
             opts.settle_s
         } else {

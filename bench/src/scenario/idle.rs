@@ -227,6 +227,7 @@ async fn hold_idle(
         broker_rss_start_bytes: start,
         broker_rss_peak_bytes: Some(peak).filter(|&p| p > 0),
         broker_rss_after_disconnect_bytes: after,
+        broker_rss_highest_ever_bytes: broker.peak_rss(),
         settle_s: if after.is_some() { opts.settle_s } else { 0.0 },
         tool_rss_bytes: tool_rss,
         ..Default::default()
