@@ -23,7 +23,9 @@
 //!   most 8 KiB of RSS each (issue 23), and a message then reaches every one;
 //! - `mass_disconnect`: 2,000 subscribers on `--shards 2` that close together leave no
 //!   queue or consumer behind, and the broker's peak RSS while it deletes their queues
-//!   rises by less than 90% of what setting them up cost;
+//!   rises by less than 90% of what setting them up cost; and a client that takes over
+//!   the name of an exclusive auto-delete queue as soon as its owner left keeps its new
+//!   queue;
 //! - `parked_readers`: idle connections' readers park (`net.reader_park_after_ms`),
 //!   parked subscribers get every delivery in order, and a method, a clean close, a
 //!   dropped socket and missed heartbeats all work on a parked connection.

@@ -292,7 +292,7 @@ pub enum ControlRequest {
     /// Queues the broker deletes on its own (auto-delete, x-expires, exclusive owner
     /// gone), collected by one shard and deleted together (`control::own_deletes`).
     DeleteOwnQueues {
-        queues: Vec<(VhostIdx, ShortStr)>,
+        queues: Vec<OwnDelete>,
     },
     /// A vhost deleted at run time (already closed to connections): every queue of it
     /// deleted as `queue.delete` deletes one, then every exchange of it that is not
@@ -309,6 +309,26 @@ pub enum ControlRequest {
         arguments: FieldTable,
         unbind: bool,
     },
+}
+
+/// A queue the broker deletes on its own (auto-delete, x-expires, the slow-consumer
+/// policy, its exclusive owner gone), and what the queue of that name must still be when
+/// its round comes (`control::own_deletes`): a queue declared under the name since is
+/// another queue, and stays.
+#[derive(Clone, Debug)]
+pub struct OwnDelete {
+    pub vhost: VhostIdx,
+    pub name: ShortStr,
+    pub only_if: StillThe,
+}
+
+/// What makes the queue of an [`OwnDelete`]'s name the one meant.
+#[derive(Clone, Copy, Debug)]
+pub enum StillThe {
+    /// The queue its home shard decided to delete.
+    Queue(QueueRef),
+    /// An exclusive queue of this connection, which is gone.
+    ExclusiveOf(ConnOwner),
 }
 
 #[derive(Debug)]

@@ -7,12 +7,13 @@
 //!
 //! Does not: send anything itself or decide what is sent.
 
-use crate::model::ids::ShardId;
+use crate::model::ids::{ConnOwner, QueueRef, ShardId};
 use crate::model::routing::VhostIdx;
 use crate::protocol::ShortStr;
 
 use super::inbox::{
-    AddressedQueueOp, ConfirmDone, DirectReply, FlowNotice, RemoteDelivery, ReturnedReply, Routed,
+    AddressedQueueOp, ConfirmDone, DirectReply, FlowNotice, OwnDelete, RemoteDelivery,
+    ReturnedReply, Routed, StillThe,
 };
 
 /// Messages to other shards, collected during a turn and sent once at its end.
@@ -27,8 +28,9 @@ pub struct Outbox {
     pub confirms: Vec<Vec<ConfirmDone>>,
     pub flow: Vec<Vec<FlowNotice>>,
     /// Queues the broker itself wants deleted (auto-delete, x-expires, an exclusive
-    /// owner gone); the turn's end hands them to the coordinator.
-    pub queue_deletes: Vec<(VhostIdx, ShortStr)>,
+    /// owner gone); the turn's end starts the task that hands them to the coordinator
+    /// (`control::own_deletes`).
+    pub queue_deletes: Vec<OwnDelete>,
 }
 
 impl Outbox {
@@ -65,9 +67,30 @@ impl Outbox {
         }
     }
 
-    /// Asks the coordinator, at the turn's end, to delete a queue.
-    pub fn delete_queue(&mut self, vhost: VhostIdx, name: ShortStr) {
-        self.queue_deletes.push((vhost, name));
+    /// Asks the coordinator to delete a home queue of this shard (if the queue of that
+    /// name is still `queue` then).
+    pub fn delete_home_queue(&mut self, vhost: VhostIdx, name: ShortStr, queue: QueueRef) {
+        self.queue_deletes.push(OwnDelete {
+            vhost,
+            name,
+            only_if: StillThe::Queue(queue),
+        });
+    }
+
+    /// Asks the coordinator to delete the exclusive queues of a connection that is gone
+    /// (those of these names that are still its own then).
+    pub fn delete_exclusive_queues(
+        &mut self,
+        vhost: VhostIdx,
+        owner: ConnOwner,
+        names: impl IntoIterator<Item = ShortStr>,
+    ) {
+        self.queue_deletes
+            .extend(names.into_iter().map(|name| OwnDelete {
+                vhost,
+                name,
+                only_if: StillThe::ExclusiveOf(owner),
+            }));
     }
 }
 

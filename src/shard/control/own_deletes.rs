@@ -7,9 +7,15 @@
 //! (a client fleet restarting, a network blip) leave ten thousand exclusive queues to
 //! delete. A task per queue held a control round trip's future (~2.7 KiB across both
 //! shards) for each of them at once, and the broker's RSS went from 57 to 99 MiB for the
-//! second it took (issue 23). Now what waits is one `(vhost, name)` per queue in the
+//! second it took (issue 23). Now what waits is one [`OwnDelete`] per queue in the
 //! shard's outbox (`Outbox::queue_deletes`), one task per shard, and one directory
 //! change broadcast per round instead of one per queue.
+//!
+//! A deletion is by name, checked when its round comes: the queue of that name must
+//! still be the one meant (the same queue, or an exclusive queue of the connection that
+//! is gone). An exclusive auto-delete queue is asked for twice when its connection
+//! closes (its consumer cancelled, its owner gone), maybe by two shards in two rounds; a
+//! client that declared the name again in between keeps its new queue.
 //!
 //! Does not: delete a queue a client asked to delete (`queue.delete` is checked for
 //! `if-unused`/`if-empty` and answered, `control::delete_queue`), or decide when a queue
@@ -19,10 +25,9 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use crate::model::ids::QueueRef;
-use crate::model::routing::{DirectoryChange, Removal, VhostIdx};
-use crate::protocol::ShortStr;
+use crate::model::routing::{DirectoryChange, QueueMeta, Removal, VhostIdx};
 
-use super::super::inbox::{ControlOk, ControlReply, ControlRequest};
+use super::super::inbox::{ControlOk, ControlReply, ControlRequest, OwnDelete, StillThe};
 use super::super::Shard;
 use super::{auto_deletions, broadcast, request};
 
@@ -47,7 +52,7 @@ pub fn start(shard: &Rc<Shard>) {
 /// last one's answer, until none is left.
 async fn delete_pending(shard: Rc<Shard>) {
     loop {
-        let round: Vec<(VhostIdx, ShortStr)> = {
+        let round: Vec<OwnDelete> = {
             let mut st = shard.state.borrow_mut();
             let pending = &mut st.common.outbox.queue_deletes;
             let n = pending.len().min(PER_ROUND);
@@ -68,26 +73,36 @@ async fn delete_pending(shard: Rc<Shard>) {
     }
 }
 
-/// Serves [`ControlRequest::DeleteOwnQueues`] on the coordinator: every named queue that
-/// still exists is deleted (its consumers cancelled, its messages dropped, as
-/// `queue.delete` without conditions would), with the auto-delete exchanges that lose
-/// their last binding through them, in one broadcast. A name already gone (deleted by a
-/// client meanwhile, or twice in the round) is skipped.
-pub async fn delete_own_queues(
-    shard: &Rc<Shard>,
-    queues: Vec<(VhostIdx, ShortStr)>,
-) -> ControlReply {
+/// Whether the queue now under an [`OwnDelete`]'s name is the one it meant.
+fn still_meant(only_if: StillThe, meta: &QueueMeta) -> bool {
+    match only_if {
+        StillThe::Queue(queue) => meta.queue == queue,
+        StillThe::ExclusiveOf(owner) => meta.exclusive_owner == Some(owner),
+    }
+}
+
+/// Serves [`ControlRequest::DeleteOwnQueues`] on the coordinator: every queue of the
+/// round that is still the one meant is deleted (its consumers cancelled, its messages
+/// dropped, as `queue.delete` without conditions would), with the auto-delete exchanges
+/// that lose their last binding through them, in one broadcast. A name already gone, or
+/// declared again since, is left alone; a queue named twice in the round goes once.
+pub async fn delete_own_queues(shard: &Rc<Shard>, queues: Vec<OwnDelete>) -> ControlReply {
     let changes = {
         let st = shard.state.borrow();
         let dir = &st.common.directory;
         let mut changes = Vec::with_capacity(queues.len());
         let mut seen = HashSet::with_capacity(queues.len());
         let mut by_vhost: HashMap<VhostIdx, Vec<QueueRef>> = HashMap::new();
-        for (vhost, name) in queues {
+        for OwnDelete {
+            vhost,
+            name,
+            only_if,
+        } in queues
+        {
             let Some(meta) = dir.vhost(vhost).and_then(|d| d.queue(&name)) else {
                 continue;
             };
-            if !seen.insert(meta.queue) {
+            if !still_meant(only_if, meta) || !seen.insert(meta.queue) {
                 continue;
             }
             by_vhost.entry(vhost).or_default().push(meta.queue);

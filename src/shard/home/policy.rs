@@ -401,7 +401,11 @@ impl QueueSide<'_> {
             };
             self.send_slow_close(shard, g.shard, g.conn, target, queue);
         }
-        self.common.outbox.queue_deletes.push((vhost, name));
+        let this = QueueRef {
+            id: queue,
+            home: shard.id,
+        };
+        self.common.outbox.delete_home_queue(vhost, name, this);
     }
 
     /// Whether the slow-consumer policy deleted (or is deleting) this home queue.

@@ -280,10 +280,13 @@ impl QueueSide<'_> {
                 q.remove_consumer(key, now);
                 refresh_pull(shard, q);
                 if q.auto_delete_due() {
+                    let queue = QueueRef {
+                        id: s.queue,
+                        home: shard.id,
+                    };
                     self.common
                         .outbox
-                        .queue_deletes
-                        .push((q.vhost_idx, q.name.clone()));
+                        .delete_home_queue(q.vhost_idx, q.name.clone(), queue);
                 }
                 shrunk = true;
                 self.ensure_queue_timer(s.queue);
@@ -345,10 +348,13 @@ impl QueueSide<'_> {
                 q.remove_consumer(key, now);
                 refresh_pull(shard, q);
                 if q.auto_delete_due() {
+                    let queue = QueueRef {
+                        id: qid,
+                        home: shard.id,
+                    };
                     self.common
                         .outbox
-                        .queue_deletes
-                        .push((q.vhost_idx, q.name.clone()));
+                        .delete_home_queue(q.vhost_idx, q.name.clone(), queue);
                 }
                 QueueReply::Cancelled
             }
@@ -535,10 +541,13 @@ impl QueueSide<'_> {
             return;
         };
         if q.expiry_deadline().is_some_and(|at| at <= now) {
+            let this = QueueRef {
+                id: queue,
+                home: shard.id,
+            };
             self.common
                 .outbox
-                .queue_deletes
-                .push((q.vhost_idx, q.name.clone()));
+                .delete_home_queue(q.vhost_idx, q.name.clone(), this);
             return;
         }
         self.ensure_queue_timer(queue);

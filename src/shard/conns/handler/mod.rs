@@ -462,8 +462,7 @@ impl ConnSide<'_> {
         c.close_answered();
         self.common
             .outbox
-            .queue_deletes
-            .extend(exclusive.into_iter().map(|name| (vhost, name)));
+            .delete_exclusive_queues(vhost, channel::owner(shard, conn), exclusive);
         self.common
             .wheel
             .arm(deadline, TimerKey::CloseTimeout(conn));
@@ -602,9 +601,11 @@ impl ConnSide<'_> {
             }
             .emit();
         }
-        for name in removed.exclusive_queues {
-            self.common.outbox.queue_deletes.push((removed.vhost, name));
-        }
+        self.common.outbox.delete_exclusive_queues(
+            removed.vhost,
+            channel::owner(shard, conn),
+            removed.exclusive_queues,
+        );
         // Queues that waited for this connection's write are dispatched this turn (its
         // consumers are cancelled above: whatever they hold goes elsewhere or stays).
         for queue in removed.pulls {
