@@ -231,7 +231,7 @@ fn runtime_specific_code_stays_at_the_edges() {
             || rel.starts_with("store/")
             || rel.starts_with("server/")
             || rel == "shard/mailbox.rs"
-            || rel == "shard/control.rs"
+            || rel == "shard/control/own_deletes.rs"
             || rel == "shard/home/persist.rs"
             || rel == "shard/home/paging.rs"
             || rel == "shard/home/stream_io.rs";

@@ -289,8 +289,9 @@ pub enum ControlRequest {
         requester: ConnOwner,
         unbind: bool,
     },
-    /// Queues the broker deletes on its own (auto-delete, x-expires, exclusive owner
-    /// gone), collected by one shard and deleted together (`control::own_deletes`).
+    /// Queues the broker deletes on its own (auto-delete, x-expires, the slow-consumer
+    /// policy, exclusive owner gone), collected by one shard and deleted together
+    /// (`control::own_deletes`).
     DeleteOwnQueues {
         queues: Vec<OwnDelete>,
     },

@@ -109,6 +109,7 @@ fn work_of(msg: &ShardMsg) -> usize {
         ShardMsg::Deliver(batch) => batch.len(),
         ShardMsg::Settle(batch) => batch.len(),
         ShardMsg::Confirms(done) => done.len(),
+        ShardMsg::Apply(changes, _) => changes.len(),
         _ => 1,
     }
     .max(1)

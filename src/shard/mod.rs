@@ -419,8 +419,8 @@ impl Shard {
         self.flush_wanted.notify();
     }
 
-    /// Ends a turn: dispatches dirty queues, hands the broker's own queue deletions to
-    /// the coordinator, sends deliveries and settlements to other shards, and wakes the
+    /// Ends a turn: dispatches dirty queues, starts the task that hands the broker's own
+    /// queue deletions to the coordinator (`control::own_deletes`), sends deliveries and settlements to other shards, and wakes the
     /// write pass if connections have bytes to write.
     pub fn flush(self: &std::rc::Rc<Self>) {
         let now = self.clock.now();

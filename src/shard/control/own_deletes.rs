@@ -1,5 +1,6 @@
 //! Owns: the queues the broker deletes on its own initiative (auto-delete when the last
-//! consumer goes, `x-expires`, an exclusive queue's connection gone): the shard's one
+//! consumer goes, `x-expires`, the slow-consumer delete policy, an exclusive queue's
+//! connection gone): the shard's one
 //! task that hands them to the coordinator [`PER_ROUND`] at a time, and the coordinator's
 //! deletion of such a round in one broadcast.
 //!
@@ -16,6 +17,11 @@
 //! is gone). An exclusive auto-delete queue is asked for twice when its connection
 //! closes (its consumer cancelled, its owner gone), maybe by two shards in two rounds; a
 //! client that declared the name again in between keeps its new queue.
+//!
+//! A round's directory changes are one inbox message on every shard, counted as that many
+//! changes of its turn's work (`mailbox::work_of`). At shutdown the rounds not yet sent
+//! are dropped with the coordinator: a durable auto-delete queue whose consumers the
+//! shutdown closed may still be there after a restart.
 //!
 //! Does not: delete a queue a client asked to delete (`queue.delete` is checked for
 //! `if-unused`/`if-empty` and answered, `control::delete_queue`), or decide when a queue
@@ -36,7 +42,7 @@ use super::{auto_deletions, broadcast, request};
 /// bounds the work one such message is.
 pub const PER_ROUND: usize = 256;
 
-/// Pending deletions above which the outbox's list gives its memory back once emptied.
+/// Room the outbox's list keeps when the task takes it (more is given back).
 const KEEP_CAPACITY: usize = 1024;
 
 /// Starts the shard's deleting task unless it runs already; called at the end of a turn
@@ -49,26 +55,35 @@ pub fn start(shard: &Rc<Shard>) {
 }
 
 /// Hands the outbox's queues to the coordinator a round at a time, each round after the
-/// last one's answer, until none is left.
+/// last one's answer, until none is left. It takes the whole list at once and goes
+/// through it (what is asked meanwhile waits in the outbox for the next pass), so a long
+/// list costs one pass over it, not one shift per round.
 async fn delete_pending(shard: Rc<Shard>) {
     loop {
-        let round: Vec<OwnDelete> = {
+        let taken = {
             let mut st = shard.state.borrow_mut();
             let pending = &mut st.common.outbox.queue_deletes;
-            let n = pending.len().min(PER_ROUND);
-            let round = pending.drain(..n).collect();
-            if pending.is_empty() && pending.capacity() > KEEP_CAPACITY {
-                *pending = Vec::new();
-            }
-            round
+            let keep = pending.capacity().min(KEEP_CAPACITY);
+            std::mem::replace(pending, Vec::with_capacity(keep))
         };
-        if round.is_empty() {
+        if taken.is_empty() {
             shard.own_deletes_running.set(false);
             return;
         }
-        let req = ControlRequest::DeleteOwnQueues { queues: round };
-        if let Err(e) = request(&shard, req).await {
-            tracing::debug!("internal queue delete failed: {e}");
+        let mut taken = taken.into_iter();
+        loop {
+            let round: Vec<OwnDelete> = taken.by_ref().take(PER_ROUND).collect();
+            if round.is_empty() {
+                break;
+            }
+            let req = ControlRequest::DeleteOwnQueues { queues: round };
+            if let Err(e) = request(&shard, req).await {
+                tracing::debug!("the broker's own queue deletions failed: {e}");
+            }
+            // On the coordinator the round ran in this task: what it left for the
+            // connections (consumers cancelled, flow notices) goes out now, as after a
+            // request from another shard.
+            shard.flush_soon();
         }
     }
 }

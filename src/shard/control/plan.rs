@@ -82,7 +82,7 @@ pub(super) fn plan(st: &mut State, shard: &Shard, req: ControlRequest) -> Planne
         ControlRequest::DeleteQueue { .. }
         | ControlRequest::EmptyVhost { .. }
         | ControlRequest::DeleteOwnQueues { .. } => Err(ChannelError::Internal(
-            "queue deletion is planned by delete_queue".into(),
+            "queue deletions are planned by delete_queue, empty_vhost and own_deletes".into(),
         )),
     }
 }

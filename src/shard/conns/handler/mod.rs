@@ -440,9 +440,10 @@ impl ConnSide<'_> {
         self.mark_writer(conn);
     }
 
-    /// The client closed: release its channels and exclusive queues (RabbitMQ does both
-    /// before it answers), answer `close-ok`, and leave the socket for the client to close
-    /// — for at most [`CLOSE_OK_LINGER`].
+    /// The client closed: release its channels, ask for its exclusive queues to be
+    /// deleted (RabbitMQ deletes them before it answers; here the coordinator's next
+    /// round does, `control::own_deletes`), answer `close-ok`, and leave the socket for
+    /// the client to close — for at most [`CLOSE_OK_LINGER`].
     fn answer_close(&mut self, shard: &Shard, conn: ConnId) {
         let deadline = shard.clock.now() + CLOSE_OK_LINGER;
         let Some(c) = self.conn_mut(conn) else {
