@@ -9,7 +9,8 @@
 //! Validating a request and computing its changes (one function per request) is
 //! `plan`'s (`control/plan.rs`); the coordinator's round trips (`coordinate`,
 //! `delete_queue`, `broadcast`) and applying a change on a shard ([`apply_change`]) are
-//! here.
+//! here. The queues the broker deletes on its own go to the coordinator in rounds, one
+//! task per shard (`control/own_deletes.rs`).
 //!
 //! # Ordering
 //! Validation and the local apply happen in one borrow on shard 0, and shard 0's inbox
