@@ -420,8 +420,9 @@ impl Shard {
     }
 
     /// Ends a turn: dispatches dirty queues, starts the task that hands the broker's own
-    /// queue deletions to the coordinator (`control::own_deletes`), sends deliveries and settlements to other shards, and wakes the
-    /// write pass if connections have bytes to write.
+    /// queue deletions to the coordinator (`control::own_deletes`), sends deliveries and
+    /// settlements to other shards, and wakes the write pass if connections have bytes
+    /// to write.
     pub fn flush(self: &std::rc::Rc<Self>) {
         let now = self.clock.now();
         let mut st = self.state.borrow_mut();

@@ -7,7 +7,7 @@
 //!
 //! Does not: send anything itself or decide what is sent.
 
-use crate::model::ids::{ConnOwner, QueueRef, ShardId};
+use crate::model::ids::{ConnOwner, QueueId, QueueRef, ShardId};
 use crate::model::routing::VhostIdx;
 use crate::protocol::ShortStr;
 
@@ -67,13 +67,19 @@ impl Outbox {
         }
     }
 
-    /// Asks the coordinator to delete a home queue of this shard (if the queue of that
-    /// name is still `queue` then).
-    pub fn delete_home_queue(&mut self, vhost: VhostIdx, name: ShortStr, queue: QueueRef) {
+    /// Asks the coordinator to delete `queue`, a home queue of shard `home` (if the queue
+    /// of that name is still that one then).
+    pub fn delete_home_queue(
+        &mut self,
+        vhost: VhostIdx,
+        name: ShortStr,
+        queue: QueueId,
+        home: ShardId,
+    ) {
         self.queue_deletes.push(OwnDelete {
             vhost,
             name,
-            only_if: StillThe::Queue(queue),
+            only_if: StillThe::Queue(QueueRef { id: queue, home }),
         });
     }
 

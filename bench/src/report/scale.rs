@@ -1,9 +1,9 @@
 //! Owns: the figures of a run at scale — [`Connections`] (how many, which subscriber
 //! client, how long the set-up took, broker RSS before the subscribers connected,
 //! after the set-up, at its peak and after they all disconnected and a settle
-//! period, the highest it ever was, and per connection) and [`Spread`] (each subscriber's p99 and delivered
-//! count, summarised as min / median / max across subscribers) — and their summary
-//! lines.
+//! period, the highest it ever was, and per connection) and [`Spread`] (each
+//! subscriber's p99 and delivered count, summarised as min / median / max across
+//! subscribers) — and their summary lines.
 //! Does not: measure (the harness samples RSS, subscribers keep their histograms).
 
 use std::fmt::Write as _;

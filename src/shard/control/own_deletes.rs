@@ -1,8 +1,8 @@
 //! Owns: the queues the broker deletes on its own initiative (auto-delete when the last
 //! consumer goes, `x-expires`, the slow-consumer delete policy, an exclusive queue's
-//! connection gone): the shard's one
-//! task that hands them to the coordinator [`PER_ROUND`] at a time, and the coordinator's
-//! deletion of such a round in one broadcast.
+//! connection gone): the shard's one task that hands them to the coordinator
+//! [`PER_ROUND`] at a time, and the coordinator's deletion of such a round in one
+//! broadcast.
 //!
 //! Why rounds, not a task per queue: ten thousand subscribers that disconnect together
 //! (a client fleet restarting, a network blip) leave ten thousand exclusive queues to

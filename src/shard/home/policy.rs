@@ -401,11 +401,9 @@ impl QueueSide<'_> {
             };
             self.send_slow_close(shard, g.shard, g.conn, target, queue);
         }
-        let this = QueueRef {
-            id: queue,
-            home: shard.id,
-        };
-        self.common.outbox.delete_home_queue(vhost, name, this);
+        self.common
+            .outbox
+            .delete_home_queue(vhost, name, queue, shard.id);
     }
 
     /// Whether the slow-consumer policy deleted (or is deleting) this home queue.

@@ -280,13 +280,12 @@ impl QueueSide<'_> {
                 q.remove_consumer(key, now);
                 refresh_pull(shard, q);
                 if q.auto_delete_due() {
-                    let queue = QueueRef {
-                        id: s.queue,
-                        home: shard.id,
-                    };
-                    self.common
-                        .outbox
-                        .delete_home_queue(q.vhost_idx, q.name.clone(), queue);
+                    self.common.outbox.delete_home_queue(
+                        q.vhost_idx,
+                        q.name.clone(),
+                        s.queue,
+                        shard.id,
+                    );
                 }
                 shrunk = true;
                 self.ensure_queue_timer(s.queue);
@@ -348,13 +347,12 @@ impl QueueSide<'_> {
                 q.remove_consumer(key, now);
                 refresh_pull(shard, q);
                 if q.auto_delete_due() {
-                    let queue = QueueRef {
-                        id: qid,
-                        home: shard.id,
-                    };
-                    self.common
-                        .outbox
-                        .delete_home_queue(q.vhost_idx, q.name.clone(), queue);
+                    self.common.outbox.delete_home_queue(
+                        q.vhost_idx,
+                        q.name.clone(),
+                        qid,
+                        shard.id,
+                    );
                 }
                 QueueReply::Cancelled
             }
@@ -541,13 +539,9 @@ impl QueueSide<'_> {
             return;
         };
         if q.expiry_deadline().is_some_and(|at| at <= now) {
-            let this = QueueRef {
-                id: queue,
-                home: shard.id,
-            };
             self.common
                 .outbox
-                .delete_home_queue(q.vhost_idx, q.name.clone(), this);
+                .delete_home_queue(q.vhost_idx, q.name.clone(), queue, shard.id);
             return;
         }
         self.ensure_queue_timer(queue);
