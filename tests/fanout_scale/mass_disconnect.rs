@@ -172,22 +172,19 @@ async fn a_name_taken_over_after_its_exclusive_owner_left_keeps_the_new_queue() 
     }
 }
 
-/// Waits (bounded) until a passive declare of `name` is answered 404; the 404 closes the
-/// channel, which is answered and opened again.
+/// Waits (bounded) until a passive declare of `name`, an exclusive queue of a connection
+/// that closed, is answered 404 instead of 405 (another connection's exclusive queue is
+/// locked while it exists). Either closes the channel, which is answered and opened again.
 async fn wait_gone(raw: &mut RawConn, channel: u16, name: &str) {
     let deadline = Instant::now() + DELETE_WITHIN;
     loop {
         raw.send_passive_declare(channel, name);
-        let got = raw.read_method().expect("passive queue.declare answer");
-        if got.id == m::CHANNEL_CLOSE {
-            let code = got.dec().short();
-            assert_eq!(code, 404, "passive declare of {name}");
-            raw.send_method(channel, m::CHANNEL_CLOSE_OK, &[])
-                .expect("send channel.close-ok");
-            raw.channel_open(channel);
+        let (code, text) = raw.expect_channel_close(channel);
+        raw.channel_open(channel);
+        if code == 404 {
             return;
         }
-        assert_eq!(got.id, m::QUEUE_DECLARE_OK, "passive declare of {name}");
+        assert_eq!(code, 405, "passive declare of {name}: {text}");
         assert!(
             Instant::now() < deadline,
             "{name} still there {DELETE_WITHIN:?} after its connection closed"
