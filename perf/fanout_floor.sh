@@ -22,8 +22,14 @@
 # same binary on one and on two shards side by side.
 # Rounds (ROUNDS, default 2) alternate the order of the servers; the table gives the
 # median of the rounds and each sluice's ratio to the minimal server.
+# --same-threads also runs the minimal server on $SLUICE_SHARDS threads (as the server
+# "minimal@N"), and the table then adds each sluice's ratio to the minimal server on as
+# many threads as it has shards: on 2 cores shared with the client's two threads and the
+# publisher, a second event loop costs the floor latency too (perf/RESULTS.md, round
+# fourteen), and this separates that cost from sluice's own.
 #
-# Usage: perf/fanout_floor.sh [--only W1,W2] [--rounds N] [--duration S] [--warmup S] [--no-build]
+# Usage: perf/fanout_floor.sh [--only W1,W2] [--rounds N] [--duration S] [--warmup S]
+#                             [--same-threads] [--no-build]
 # Writes perf/results/<stamp>-floor/<workload>.<server>.<round>.json and table.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +39,7 @@ ROUNDS="${ROUNDS:-2}"
 DURATION=10
 WARMUP=2
 BUILD=1
+SAME_THREADS=0
 RUN_LIMIT="${RUN_LIMIT:-60}"
 MINIMAL_SHARDS="${MINIMAL_SHARDS:-1}"
 SLUICE_SHARDS="${SLUICE_SHARDS:-2}"
@@ -43,6 +50,7 @@ while [ $# -gt 0 ]; do
     --duration) DURATION="$2"; shift 2 ;;
     --warmup) WARMUP="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
+    --same-threads) SAME_THREADS=1; shift ;;
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -53,6 +61,9 @@ fi
 REL="$CARGO_TARGET_DIR/release"
 BENCH="$REL/sluice-bench"
 SERVERS="${SERVERS:-minimal=$REL/minimal-fanout sluice=$REL/sluice}"
+if [ "$SAME_THREADS" = 1 ] && [ "$SLUICE_SHARDS" != "$MINIMAL_SHARDS" ]; then
+  SERVERS="$SERVERS minimal@$SLUICE_SHARDS=$REL/minimal-fanout"
+fi
 # 10,000 subscribers: 10,000 sockets in the tool and as many in the server (the tool
 # raises its soft limit to the hard one; the server inherits it).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The ratio table of perf/fanout_floor.sh: medians over the rounds of each server on
-each workload, and every other server's ratio to the minimal one.
+each workload, and every other server's ratio to the minimal one. When the minimal
+server also ran on other thread counts (servers named minimal@N), a second table gives
+each server's ratio to the minimal server on as many threads as it had shards.
 
 Usage: fanout_floor_table.py RESULTS_DIR WORKLOAD...
 Reads RESULTS_DIR/<workload>.<server>.<round>.json (sluice-bench --json).
@@ -8,6 +10,7 @@ Reads RESULTS_DIR/<workload>.<server>.<round>.json (sluice-bench --json).
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -37,6 +40,12 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
+def threads(j):
+    """The server's shard (event-loop thread) count, from sluice-bench's label."""
+    found = re.search(r"(\d+) shards?", j.get("broker", {}).get("label", ""))
+    return int(found.group(1)) if found else None
+
+
 def figures(j):
     lat = j.get("latency", {})
     sp = j.get("spread", {})
@@ -59,7 +68,12 @@ def figures(j):
         "per_sub": (start - base) / n if start and base else None,
         "per_sub_peak": (peak - base) / n if peak and base else None,
         "complete": j.get("delivered") == j.get("expected_delivered"),
+        "threads": threads(j),
     }
+
+
+def is_floor(server):
+    return server == "minimal" or server.startswith("minimal@")
 
 
 def main():
@@ -76,7 +90,7 @@ def main():
         except (OSError, json.JSONDecodeError):
             continue
         runs.setdefault((work, server), []).append(figures(j))
-    servers = sorted({s for (_, s) in runs}, key=lambda s: (s != "minimal", s))
+    servers = sorted({s for (_, s) in runs}, key=lambda s: (not is_floor(s), s != "minimal", s))
     keys = ["rate", "p50", "p99", "sp_min", "sp_med", "sp_max", "cpu", "tool", "rss", "peak",
             "ever", "per_sub", "per_sub_peak"]
     print("| workload | server | runs | delivered/s | p50 | p99 | per-sub p99 min / median / max "
@@ -90,6 +104,7 @@ def main():
             if not rs:
                 continue
             m = {k: med([r[k] for r in rs]) for k in keys}
+            m["threads"] = rs[0]["threads"]
             medians[(w, s)] = m
             num = lambda v: "-" if v is None else f"{v:.0f}"
             mib = lambda b: "-" if b is None else f"{b / 2**20:.0f}"
@@ -100,25 +115,41 @@ def main():
                   f"| {mib(m['rss'])} / {mib(m['peak'])} / {mib(m['ever'])} MiB | {kib(m['per_sub'])} / {kib(m['per_sub_peak'])} KiB "
                   f"| {sum(r['complete'] for r in rs)}/{len(rs)} |")
     print()
-    others = [s for s in servers if s != "minimal"]
+    others = [s for s in servers if not is_floor(s)]
     if not others:
         return
-    print("Ratios to the minimal server (medians):")
+    ratio_table("Ratios to the minimal server (medians):", works, others, medians,
+                lambda w, s: medians.get((w, "minimal")))
+    floor_threads = {m["threads"] for (w, s), m in medians.items() if is_floor(s)}
+    if len(floor_threads) > 1:
+        def same_threads(w, s):
+            t = medians[(w, s)]["threads"]
+            return next((m for (w2, f), m in medians.items()
+                         if w2 == w and is_floor(f) and m["threads"] == t), None)
+        print()
+        ratio_table("Ratios to the minimal server on as many threads as the server's shards "
+                    "(medians):", works, others, medians, same_threads)
+
+
+def ratio_table(title, works, others, medians, floor_of):
+    """One row per workload and server: its figures over those of `floor_of(w, s)`."""
+    print(title)
     print()
-    print("| workload | server | p50 | p99 | CPU per delivery | RSS with subs | peak RSS vs 2 × minimal + 30 MiB "
+    print("| workload | server | threads | p50 | p99 | CPU per delivery | RSS with subs "
+          "| peak RSS vs 2 × minimal + 30 MiB "
           "| highest ever (VmHWM, disconnect included) vs 2 × minimal's + 30 MiB | delivered/s |")
-    print("|---|---|---:|---:|---:|---:|---|---|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---|---|---:|")
 
     def ratio(a, b):
         return "-" if a is None or not b else f"{a / b:.2f}"
 
     for w in works:
-        base = medians.get((w, "minimal"))
-        if not base:
-            continue
         for s in others:
             m = medians.get((w, s))
             if not m:
+                continue
+            base = floor_of(w, s)
+            if not base:
                 continue
             budget = None if base["peak"] is None else 2 * base["peak"] + 30 * 2**20
             within = "-" if budget is None or m["peak"] is None else (
@@ -126,10 +157,11 @@ def main():
             ever_budget = None if base["ever"] is None else 2 * base["ever"] + 30 * 2**20
             ever = "-" if ever_budget is None or m["ever"] is None else (
                 f"{m['ever'] / 2**20:.0f} vs {ever_budget / 2**20:.0f} MiB")
-            print(f"| {w} | {s} | {ratio(m['p50'], base['p50'])} | {ratio(m['p99'], base['p99'])} "
+            shown = "-" if m["threads"] is None else f"{m['threads']} vs {base['threads']}"
+            print(f"| {w} | {s} | {shown} | {ratio(m['p50'], base['p50'])} "
+                  f"| {ratio(m['p99'], base['p99'])} "
                   f"| {ratio(m['cpu'], base['cpu'])} | {ratio(m['rss'], base['rss'])} | {within} | {ever} "
                   f"| {ratio(m['rate'], base['rate'])} |")
-
 
 if __name__ == "__main__":
     main()
