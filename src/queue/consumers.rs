@@ -32,6 +32,7 @@ use std::time::Instant;
 use crate::model::ids::{ConnId, ConsumerTarget, ShardId};
 use crate::model::message::LocalMessage;
 
+use super::entry::Entry;
 use super::ready::{self, Head};
 use super::{Queue, QueueSettings};
 
@@ -345,26 +346,45 @@ impl Queue {
             [only] if only.no_ack => (only.target, only.credit, only.credit_bytes),
             _ => return None,
         };
-        let (mut count, mut bytes, mut general_next) = (0u32, 0u64, false);
-        while credit > 0 && credit_bytes > 0 && (count as usize) < budget {
-            let Some(head) = self.ready.front() else {
-                break;
-            };
-            if head.evicted || head.redelivered || head.has_expiry() {
-                general_next = true;
-                break;
+        // The run is measured first, then taken off the FIFO in one drain: per message,
+        // a look at the entry's flags and size, and its share moved (a take per
+        // message cost ~90 instructions at 1 -> 16: issue 23).
+        let (mut count, mut bytes, mut general_next, mut persistent) = (0u32, 0u64, false, 0);
+        let fifo = self.ready.plain()?;
+        let stored = self.settings.stored;
+        let limit = budget.min(credit as usize);
+        let id = self.id;
+        // Each of the FIFO's two slices as a plain slice loop; true once the run ended.
+        let mut scan = |entries: &[Entry]| {
+            for head in entries {
+                if count as usize == limit || credit_bytes == 0 {
+                    return true;
+                }
+                if head.evicted | head.redelivered | head.has_expiry() {
+                    general_next = true;
+                    return true;
+                }
+                let size = head.size();
+                credit_bytes = credit_bytes.saturating_sub(size);
+                count += 1;
+                bytes += size;
+                if head.persistent {
+                    persistent += 1;
+                    if stored {
+                        crate::model::journal::gone(id, head.seq);
+                    }
+                }
             }
-            let Some(entry) = self.take_head_by::<ready::Fifo>() else {
-                break;
-            };
-            let size = entry.size();
-            credit -= 1;
-            credit_bytes = credit_bytes.saturating_sub(size);
-            count += 1;
-            bytes += size;
-            self.finished(&entry);
-            msgs.push(entry.msg);
+            false
+        };
+        let (front, back) = fifo.as_slices();
+        if !scan(front) {
+            scan(back);
         }
+        credit -= count;
+        self.ready.take_plain_front(count as usize, msgs);
+        self.ready_bytes -= bytes;
+        self.persistent -= persistent;
         if let Some(only) = self.consumers.first_mut() {
             only.credit = credit;
             only.credit_bytes = credit_bytes;

@@ -253,7 +253,9 @@ impl Queue {
     }
 
     /// [`Queue::enqueue`] with `now` already converted to a stamp from the queue's base
-    /// (the shard's clock gives it once per turn: [`Queue::with_base`]).
+    /// (the shard's clock gives it once per turn: [`Queue::with_base`]). Inlined into
+    /// the shard's enqueue, which calls it once per queue a publish reaches.
+    #[inline(always)]
     pub fn enqueue_at(&mut self, msg: LocalMessage, now: Instant, at: Stamp) -> u64 {
         if self.ready.is_plain() {
             self.enqueue_by::<ready::Fifo>(msg, now, at)

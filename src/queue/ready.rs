@@ -21,6 +21,7 @@
 use std::collections::VecDeque;
 
 use crate::model::ledger;
+use crate::model::message::LocalMessage;
 use crate::protocol::properties::raw_priority;
 
 use super::entry::{Entry, Stamp};
@@ -321,6 +322,21 @@ impl ReadyList {
     /// A plain list's one FIFO (`None` for a priority queue).
     pub fn plain(&self) -> Option<&VecDeque<Entry>> {
         self.levels.is_none().then_some(&self.fifo)
+    }
+
+    /// Takes the first `n` entries of a plain queue's FIFO (it holds at least that
+    /// many) and appends their messages to `into`, in order; the caller has accounted
+    /// for them ([`Queue::dispatch_pulled`]). A drained list gives its room back as a
+    /// pop would.
+    ///
+    /// [`Queue::dispatch_pulled`]: super::Queue::dispatch_pulled
+    pub fn take_plain_front(&mut self, n: usize, into: &mut Vec<LocalMessage>) {
+        debug_assert!(self.levels.is_none() && n <= self.fifo.len());
+        if n == 0 {
+            return;
+        }
+        into.extend(self.fifo.drain(..n).map(|entry| entry.msg));
+        self.shrink_drained_fifo();
     }
 
     /// [`ReadyList::plain`], mutable. Entries may be changed in place, never reordered,

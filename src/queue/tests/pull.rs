@@ -46,6 +46,7 @@ struct After {
     last_used: Instant,
     round_robin: usize,
     can_dispatch: bool,
+    persistent: u64,
 }
 
 fn after(q: &Queue) -> After {
@@ -60,6 +61,7 @@ fn after(q: &Queue) -> After {
         last_used: q.last_used,
         round_robin: q.round_robin,
         can_dispatch: q.can_dispatch(),
+        persistent: q.persistent,
     }
 }
 
@@ -151,6 +153,17 @@ fn a_pulled_run_hands_out_what_the_general_dispatch_would() {
     let (mut general, mut pulled) = twins(stored_queue, &bodies, true, 100, u64::MAX, now);
     assert_eq!(dispatch_both(&mut general, &mut pulled, 4, later), 4);
     assert_eq!(dispatch_both(&mut general, &mut pulled, 10, later), 3);
+    // A FIFO that wrapped around its buffer (the run spans both of its slices).
+    let (mut general, mut pulled) = twins(stored_queue, &bodies, true, 100, u64::MAX, now);
+    assert_eq!(dispatch_both(&mut general, &mut pulled, 5, later), 5);
+    for &body in &bodies[..5] {
+        let m = persistent_msg(body);
+        general.enqueue(LocalMessage::clone(&m), now);
+        pulled.enqueue(m, now);
+    }
+    let (front, back) = pulled.ready.plain().expect("plain").as_slices();
+    assert!(!front.is_empty() && !back.is_empty(), "wrapped");
+    assert_eq!(dispatch_both(&mut general, &mut pulled, 100, later), 7);
 }
 
 fn queue_for_twins(now: Instant) -> Queue {

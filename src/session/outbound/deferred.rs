@@ -113,7 +113,9 @@ impl SmallHead {
     }
 
     /// Appends one delivery: the head with its size and delivery tag, then the message's
-    /// tail with its two channel numbers patched.
+    /// tail with its two channel numbers patched. Inlined into the encoding loop: as a
+    /// call, saving and restoring registers was an eighth of its cost (issue 23).
+    #[inline(always)]
     pub fn write(&mut self, into: &mut BytesMut, delivery_tag: u64, tail: &WireTail) {
         let at = self.tag_at;
         // The method payload: class, method, tag, delivery tag, redelivered, and the
