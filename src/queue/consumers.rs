@@ -351,9 +351,7 @@ impl Queue {
         // message cost ~90 instructions at 1 -> 16: issue 23).
         let (mut count, mut bytes, mut general_next, mut persistent) = (0u32, 0u64, false, 0);
         let fifo = self.ready.plain()?;
-        let stored = self.settings.stored;
         let limit = budget.min(credit as usize);
-        let id = self.id;
         // Each of the FIFO's two slices as a plain slice loop; true once the run ended.
         let mut scan = |entries: &[Entry]| {
             for head in entries {
@@ -370,9 +368,7 @@ impl Queue {
                 bytes += size;
                 if head.persistent {
                     persistent += 1;
-                    if stored {
-                        crate::model::journal::gone(id, head.seq);
-                    }
+                    self.finished(head);
                 }
             }
             false
