@@ -4,8 +4,9 @@
 //!
 //! Each test drives a pattern that used to keep memory alive behind the ledger's back
 //! (a small message kept in a queue pinning the read buffer a large, dropped message was
-//! read into; floods of large and of tiny messages against the watermark) and asserts a
-//! bound on RSS. Bounds on memory, never on time.
+//! read into; floods of large and of tiny messages against the watermark; small messages
+//! to a wide fan-out, whose queue entries outweigh their bytes) and asserts a bound on
+//! RSS. Bounds on memory, never on time.
 
 #[macro_use]
 mod common;
@@ -369,6 +370,80 @@ async fn stuck_no_ack_reader_stays_near_the_watermark(shards: usize) {
     assert_peak_under_alarm(&broker, "a stuck no-ack reader of a 1 KiB topic");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     drop(stuck);
+    drop(broker);
+    for p in publishers {
+        let _ = p.join();
+    }
+}
+
+shard_tests!(wide_fanout_flood_stays_near_the_watermark);
+
+/// Queues bound to the fan-out exchange of [`wide_fanout_flood_stays_near_the_watermark`].
+const WIDE: usize = 4_000;
+
+/// Declares [`WIDE`] queues nobody consumes, bound to `amq.fanout`, pipelined in rounds
+/// of 500 (a round trip per round, not per queue).
+fn declare_wide_fanout(c: &mut RawConn) {
+    let prefix = unique("wide");
+    for round in 0..WIDE / 500 {
+        for i in 0..500 {
+            let name = format!("{prefix}-{}", round * 500 + i);
+            c.send_queue_declare(1, &name, [false, false, false]);
+            let bind = common::wire::Enc::new()
+                .short(0)
+                .shortstr(&name)
+                .shortstr("amq.fanout")
+                .shortstr("")
+                .bits(&[false])
+                .table(&vec![])
+                .done();
+            c.send_method(1, m::QUEUE_BIND, &bind)
+                .expect("send queue.bind");
+        }
+        for _ in 0..500 {
+            c.expect_method(1, m::QUEUE_DECLARE_OK);
+            c.expect_method(1, m::QUEUE_BIND_OK);
+        }
+    }
+}
+
+/// One publisher of 64-byte messages to a fan-out exchange with [`WIDE`] queues
+/// (on two shards, half of them on the other shard): each message costs its queues
+/// ~200 KB of entries, so what is in flight between shards, not the messages' own
+/// bytes, is what the watermark must hold back.
+async fn wide_fanout_flood_stays_near_the_watermark(shards: usize) {
+    let broker = Broker::start_with_config(
+        shards,
+        &format!("[memory]\nhigh_watermark = {}\n", watermark()),
+    );
+    let mut setup = RawConn::connect(&broker.addr());
+    setup.handshake();
+    setup.channel_open(1);
+    declare_wide_fanout(&mut setup);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publishers = flood(&broker, 1, 64, "amq.fanout", "", &stop);
+    assert_peak_under_alarm(&broker, &format!("64 B messages to {WIDE} queues"));
+    // The grace counts each message's body and 48 bytes for each queue beyond its first:
+    // the publisher is suspended within one message of it.
+    let grace = 262_144;
+    let per_message = 64 + 48 * (WIDE as u64 - 1);
+    let suspended = broker
+        .wait_for_log("CON-1003 ", Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("no CON-1003; log:\n{}", broker.logs().join("\n")));
+    let excess: u64 = suspended
+        .split(" published ")
+        .nth(1)
+        .and_then(|s| s.split(" bytes").next())
+        .map(|n| n.replace(',', ""))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("CON-1003 not in its format: {suspended}"));
+    assert!(
+        excess > grace && excess <= grace + per_message,
+        "suspended at {excess} bytes past the signal, grace {grace}, {per_message} per message: \
+         {suspended}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(setup);
     drop(broker);
     for p in publishers {
         let _ = p.join();

@@ -166,7 +166,8 @@ pub struct NetTuning {
 pub struct ShardTuning {
     /// Publish batches a shard's inbox holds before senders wait.
     pub inbox_capacity: usize,
-    /// Bytes of message data in flight to one shard's publish inbox before senders wait.
+    /// Bytes of message data in flight to one shard's publish inbox before senders wait
+    /// (a message counts its bytes and the entries it will make there).
     pub inbox_bytes: u64,
     /// Messages one queue dispatches per turn before others get a go.
     pub dispatch_budget: usize,

@@ -484,6 +484,7 @@ async fn process_frames(
                 }
             }
             Step::Await(p) => Box::pin(shard.resolve_and_complete(conn, p)).await,
+            Step::Yield => tokio::task::yield_now().await,
         }
     }
 }

@@ -95,6 +95,10 @@ const DELIVER_BATCH: usize = 1024;
 const PREFETCH_WRITE_AHEAD: usize = 8;
 const PREFETCH_PULL_AHEAD: usize = 4;
 const PREFETCH_DISPATCH_AHEAD: usize = 2;
+/// What each queue a message is routed to on another shard costs that shard's publish
+/// budget: the entry it will make there and its id in the list sent with the message.
+const ROUTED_QUEUE_BYTES: u64 =
+    crate::queue::entry::ENTRY_BYTES.unsigned_abs() + std::mem::size_of::<QueueId>() as u64;
 
 impl State {
     /// The connection side, with the queue side it may call.
@@ -308,6 +312,10 @@ pub struct Shard {
     /// Whether the task that hands the outbox's queue deletions to the coordinator runs
     /// (`control::own_deletes`).
     pub own_deletes_running: Cell<bool>,
+    /// Queue entries the reader's turn now being handled has asked for by routing
+    /// publishes (here and on other shards); past [`turn::TURN_FANOUT_MAX`] the turn ends
+    /// early ([`turn::Step::Yield`]).
+    pub turn_fanout: Cell<usize>,
 }
 
 /// Per-shard counters that must be cheap on the hot path: plain cells, read when asked.
@@ -384,6 +392,7 @@ impl Shard {
             stopping: Cell::new(false),
             stopped: Signal::new(),
             flush_wanted: Signal::new(),
+            turn_fanout: Cell::new(0),
             write_wanted: Signal::new(),
             store: RefCell::new(persistence.store),
             definitions: RefCell::new(persistence.definitions),
@@ -506,7 +515,13 @@ impl Shard {
             if !batch.is_empty() || !replies.is_empty() {
                 let routed = std::mem::take(batch);
                 let replies = std::mem::take(replies);
-                let bytes: u64 = routed.iter().map(|r| r.msg.memory_size()).sum::<u64>()
+                // A routed message costs the destination its bytes and an entry per
+                // queue (the list naming them travels with it): a small message to many
+                // queues there is mostly the latter.
+                let bytes: u64 = routed
+                    .iter()
+                    .map(|r| r.msg.memory_size() + r.queues.len() as u64 * ROUTED_QUEUE_BYTES)
+                    .sum::<u64>()
                     + replies.iter().map(|r| r.msg.memory_size()).sum::<u64>();
                 out.push((
                     shard as ShardId,

@@ -52,7 +52,17 @@ pub enum Step {
     Hold,
     /// A channel waits for another shard: resolve it, then [`Shard::complete`].
     Await(Pending),
+    /// The turn's publishes asked for [`TURN_FANOUT_MAX`] queue entries: let the
+    /// shard's other work run (its clock and memory watermark among it), then go on
+    /// with the frames already read.
+    Yield,
 }
+
+/// Queue entries one turn of a reader may ask for by routing before it yields: a read
+/// buffer of small publishes to a wide fan-out would otherwise make millions in one
+/// turn, ahead of the memory watermark (evaluated each tick) and of every other
+/// connection of the shard. About 3 MiB of entries.
+pub const TURN_FANOUT_MAX: usize = 65_536;
 
 /// How the shard reaches a new connection's socket and tasks.
 pub struct ConnIo {
@@ -192,12 +202,16 @@ impl Shard {
     ) -> Step {
         let mut st = self.state.borrow_mut();
         let frame_max = st.conn(conn).map_or(0, |c| c.frame_max);
+        self.turn_fanout.set(0);
         loop {
             match next(frame_max) {
                 Ok(Some(frame)) => match st.conn_side().on_frame(self, conn, frame) {
                     AfterFrame::Continue => {
                         if st.conn(conn).is_some_and(|c| c.hold_requested) {
                             return Step::Hold;
+                        }
+                        if self.turn_fanout.get() >= TURN_FANOUT_MAX {
+                            return Step::Yield;
                         }
                     }
                     AfterFrame::Stop => return Step::Stop,

@@ -14,6 +14,7 @@ use crate::model::ids::ConnId;
 use crate::ops::event::{FlowCause, OpsEvent};
 use crate::protocol::method::{ChannelFlow, ConnectionBlocked, ConnectionUnblocked};
 use crate::protocol::{Method, ShortStr};
+use crate::queue::entry::ENTRY_BYTES;
 use crate::session::channel::{Channel, ChannelPhase};
 use crate::session::connection::{Conn, Phase};
 use crate::session::error::ChannelError;
@@ -153,16 +154,7 @@ impl ConnSide<'_> {
             self.apply_channel_flow(shard, conn, number);
             return;
         }
-        if excess > grace && !c.hold_requested {
-            c.hold_requested = true;
-            OpsEvent::ReadingSuspended {
-                subject: c.log_subject(),
-                channel: number,
-                excess,
-                grace,
-            }
-            .emit();
-        }
+        suspend_past_grace(c, number, excess, grace);
     }
 
     /// Lifts a read hold whose reason is gone and wakes the reader.
@@ -329,5 +321,37 @@ impl super::Connections {
         let grace = shard.config.policies.flow.grace_bytes;
         self.get(conn)
             .is_some_and(|c| c.hold_requested && c.over_grace(grace))
+    }
+}
+
+/// Counts the queue entries a publish routed to `queues` queues (here or on other
+/// shards) made beyond the first against the grace of its channel `ch`, if it (or its
+/// connection, `connection_blocked`) has been told to stop, as [`ConnSide::note_publish`]
+/// counts its body: a small message to a wide fan-out costs its queues far more memory
+/// than its own bytes. Returns the channel's excess once it is past `grace`.
+pub(super) fn charge_fanout(
+    ch: &mut Channel,
+    connection_blocked: bool,
+    queues: usize,
+    grace: u64,
+) -> Option<u64> {
+    let publisher = &mut ch.publishing_mut().flow;
+    let copies = queues.saturating_sub(1) as u64;
+    publisher.note_publish(copies * ENTRY_BYTES.unsigned_abs(), connection_blocked);
+    (publisher.excess > grace).then_some(publisher.excess)
+}
+
+/// Asks the reader of `c` to stop reading once channel `number` has published more than
+/// `grace` bytes after it was told to stop (`CON-1003`).
+pub(super) fn suspend_past_grace(c: &mut Conn, number: u16, excess: u64, grace: u64) {
+    if excess > grace && !c.hold_requested {
+        c.hold_requested = true;
+        OpsEvent::ReadingSuspended {
+            subject: c.log_subject(),
+            channel: number,
+            excess,
+            grace,
+        }
+        .emit();
     }
 }

@@ -23,6 +23,7 @@ use crate::session::confirm::ConfirmReply;
 use crate::session::error::{ChannelError, ObjectKind};
 
 use super::{MethodError, PUBLISH};
+use crate::shard::conns::flow::{charge_fanout, suspend_past_grace};
 use crate::shard::conns::ConnSide;
 use crate::shard::inbox::{ConfirmDone, Routed};
 use crate::shard::Shard;
@@ -164,12 +165,18 @@ impl ConnSide<'_> {
             }
             self.mark_writer(conn);
         }
-        let Some(ch) = self
-            .conn_mut(conn)
-            .and_then(|c| c.channels.get_mut(&number))
-        else {
+        shard
+            .turn_fanout
+            .set(shard.turn_fanout.get() + targets.len());
+        let grace = shard.config.policies.flow.grace_bytes;
+        let Some(c) = self.conn_mut(conn) else {
             return Ok(());
         };
+        let blocked = c.blocked_sent;
+        let Some(ch) = c.channels.get_mut(&number) else {
+            return Ok(());
+        };
+        let past_grace = charge_fanout(ch, blocked, targets.len(), grace);
         if targets.is_empty() {
             let unroutable = if publish.mandatory {
                 &mut ch.publishing_mut().return_unroutable
@@ -185,6 +192,9 @@ impl ConnSide<'_> {
             epoch: ch.epoch,
         };
         let confirm = ch.tracker_mut().map_or(0, |c| c.assign());
+        if let (Some(excess), Some(c)) = (past_grace, self.conn_mut(conn)) {
+            suspend_past_grace(c, number, excess, grace);
+        }
         let local = targets
             .iter()
             .any(|t| t.home == shard.id)
