@@ -59,9 +59,12 @@ impl Entry {
         self.expires_at != Stamp::NEVER
     }
 
-    /// Whether it has expired by `now` ([`Stamp::NEVER`] never does).
+    /// Whether it has expired by `now` ([`Stamp::NEVER`] never does): strictly after its
+    /// expiry, so a message with a TTL of 0 can still go to a consumer that can take it
+    /// in the turn it arrived in (whose clock reading it shares), as RabbitMQ delivers
+    /// one a consumer can take at once, and expires in any later turn.
     pub fn is_expired(&self, now: Stamp) -> bool {
-        self.expires_at <= now
+        self.expires_at < now
     }
 
     /// Bytes the entry's message counts for in its queue's depth.

@@ -595,8 +595,10 @@ impl Queue {
             self.note_getter(channel, now);
         }
         // An evicted head is never handed out (`pop_ready` stops at it; the shard reads
-        // it back before it asks, `shard::home::paging`).
-        let entry = self.pop_ready(now)?;
+        // it back before it asks, `shard::home::paging`). Expiry is judged a moment
+        // after `now`: a message with a TTL of 0 is for consumers only, never got (as
+        // RabbitMQ drops one no consumer takes at once).
+        let entry = self.pop_ready(now + Duration::from_nanos(1))?;
         if no_ack {
             self.counters.consumed += 1;
             self.counters.got_no_ack += 1;

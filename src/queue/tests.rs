@@ -136,6 +136,33 @@ fn ttl_expires_at_head() {
     assert_eq!(q.counters.expired, 2);
 }
 
+/// A TTL of 0: a consumer with credit gets the message when it arrives (the same clock
+/// reading); one without credit then does not get it later, nor does `basic.get` ever.
+#[test]
+fn ttl_zero_reaches_only_a_consumer_with_credit_at_once() {
+    let now = Instant::now();
+    let mut q = queue(Some(0), now);
+    let c = q.add_consumer(target(1), false, false, 0, now).expect("c");
+    q.grant(c, 1, u64::MAX);
+    q.enqueue(msg(b"taken"), now);
+    let mut out = Vec::new();
+    assert_eq!(q.dispatch(now, 10, &mut out), 1, "delivered in its turn");
+    q.enqueue(msg(b"no credit"), now);
+    assert_eq!(q.dispatch(now, 10, &mut out), 0);
+    assert_eq!(q.head_expiry(), Some(now));
+    q.grant(c, 1, u64::MAX);
+    let later = now + Duration::from_nanos(1);
+    assert_eq!(
+        q.dispatch(later, 10, &mut out),
+        0,
+        "expired by the next turn"
+    );
+    assert_eq!(q.counters.expired, 1);
+    q.enqueue(msg(b"got"), later);
+    assert!(q.get(later, true, None).is_none(), "got with a TTL of 0");
+    assert_eq!((q.ready_count(), q.counters.expired), (0, 2));
+}
+
 #[test]
 fn exclusive_consumer_rules() {
     let now = Instant::now();

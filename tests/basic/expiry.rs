@@ -1,17 +1,21 @@
-//! Expiry: per-message expiration, x-message-ttl, and x-expires on idle and in-use queues.
+//! Expiry: per-message expiration, x-message-ttl (a TTL of 0 among them), and x-expires
+//! on idle and in-use queues.
 
 use std::time::{Duration, Instant};
 
-use amqprs::channel::{BasicCancelArguments, QueueDeclareArguments};
+use amqprs::channel::{
+    BasicAckArguments, BasicCancelArguments, BasicQosArguments, QueueDeclareArguments,
+};
 use amqprs::{BasicProperties, FieldTable, FieldValue};
 
-use crate::common::{next_delivery, unique, Broker};
+use crate::common::{assert_no_delivery, next_delivery, unique, Broker};
 
 shard_tests!(
     per_message_expiration,
     queue_message_ttl,
     queue_expires,
     x_expires_not_while_in_use,
+    ttl_zero_reaches_only_a_consumer_that_can_take_it_at_once,
 );
 
 async fn per_message_expiration(shards: usize) {
@@ -159,4 +163,71 @@ async fn x_expires_not_while_in_use(shards: usize) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// RabbitMQ's TTL 0: a message with `expiration = "0"` (or in a queue with
+/// `x-message-ttl = 0`) goes to a consumer that can take it when it arrives, and is
+/// dropped otherwise: never got, never delivered later.
+async fn ttl_zero_reaches_only_a_consumer_that_can_take_it_at_once(shards: usize) {
+    let broker = Broker::start(shards);
+    let conn = broker.connect().await;
+    let ch = conn.channel().await;
+    let zero = || BasicProperties::default().with_expiration("0").finish();
+
+    // No consumer: dropped, and basic.get never sees it.
+    let q = unique("q-ttl0");
+    ch.declare_queue(&q).await;
+    ch.publish_props("", &q, zero(), b"nobody-waits").await;
+    assert!(ch.get(&q, true).await.is_none(), "a TTL 0 message was got");
+    ch.wait_message_count(&q, 0).await;
+
+    // A consumer with room: delivered, in order with the messages around it.
+    let (_, mut rx) = ch.consume_auto(&q).await;
+    ch.publish("", &q, b"before").await;
+    ch.publish_props("", &q, zero(), b"at-once").await;
+    ch.publish("", &q, b"after").await;
+    for expected in [&b"before"[..], b"at-once", b"after"] {
+        assert_eq!(next_delivery(&mut rx).await.body, expected);
+    }
+
+    // A consumer at its prefetch limit: not delivered then, nor once it has room.
+    let busy = conn.channel().await;
+    let q2 = unique("q-ttl0-busy");
+    busy.declare_queue(&q2).await;
+    busy.ch
+        .basic_qos(BasicQosArguments::new(0, 1, false))
+        .await
+        .expect("basic.qos");
+    let (_, mut busy_rx) = busy.consume_manual(&q2).await;
+    ch.publish("", &q2, b"holds-the-credit").await;
+    let first = next_delivery(&mut busy_rx).await;
+    assert_eq!(first.body, b"holds-the-credit");
+    ch.publish_props("", &q2, zero(), b"too-late").await;
+    ch.message_count(&q2).await;
+    busy.ch
+        .basic_ack(BasicAckArguments::new(first.delivery_tag, false))
+        .await
+        .expect("basic.ack");
+    ch.publish("", &q2, b"marker").await;
+    let next = next_delivery(&mut busy_rx).await;
+    assert_eq!(next.body, b"marker", "the TTL 0 message was delivered late");
+    busy.ch
+        .basic_ack(BasicAckArguments::new(next.delivery_tag, false))
+        .await
+        .expect("basic.ack");
+    assert_no_delivery(&mut busy_rx, Duration::from_millis(200)).await;
+
+    // x-message-ttl = 0: the same for every message of the queue.
+    let q3 = unique("q-ttl0-queue");
+    let mut args = FieldTable::new();
+    args.insert("x-message-ttl".try_into().unwrap(), FieldValue::I(0));
+    ch.queue_declare(QueueDeclareArguments::new(&q3).arguments(args).finish())
+        .await
+        .unwrap();
+    ch.publish("", &q3, b"dropped").await;
+    ch.wait_message_count(&q3, 0).await;
+    let (_, mut rx3) = ch.consume_auto(&q3).await;
+    ch.publish("", &q3, b"taken").await;
+    assert_eq!(next_delivery(&mut rx3).await.body, b"taken");
+    assert_no_delivery(&mut rx3, Duration::from_millis(200)).await;
 }
