@@ -302,8 +302,9 @@ fn flood(
 }
 
 /// Waits for the memory alarm, then samples RSS for two seconds while the publishers
-/// push against it, and asserts the peak against [`flood_bound`].
-fn assert_peak_under_alarm(broker: &Broker, what: &str) {
+/// push against it, and asserts the peak against `bound` ([`flood_bound`] for floods into
+/// one queue).
+fn assert_peak_under_alarm(broker: &Broker, what: &str, bound: u64) {
     let alarm = broker
         .wait_for_log("BRK-1007 ", Duration::from_secs(90))
         .is_some();
@@ -323,9 +324,8 @@ fn assert_peak_under_alarm(broker: &Broker, what: &str) {
         watermark()
     );
     assert!(
-        peak <= flood_bound(),
-        "{what}: RSS peaked at {peak} B (bound {} B), ledger {held} B",
-        flood_bound()
+        peak <= bound,
+        "{what}: RSS peaked at {peak} B (bound {bound} B), ledger {held} B"
     );
 }
 
@@ -342,7 +342,7 @@ async fn tiny_message_flood_stays_near_the_watermark(shards: usize) {
     setup.queue_declare(1, &queue, false, false, false);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let publishers = flood(&broker, 4, 64, "", &queue, &stop);
-    assert_peak_under_alarm(&broker, "4 publishers of 64 B");
+    assert_peak_under_alarm(&broker, "4 publishers of 64 B", flood_bound());
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     drop(setup);
     drop(broker);
@@ -367,7 +367,11 @@ async fn stuck_no_ack_reader_stays_near_the_watermark(shards: usize) {
     stuck.basic_consume(1, &queue, true);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let publishers = flood(&broker, 2, 1024, "amq.topic", &topic, &stop);
-    assert_peak_under_alarm(&broker, "a stuck no-ack reader of a 1 KiB topic");
+    assert_peak_under_alarm(
+        &broker,
+        "a stuck no-ack reader of a 1 KiB topic",
+        flood_bound(),
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     drop(stuck);
     drop(broker);
@@ -422,7 +426,15 @@ async fn wide_fanout_flood_stays_near_the_watermark(shards: usize) {
     declare_wide_fanout(&mut setup);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let publishers = flood(&broker, 1, 64, "amq.fanout", "", &stop);
-    assert_peak_under_alarm(&broker, &format!("64 B messages to {WIDE} queues"));
+    // Queues fed by one fan-out fill alike and double their entry lists at the same
+    // message: one such step past the alarm adds up to what the queues hold, and the
+    // two shards' steps can fall on either side of it (measured: ledger up to 2.4 ×
+    // the watermark, RSS 2.2 ×; before the fan-out was counted, 8 ×).
+    assert_peak_under_alarm(
+        &broker,
+        &format!("64 B messages to {WIDE} queues"),
+        5 * watermark() / 2 + (64 << 20),
+    );
     // The grace counts each message's body and 48 bytes for each queue beyond its first:
     // the publisher is suspended within one message of it.
     let grace = 262_144;

@@ -18,8 +18,8 @@ use super::{control, Shard};
 /// run.
 const INBOX_BATCH: usize = 64;
 
-/// Work (messages published, delivered or settled) a shard takes from its inboxes in
-/// one turn; a turn that reaches it ends early, so a burst from other shards delays the
+/// Work (messages published into queues, delivered or settled) a shard takes from its
+/// inboxes in one turn; a turn that reaches it ends early, so a burst from other shards delays the
 /// shard's own sockets by a bounded amount.
 const INBOX_WORK_BUDGET: usize = 4096;
 
@@ -101,11 +101,15 @@ async fn take_earlier_publishes(shard: &Rc<Shard>, inbox: &mut Inbox) {
     }
 }
 
-/// How much work a message is, for the turn's budget.
+/// How much work a message is, for the turn's budget: a routed message is one unit per
+/// queue it goes to (to a wide fan-out, a batch of a few messages is many thousands of
+/// entries, and the shard's clock, timers and memory watermark wait for the turn's end).
 fn work_of(msg: &ShardMsg) -> usize {
+    let entries =
+        |routed: &[super::inbox::Routed]| -> usize { routed.iter().map(|r| r.queues.len()).sum() };
     match msg {
-        ShardMsg::Publish(batch) => batch.routed.len() + batch.replies.len(),
-        ShardMsg::DeadLetter(routed) => routed.len(),
+        ShardMsg::Publish(batch) => entries(&batch.routed) + batch.replies.len(),
+        ShardMsg::DeadLetter(routed) => entries(routed),
         ShardMsg::Deliver(batch) => batch.len(),
         ShardMsg::Settle(batch) => batch.len(),
         ShardMsg::Confirms(done) => done.len(),
