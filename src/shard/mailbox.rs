@@ -19,8 +19,8 @@ use super::{control, Shard};
 const INBOX_BATCH: usize = 64;
 
 /// Work (messages published into queues, delivered or settled) a shard takes from its
-/// inboxes in one turn; a turn that reaches it ends early, so a burst from other shards delays the
-/// shard's own sockets by a bounded amount.
+/// inboxes in one turn; a turn that reaches it ends early, so a burst from other shards
+/// delays the shard's own sockets by a bounded amount.
 const INBOX_WORK_BUDGET: usize = 4096;
 
 /// Serves this shard's inboxes until they close.

@@ -73,16 +73,25 @@ async fn per_message_expiration(shards: usize) {
     );
 }
 
+/// Declares `queue` with `x-message-ttl` = `ttl_ms`.
+async fn declare_with_message_ttl(
+    ch: &crate::common::amqprs_client::Chan,
+    queue: &str,
+    ttl_ms: i32,
+) {
+    let mut args = FieldTable::new();
+    args.insert("x-message-ttl".try_into().unwrap(), FieldValue::I(ttl_ms));
+    ch.queue_declare(QueueDeclareArguments::new(queue).arguments(args).finish())
+        .await
+        .unwrap();
+}
+
 async fn queue_message_ttl(shards: usize) {
     let broker = Broker::start(shards);
     let conn = broker.connect().await;
     let ch = conn.channel().await;
     let q = unique("q-ttl");
-    let mut args = FieldTable::new();
-    args.insert("x-message-ttl".try_into().unwrap(), FieldValue::I(100));
-    ch.queue_declare(QueueDeclareArguments::new(&q).arguments(args).finish())
-        .await
-        .unwrap();
+    declare_with_message_ttl(&ch, &q, 100).await;
     ch.publish("", &q, b"a").await;
     ch.publish("", &q, b"b").await;
     ch.message_count(&q).await;
@@ -219,11 +228,7 @@ async fn ttl_zero_reaches_only_a_consumer_that_can_take_it_at_once(shards: usize
 
     // x-message-ttl = 0: the same for every message of the queue.
     let q3 = unique("q-ttl0-queue");
-    let mut args = FieldTable::new();
-    args.insert("x-message-ttl".try_into().unwrap(), FieldValue::I(0));
-    ch.queue_declare(QueueDeclareArguments::new(&q3).arguments(args).finish())
-        .await
-        .unwrap();
+    declare_with_message_ttl(&ch, &q3, 0).await;
     ch.publish("", &q3, b"dropped").await;
     ch.wait_message_count(&q3, 0).await;
     let (_, mut rx3) = ch.consume_auto(&q3).await;
